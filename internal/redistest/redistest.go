@@ -1,0 +1,223 @@
+// Package redistest starts real redis-server processes for tests, each on a
+// free loopback port, and stops them when the test ends. It is test-only:
+// production packages must not import it.
+//
+// It never touches port 6379, and a missing redis-server is a test failure
+// that says how to install one, never a skip.
+package redistest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// MissingHint tells what to do when redis-server cannot be found.
+const MissingHint = "redis-server not found on PATH: run `make test` (it installs redis-server with apt) or install Redis 6.2+ yourself"
+
+// Options configure a server.
+type Options struct {
+	// AOF turns on the append-only file with fsync on every write, in the
+	// server's own temporary directory, so a restart keeps the data.
+	AOF bool
+	// Args are extra redis-server arguments, such as "--cluster-enabled yes".
+	Args []string
+}
+
+// Server is one redis-server process owned by a test.
+type Server struct {
+	// Addr is host:port on loopback.
+	Addr string
+
+	opts Options
+	dir  string
+	port int
+
+	mu  sync.Mutex // guards cmd
+	cmd *exec.Cmd
+}
+
+var nsSeq atomic.Int64
+
+// Start starts a server for tb and stops it in tb.Cleanup.
+func Start(tb testing.TB, opts Options) *Server {
+	tb.Helper()
+	dir := tb.TempDir()
+	s, err := StartDir(dir, opts)
+	if err != nil {
+		tb.Fatalf("redistest: %v", err)
+	}
+	tb.Cleanup(s.Stop)
+	return s
+}
+
+// StartDir starts a server whose files live in dir. It is for TestMain,
+// which has no testing.TB; the caller must call Stop.
+func StartDir(dir string, opts Options) (*Server, error) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		return nil, errors.New(MissingHint)
+	}
+	s := &Server{opts: opts, dir: dir}
+	var lastErr error
+	for range 5 { // a free port can be taken between probe and bind
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		s.port = port
+		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		if lastErr = s.launch(); lastErr == nil {
+			return s, nil
+		}
+	}
+	return nil, lastErr
+}
+
+func freePort() (int, error) {
+	for range 20 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, fmt.Errorf("find a free port: %w", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+		if port != 6379 {
+			return port, nil
+		}
+	}
+	return 0, errors.New("no free port")
+}
+
+func (s *Server) launch() error {
+	args := []string{
+		"--port", strconv.Itoa(s.port),
+		"--bind", "127.0.0.1",
+		"--dir", s.dir,
+		"--save", "",
+		"--daemonize", "no",
+		"--logfile", filepath.Join(s.dir, "redis.log"),
+		"--dbfilename", "dump.rdb",
+	}
+	if s.opts.AOF {
+		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
+	} else {
+		args = append(args, "--appendonly", "no")
+	}
+	args = append(args, s.opts.Args...)
+	cmd := exec.Command("redis-server", args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start redis-server: %w", err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-exited:
+			log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+			return fmt.Errorf("redis-server on port %d exited at start: %s", s.port, lastLines(string(log), 5))
+		default:
+		}
+		if ping(s.Addr) == nil {
+			s.mu.Lock()
+			s.cmd = cmd
+			s.mu.Unlock()
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	_ = cmd.Process.Kill()
+	return fmt.Errorf("redis-server on port %d not ready within 10s", s.port)
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}
+
+func ping(addr string) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	return c.Ping(ctx).Err()
+}
+
+// Client returns a new client of the server, closed at tb's cleanup.
+func (s *Server) Client(tb testing.TB) *redis.Client {
+	tb.Helper()
+	c := redis.NewClient(s.Options())
+	tb.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Options returns client options for the server with short timeouts, so a
+// test of an outage fails fast instead of hanging.
+func (s *Server) Options() *redis.Options {
+	return &redis.Options{
+		Addr:         s.Addr,
+		DialTimeout:  time.Second,
+		ReadTimeout:  2 * time.Second,
+		WriteTimeout: 2 * time.Second,
+		MaxRetries:   1,
+	}
+}
+
+// Kill ends the server with SIGKILL, as a crash would.
+func (s *Server) Kill() { s.signal(syscall.SIGKILL) }
+
+// Stop ends the server with SIGTERM and waits for it. A second Stop does
+// nothing.
+func (s *Server) Stop() { s.signal(syscall.SIGTERM) }
+
+func (s *Server) signal(sig syscall.Signal) {
+	s.mu.Lock()
+	cmd := s.cmd
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(sig)
+	for i := 0; i < 500 && ping(s.Addr) == nil; i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Wait until the process is gone so that Restart can bind the port.
+	for i := 0; i < 500; i++ {
+		if err := cmd.Process.Signal(syscall.Signal(0)); err != nil {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Restart starts the server again on the same port and directory (after Kill
+// or Stop); with AOF the data survives.
+func (s *Server) Restart() error {
+	s.Stop()
+	return s.launch()
+}
+
+// Namespace returns a namespace unique within the test binary, so that tests
+// sharing one server never see each other's keys.
+func Namespace(tb testing.TB) string {
+	name := strings.NewReplacer("/", "-", " ", "_").Replace(tb.Name())
+	return fmt.Sprintf("t%d-%s", nsSeq.Add(1), name)
+}

@@ -1,0 +1,84 @@
+package notify
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Duration is a time.Duration that reads "2m", "0s", "1h30m" or a number of
+// seconds ("30", 30, 1.5), and writes itself as a Go duration string. Backoff
+// arrays, delays and ttrs use it in JSON and YAML alike.
+type Duration time.Duration
+
+// ParseDuration reads a Go duration ("2m", "0s") or a plain number of seconds
+// ("30", "1.5"). Negative values are refused: no wait in Herald runs
+// backwards.
+func ParseDuration(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return 0, fmt.Errorf("empty duration")
+	}
+	var d time.Duration
+	if secs, err := strconv.ParseFloat(s, 64); err == nil {
+		if secs > float64(maxDuration/time.Second) || secs < -float64(maxDuration/time.Second) {
+			return 0, fmt.Errorf("duration %q is out of range", s)
+		}
+		d = time.Duration(secs * float64(time.Second))
+	} else {
+		d, err = time.ParseDuration(s)
+		if err != nil {
+			return 0, fmt.Errorf("bad duration %q: want a Go duration such as 2m or a number of seconds", s)
+		}
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("duration %q is negative", s)
+	}
+	return d, nil
+}
+
+// maxDuration bounds parsed durations well inside int64 nanoseconds, so that
+// adding one to a Unix time in milliseconds cannot overflow.
+const maxDuration = 100 * 365 * 24 * time.Hour
+
+// String returns the Go duration form, "2m0s".
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// MarshalText implements encoding.TextMarshaler.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler, accepting what
+// ParseDuration accepts.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := ParseDuration(string(b))
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// UnmarshalJSON accepts a JSON string (as UnmarshalText) or a JSON number of
+// seconds.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if len(b) > 0 && b[0] == '"' {
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+	} else {
+		s = string(b)
+	}
+	return d.UnmarshalText([]byte(s))
+}
+
+// Durations converts a slice of Duration to time.Duration.
+func Durations(ds []Duration) []time.Duration {
+	out := make([]time.Duration, len(ds))
+	for i, d := range ds {
+		out[i] = time.Duration(d)
+	}
+	return out
+}

@@ -1,0 +1,93 @@
+package notify
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sentinel errors shared by the store, the dispatcher, the Go client and the
+// API, which maps them to HTTP status codes.
+var (
+	// ErrNotFound means no notification has the given id (or its record has
+	// expired after its retention).
+	ErrNotFound = errors.New("notification not found")
+
+	// ErrConflict means an enqueue reused an existing id with other content
+	// and did not ask to replace it.
+	ErrConflict = errors.New("notification id exists with other content")
+
+	// ErrReserved means the notification is reserved by a dispatcher or a
+	// consumer right now, so it cannot be replaced.
+	ErrReserved = errors.New("notification is reserved")
+
+	// ErrFinished means the notification has already succeeded or is dead, so
+	// it can no longer be cancelled.
+	ErrFinished = errors.New("notification already finished")
+
+	// ErrStaleReceipt means an ack or nack carried a receipt that no longer
+	// holds the reservation: it expired, or the notification was cancelled.
+	ErrStaleReceipt = errors.New("reservation receipt is stale")
+)
+
+// FieldError is a validation error that names the offending field, such as
+// "backoff[2]" or "payload".
+type FieldError struct {
+	Field   string
+	Message string
+}
+
+// Error implements error.
+func (e *FieldError) Error() string { return e.Field + ": " + e.Message }
+
+// Errorf returns a FieldError for field with a formatted message.
+func Errorf(field, format string, args ...any) *FieldError {
+	return &FieldError{Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// PermanentError marks an attempt's failure as final: the notification goes
+// to the dead-letter set without further attempts. Build it with Permanent.
+type PermanentError struct{ Err error }
+
+// Permanent wraps err so that the dispatcher treats it as a permanent failure.
+// A nil err stays nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &PermanentError{Err: err}
+}
+
+// Error implements error.
+func (e *PermanentError) Error() string { return "permanent: " + e.Err.Error() }
+
+// Unwrap returns the wrapped error.
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// RetryError marks an attempt's failure as retryable and carries the
+// receiver's requested wait (its Retry-After), zero when it named none. Any
+// error that is not a PermanentError is retried; RetryError only adds the wait.
+type RetryError struct {
+	Err        error
+	RetryAfter time.Duration
+}
+
+// Retry wraps err as a retryable failure that asks for at least after before
+// the next attempt. A nil err stays nil.
+func Retry(err error, after time.Duration) error {
+	if err == nil {
+		return nil
+	}
+	return &RetryError{Err: err, RetryAfter: after}
+}
+
+// Error implements error.
+func (e *RetryError) Error() string {
+	if e.RetryAfter > 0 {
+		return fmt.Sprintf("%v (retry after %s)", e.Err, e.RetryAfter)
+	}
+	return e.Err.Error()
+}
+
+// Unwrap returns the wrapped error.
+func (e *RetryError) Unwrap() error { return e.Err }

@@ -1,0 +1,251 @@
+package notify
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"regexp"
+	"time"
+	"unicode/utf8"
+)
+
+// Channels a notification can be delivered on.
+const (
+	ChannelWebhook = "webhook"
+	ChannelSMS     = "sms"
+	ChannelPoll    = "poll"
+	// ChannelPull pushes nothing: consumers (over HTTP, or a library-mode
+	// handler registered for the topic) reserve and acknowledge.
+	ChannelPull = "pull"
+)
+
+// State is where a notification is in its life.
+type State string
+
+// The states of a notification: scheduled -> reserved -> succeeded |
+// scheduled (retry) | dead; scheduled|reserved -> cancelled.
+const (
+	StateScheduled State = "scheduled"
+	StateReserved  State = "reserved"
+	StateSucceeded State = "succeeded"
+	StateDead      State = "dead"
+	StateCancelled State = "cancelled"
+)
+
+// Outcome names how an attempt ended, as recorded in the history.
+type Outcome string
+
+// Outcomes of an attempt.
+const (
+	OutcomeSuccess    Outcome = "success"
+	OutcomeRetry      Outcome = "retry"
+	OutcomePermanent  Outcome = "permanent"
+	OutcomeTTRExpired Outcome = "ttr_expired"
+	// OutcomeReleased is an attempt given back without penalty (a dispatcher
+	// shutting down): it does not count against the backoff array.
+	OutcomeReleased Outcome = "released"
+)
+
+// Limits and defaults of the model.
+const (
+	// MaxPayloadDefault is the largest payload accepted, in bytes, unless the
+	// API's max_body says otherwise.
+	MaxPayloadDefault = 256 << 10
+	// MaxBackoff is the longest backoff array accepted.
+	MaxBackoff = 100
+	// MaxErrorLen is how much of an attempt's error the history keeps.
+	MaxErrorLen = 1024
+	// TTRDefault is the reservation time when neither the notification nor
+	// its policy sets one.
+	TTRDefault = 30 * time.Second
+)
+
+var (
+	idRe    = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+	topicRe = regexp.MustCompile(`^[a-z0-9._-]{1,64}$`)
+	e164Re  = regexp.MustCompile(`^\+[1-9][0-9]{6,14}$`)
+	// headerRe is RFC 7230's token, the characters a header name may use.
+	headerRe = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}$")
+)
+
+// Notification is one message and everything Herald knows of it: what to
+// send, where, on which schedule, and what happened so far. Its JSON form is
+// the record the API returns.
+type Notification struct {
+	ID       string `json:"id"`
+	Topic    string `json:"topic"`
+	Channel  string `json:"channel"`
+	Target   string `json:"target,omitempty"`
+	Template string `json:"template,omitempty"`
+	Policy   string `json:"policy,omitempty"`
+	State    State  `json:"state"`
+	// Attempts is how many attempts have been made so far; while reserved it
+	// is also the 0-based index of the running attempt.
+	Attempts int `json:"attempts"`
+	// Backoff is the resolved array the notification carries: attempt n is
+	// due backoff[n] after the previous failure (attempt 0 after SendAt).
+	Backoff []Duration `json:"backoff"`
+	// TTR is how long a reservation lasts before it counts as a failed
+	// attempt.
+	TTR           Duration          `json:"ttr"`
+	Headers       map[string]string `json:"headers,omitempty"`
+	Payload       json.RawMessage   `json:"payload"`
+	SendAt        time.Time         `json:"send_at"`
+	NextAttemptAt *time.Time        `json:"next_attempt_at"`
+	CreatedAt     time.Time         `json:"created_at"`
+	UpdatedAt     time.Time         `json:"updated_at"`
+	History       []Attempt         `json:"history"`
+	// Receipt and Deadline are set while the notification is reserved; ack
+	// and nack must present the receipt.
+	Receipt  string     `json:"receipt,omitempty"`
+	Deadline *time.Time `json:"deadline,omitempty"`
+	// Digest identifies the content for idempotent enqueues; see Digest.
+	Digest string `json:"-"`
+}
+
+// Attempt is one entry of a notification's history.
+type Attempt struct {
+	Attempt    int       `json:"attempt"`
+	StartedAt  time.Time `json:"started_at"`
+	FinishedAt time.Time `json:"finished_at"`
+	Outcome    Outcome   `json:"outcome"`
+	StatusCode int       `json:"status_code,omitempty"`
+	Error      string    `json:"error,omitempty"`
+	DurationMS int64     `json:"duration_ms"`
+}
+
+// Finished reports whether the notification can make no further attempt
+// without an operator (succeeded, dead or cancelled).
+func (s State) Finished() bool {
+	return s == StateSucceeded || s == StateDead || s == StateCancelled
+}
+
+// ValidID reports whether id is an acceptable notification id.
+func ValidID(id string) bool { return idRe.MatchString(id) }
+
+// ValidTopic reports whether topic is an acceptable topic name.
+func ValidTopic(topic string) bool { return topicRe.MatchString(topic) }
+
+// NewID returns a random id for a notification enqueued without one.
+func NewID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Validate checks a resolved notification before it is stored. maxPayload
+// bounds the payload in bytes (0: MaxPayloadDefault). The error is a
+// *FieldError naming the field.
+func (n *Notification) Validate(maxPayload int) error {
+	if maxPayload <= 0 {
+		maxPayload = MaxPayloadDefault
+	}
+	switch {
+	case !ValidID(n.ID):
+		return Errorf("id", "must match [A-Za-z0-9._:-]{1,128}")
+	case !ValidTopic(n.Topic):
+		return Errorf("topic", "must match [a-z0-9._-]{1,64}")
+	}
+	if err := validateTarget(n.Channel, n.Target); err != nil {
+		return err
+	}
+	if len(n.Payload) > maxPayload {
+		return Errorf("payload", "is %d bytes, more than the limit of %d", len(n.Payload), maxPayload)
+	}
+	if len(n.Payload) > 0 && !json.Valid(n.Payload) {
+		return Errorf("payload", "is not valid JSON")
+	}
+	if len(n.Backoff) == 0 {
+		return Errorf("backoff", "must have at least one entry")
+	}
+	if len(n.Backoff) > MaxBackoff {
+		return Errorf("backoff", "has %d entries, more than %d", len(n.Backoff), MaxBackoff)
+	}
+	for i, d := range n.Backoff {
+		if d < 0 || time.Duration(d) > maxDuration {
+			return Errorf(fmt.Sprintf("backoff[%d]", i), "must be between 0s and %s", maxDuration)
+		}
+	}
+	if n.TTR <= 0 || time.Duration(n.TTR) > maxDuration {
+		return Errorf("ttr", "must be positive")
+	}
+	for k, v := range n.Headers {
+		if !headerRe.MatchString(k) {
+			return Errorf("headers", "bad header name %q", k)
+		}
+		if bytes.ContainsAny([]byte(v), "\r\n\x00") {
+			return Errorf("headers."+k, "must not contain CR, LF or NUL")
+		}
+	}
+	if n.SendAt.IsZero() {
+		return Errorf("send_at", "is required")
+	}
+	return nil
+}
+
+func validateTarget(channel, target string) error {
+	switch channel {
+	case ChannelWebhook, ChannelPoll:
+		u, err := url.Parse(target)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return Errorf("target", "must be an http or https URL for channel %s", channel)
+		}
+	case ChannelSMS:
+		if !e164Re.MatchString(target) {
+			return Errorf("target", "must be an E.164 phone number such as +14155550100")
+		}
+	case ChannelPull:
+		if target != "" {
+			return Errorf("target", "must be empty for channel pull")
+		}
+	case "":
+		return Errorf("channel", "is required (webhook, sms, poll or pull), directly or from the topic")
+	default:
+		return Errorf("channel", "must be webhook, sms, poll or pull, not %q", channel)
+	}
+	return nil
+}
+
+// ComputeDigest returns a digest of the content that decides whether a
+// second enqueue of the same id is "the same notification": topic, channel,
+// target, template, policy, backoff, ttr, headers, payload (compacted) and
+// schedule. schedule is how the caller asked for the send time (an absolute
+// send_at, or a relative delay, so that a retried "delay: 30m" request is
+// still the same request).
+func (n *Notification) ComputeDigest(schedule string) string {
+	var payload bytes.Buffer
+	if len(n.Payload) > 0 && json.Compact(&payload, n.Payload) != nil {
+		payload.Reset()
+		payload.Write(n.Payload)
+	}
+	content := struct {
+		Topic, Channel, Target, Template, Policy string
+		Backoff                                  []Duration
+		TTR                                      Duration
+		Headers                                  map[string]string
+		Payload                                  string
+		Schedule                                 string
+	}{n.Topic, n.Channel, n.Target, n.Template, n.Policy, n.Backoff, n.TTR, n.Headers, payload.String(), schedule}
+	b, _ := json.Marshal(content)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:16])
+}
+
+// CutError cuts an error message to MaxErrorLen bytes for the history,
+// keeping it valid UTF-8.
+func CutError(s string) string {
+	if len(s) <= MaxErrorLen {
+		return s
+	}
+	s = s[:MaxErrorLen]
+	// A cut inside a multi-byte rune leaves an invalid tail; dropping up to
+	// three bytes always reaches a rune boundary.
+	for len(s) > 0 && !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s
+}

@@ -1,0 +1,193 @@
+// Package policy holds retry policies and topics: what schedule a
+// notification follows, how long an attempt may take, which failures are
+// retried, and the defaults a topic gives its notifications.
+//
+// NextAttemptAt is the one function that answers "when is attempt n+1 due, or
+// is the notification dead?"; it is pure, with the clock and the randomness
+// passed in.
+package policy
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/heraldhq/herald/notify"
+)
+
+// Defaults of a policy's fields, used where a field is zero.
+const (
+	// TTRDefault is how long a reservation lasts.
+	TTRDefault = notify.TTRDefault
+	// TimeoutDefault bounds one attempt's request.
+	TimeoutDefault = 10 * time.Second
+	// MaxRetryAfterDefault caps a receiver's Retry-After.
+	MaxRetryAfterDefault = time.Hour
+	// DefaultName is the policy used when neither the notification nor its
+	// topic names one.
+	DefaultName = "default"
+)
+
+// RetryOnDefault is the failures retried when a policy names none: network
+// errors, timeouts, 5xx, 408, 425 and 429.
+var RetryOnDefault = []string{"network", "timeout", "5xx", "408", "425", "429"}
+
+// BackoffDefault is the default policy's array: an immediate attempt, an
+// immediate retry, then 2m, 10m, 10m, 1h, 2h, 6h and 15h — 9 attempts over
+// about 24h22m.
+var BackoffDefault = []notify.Duration{
+	0, 0,
+	notify.Duration(2 * time.Minute), notify.Duration(10 * time.Minute), notify.Duration(10 * time.Minute),
+	notify.Duration(time.Hour), notify.Duration(2 * time.Hour), notify.Duration(6 * time.Hour), notify.Duration(15 * time.Hour),
+}
+
+// Policy is a retry policy. Each field's zero value takes its default.
+type Policy struct {
+	// Backoff is the schedule: attempt 0 starts Backoff[0] after send_at, and
+	// attempt n+1 starts Backoff[n+1] after attempt n fails; its length is
+	// the number of attempts. Required, 1 to 100 entries, none negative.
+	Backoff []notify.Duration `koanf:"backoff" json:"backoff"`
+	// TTR is how long a reservation lasts before it counts as a failed
+	// attempt. Default TTRDefault (30s).
+	TTR notify.Duration `koanf:"ttr" json:"ttr"`
+	// Timeout bounds one attempt's request. Default TimeoutDefault (10s);
+	// it is cut to the ttr when larger.
+	Timeout notify.Duration `koanf:"timeout" json:"timeout"`
+	// RetryOn lists the failures that are retried: "network", "timeout",
+	// "5xx", "4xx", "3xx" or a status code such as "429". Anything else is
+	// permanent. Default RetryOnDefault.
+	RetryOn []string `koanf:"retry_on" json:"retry_on"`
+	// SuccessBody, when set, must equal the trimmed response body for a 2xx
+	// to count as success (Alipay's "success"). Empty: any 2xx succeeds. A
+	// JSON value is compared as JSON, so {"code":"SUCCESS"} matches however
+	// it is spaced.
+	SuccessBody string `koanf:"success_body" json:"success_body,omitempty"`
+	// HonorRetryAfter lets a receiver's Retry-After push the next attempt
+	// later than the array says (never earlier), up to MaxRetryAfter.
+	HonorRetryAfter bool `koanf:"honor_retry_after" json:"honor_retry_after"`
+	// MaxRetryAfter caps a honoured Retry-After. Default
+	// MaxRetryAfterDefault (1h).
+	MaxRetryAfter notify.Duration `koanf:"max_retry_after" json:"max_retry_after"`
+	// Jitter spreads retries: each wait is lengthened by up to this fraction
+	// of itself, chosen at random (0.1: up to 10% later). 0, the default,
+	// means exact times; jitter never makes an attempt earlier.
+	Jitter float64 `koanf:"jitter" json:"jitter"`
+}
+
+// WithDefaults returns a copy of p with zero fields set to their defaults.
+func (p Policy) WithDefaults() Policy {
+	if p.TTR == 0 {
+		p.TTR = notify.Duration(TTRDefault)
+	}
+	if p.Timeout == 0 {
+		p.Timeout = notify.Duration(TimeoutDefault)
+	}
+	if p.MaxRetryAfter == 0 {
+		p.MaxRetryAfter = notify.Duration(MaxRetryAfterDefault)
+	}
+	if len(p.RetryOn) == 0 {
+		p.RetryOn = slices.Clone(RetryOnDefault)
+	}
+	return p
+}
+
+// Validate checks p and names the offending field, as "backoff[2]".
+func (p *Policy) Validate() error {
+	if len(p.Backoff) == 0 {
+		return notify.Errorf("backoff", "must have at least one entry")
+	}
+	if len(p.Backoff) > notify.MaxBackoff {
+		return notify.Errorf("backoff", "has %d entries, more than %d", len(p.Backoff), notify.MaxBackoff)
+	}
+	for i, d := range p.Backoff {
+		if d < 0 {
+			return notify.Errorf(fmt.Sprintf("backoff[%d]", i), "must not be negative")
+		}
+	}
+	for name, d := range map[string]notify.Duration{"ttr": p.TTR, "timeout": p.Timeout, "max_retry_after": p.MaxRetryAfter} {
+		if d < 0 {
+			return notify.Errorf(name, "must not be negative")
+		}
+	}
+	for i, r := range p.RetryOn {
+		if !validRetryOn(r) {
+			return notify.Errorf(fmt.Sprintf("retry_on[%d]", i), "must be network, timeout, 3xx, 4xx, 5xx or a status code, not %q", r)
+		}
+	}
+	if p.Jitter < 0 || p.Jitter > 1 {
+		return notify.Errorf("jitter", "must be between 0 and 1")
+	}
+	return nil
+}
+
+func validRetryOn(r string) bool {
+	switch r {
+	case "network", "timeout", "3xx", "4xx", "5xx":
+		return true
+	}
+	code, err := strconv.Atoi(r)
+	return err == nil && code >= 100 && code <= 599
+}
+
+// RetriesStatus reports whether an HTTP status code is retried under p.
+func (p *Policy) RetriesStatus(code int) bool {
+	for _, r := range p.RetryOn {
+		switch {
+		case r == strconv.Itoa(code):
+			return true
+		case len(r) == 3 && strings.HasSuffix(r, "xx") && r[0] == byte('0'+code/100):
+			return true
+		}
+	}
+	return false
+}
+
+// Retries reports whether p retries a failure class, "network" or "timeout".
+func (p *Policy) Retries(class string) bool { return slices.Contains(p.RetryOn, class) }
+
+// Failure describes a failed attempt, the input of NextAttemptAt.
+type Failure struct {
+	// Attempt is the 0-based index of the attempt that failed.
+	Attempt int
+	// At is when it failed.
+	At time.Time
+	// RetryAfter is the receiver's requested wait, 0 when none.
+	RetryAfter time.Duration
+	// Rand is a number in [0, 1) that picks the jitter.
+	Rand float64
+}
+
+// NextAttemptAt answers when attempt f.Attempt+1 of a notification carrying
+// backoff is due, or reports dead (ok false) when the array is exhausted:
+// the next attempt starts backoff[n+1] after the failure, lengthened by up to
+// Jitter of itself, or at the receiver's Retry-After when that is later and
+// honoured (capped at MaxRetryAfter).
+func (p *Policy) NextAttemptAt(backoff []notify.Duration, f Failure) (time.Time, bool) {
+	next := f.Attempt + 1
+	if next < 1 || next >= len(backoff) {
+		return time.Time{}, false
+	}
+	wait := time.Duration(backoff[next])
+	if p.Jitter > 0 {
+		wait += time.Duration(float64(wait) * p.Jitter * f.Rand)
+	}
+	if p.HonorRetryAfter && f.RetryAfter > wait {
+		wait = min(f.RetryAfter, max(time.Duration(p.MaxRetryAfter), wait))
+	}
+	return f.At.Add(wait), true
+}
+
+// Schedule returns the offset of each attempt from send_at when every
+// attempt fails at once (no request time, no Retry-After, no jitter): what
+// `herald policy check` prints.
+func Schedule(backoff []notify.Duration) []time.Duration {
+	out := make([]time.Duration, len(backoff))
+	var at time.Duration
+	for i, d := range backoff {
+		at += time.Duration(d)
+		out[i] = at
+	}
+	return out
+}

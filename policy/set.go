@@ -1,0 +1,179 @@
+package policy
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/heraldhq/herald/notify"
+)
+
+// Topic gives the notifications of a topic their defaults.
+type Topic struct {
+	// Channel is the default channel: webhook, sms, poll or pull.
+	Channel string `koanf:"channel" json:"channel,omitempty"`
+	// Policy is the default policy's name. Empty: "default".
+	Policy string `koanf:"policy" json:"policy,omitempty"`
+	// Template is the default template's file name.
+	Template string `koanf:"template" json:"template,omitempty"`
+	// Target is the default target (URL or E.164 number).
+	Target string `koanf:"target" json:"target,omitempty"`
+	// Poll configures the poll channel: the done condition and the optional
+	// on_done webhook.
+	Poll *Poll `koanf:"poll" json:"poll,omitempty"`
+}
+
+// Poll is the poll channel's configuration of a topic: when a provider's
+// answer means the polled thing is final.
+type Poll struct {
+	// Method is GET (the default) or POST.
+	Method string `koanf:"method" json:"method,omitempty"`
+	// Field is a dotted path into the JSON response, such as
+	// "alipay_trade_query_response.trade_status".
+	Field string `koanf:"field" json:"field"`
+	// Values lists the values of Field that mean done.
+	Values []string `koanf:"values" json:"values"`
+	// OnDone, when set, is a URL that receives the final response as a
+	// webhook.
+	OnDone string `koanf:"on_done" json:"on_done,omitempty"`
+}
+
+// Set is an immutable set of policies and topics. Replace it as a whole on
+// reload; never change one in place.
+type Set struct {
+	Policies map[string]Policy `koanf:"policies" json:"policies"`
+	Topics   map[string]Topic  `koanf:"topics" json:"topics"`
+}
+
+// NewSet returns a validated set of policies (defaults applied) and topics.
+// A "default" policy with BackoffDefault is added when policies has none.
+func NewSet(policies map[string]Policy, topics map[string]Topic) (*Set, error) {
+	s := &Set{Policies: make(map[string]Policy, len(policies)+1), Topics: maps.Clone(topics)}
+	if s.Topics == nil {
+		s.Topics = map[string]Topic{}
+	}
+	for _, name := range slices.Sorted(maps.Keys(policies)) {
+		p := policies[name]
+		if err := p.Validate(); err != nil {
+			return nil, prefix("policies."+name, err)
+		}
+		s.Policies[name] = p.WithDefaults()
+	}
+	if _, ok := s.Policies[DefaultName]; !ok {
+		s.Policies[DefaultName] = Policy{Backoff: slices.Clone(BackoffDefault)}.WithDefaults()
+	}
+	for _, name := range slices.Sorted(maps.Keys(s.Topics)) {
+		t := s.Topics[name]
+		field := "topics." + name
+		switch {
+		case !notify.ValidTopic(name):
+			return nil, notify.Errorf(field, "topic names must match [a-z0-9._-]{1,64}")
+		case t.Channel != "" && !slices.Contains([]string{notify.ChannelWebhook, notify.ChannelSMS, notify.ChannelPoll, notify.ChannelPull}, t.Channel):
+			return nil, notify.Errorf(field+".channel", "must be webhook, sms, poll or pull, not %q", t.Channel)
+		}
+		if t.Policy != "" {
+			if _, ok := s.Policies[t.Policy]; !ok {
+				return nil, notify.Errorf(field+".policy", "names unknown policy %q", t.Policy)
+			}
+		}
+		if t.Poll != nil {
+			if t.Poll.Field == "" {
+				return nil, notify.Errorf(field+".poll.field", "is required")
+			}
+			if len(t.Poll.Values) == 0 {
+				return nil, notify.Errorf(field+".poll.values", "must have at least one value")
+			}
+			if m := t.Poll.Method; m != "" && m != "GET" && m != "POST" {
+				return nil, notify.Errorf(field+".poll.method", "must be GET or POST")
+			}
+		}
+	}
+	return s, nil
+}
+
+func prefix(path string, err error) error {
+	if fe, ok := err.(*notify.FieldError); ok {
+		return &notify.FieldError{Field: path + "." + fe.Field, Message: fe.Message}
+	}
+	return fmt.Errorf("%s: %w", path, err)
+}
+
+// Policy returns the named policy, or the default policy when name is empty.
+// ok is false for an unknown name.
+func (s *Set) Policy(name string) (Policy, bool) {
+	if name == "" {
+		name = DefaultName
+	}
+	p, ok := s.Policies[name]
+	return p, ok
+}
+
+// PolicyFor returns the policy a stored notification follows now: its own
+// policy, or the default when that policy has since been removed, so a
+// reload never strands scheduled work.
+func (s *Set) PolicyFor(n *notify.Notification) Policy {
+	if p, ok := s.Policy(n.Policy); ok {
+		return p
+	}
+	p, _ := s.Policy(DefaultName)
+	return p
+}
+
+// Resolve turns a request into a notification ready to store: it applies the
+// topic's defaults, then the policy's, picks a random id when none is given,
+// computes the send time from send_at or delay (now when neither), validates
+// the result, and computes its content digest. maxPayload is as in
+// notify.Notification.Validate.
+func (s *Set) Resolve(req *notify.Request, now time.Time, maxPayload int) (*notify.Notification, error) {
+	if !notify.ValidTopic(req.Topic) {
+		return nil, notify.Errorf("topic", "must match [a-z0-9._-]{1,64}")
+	}
+	t := s.Topics[req.Topic]
+	n := &notify.Notification{
+		ID:       req.ID,
+		Topic:    req.Topic,
+		Channel:  cmp.Or(req.Channel, t.Channel),
+		Target:   cmp.Or(req.Target, t.Target),
+		Template: cmp.Or(req.Template, t.Template),
+		Policy:   cmp.Or(req.Policy, t.Policy, DefaultName),
+		Headers:  req.Headers,
+		Payload:  req.Payload,
+		State:    notify.StateScheduled,
+	}
+	if n.ID == "" {
+		n.ID = notify.NewID()
+	}
+	p, ok := s.Policy(n.Policy)
+	if !ok {
+		return nil, notify.Errorf("policy", "unknown policy %q", n.Policy)
+	}
+	n.Backoff = slices.Clone(req.Backoff)
+	if len(n.Backoff) == 0 {
+		n.Backoff = slices.Clone(p.Backoff)
+	}
+	n.TTR = p.TTR
+	if req.TTR != nil {
+		n.TTR = *req.TTR
+	}
+	var schedule string
+	switch {
+	case req.SendAt != nil && req.Delay != nil:
+		return nil, notify.Errorf("delay", "give send_at or delay, not both")
+	case req.SendAt != nil:
+		n.SendAt = req.SendAt.UTC().Truncate(time.Millisecond)
+		schedule = n.SendAt.Format(time.RFC3339Nano)
+	case req.Delay != nil:
+		n.SendAt = now.Add(time.Duration(*req.Delay)).UTC().Truncate(time.Millisecond)
+		schedule = "delay " + req.Delay.String()
+	default:
+		n.SendAt = now.UTC().Truncate(time.Millisecond)
+		schedule = "now"
+	}
+	if err := n.Validate(maxPayload); err != nil {
+		return nil, err
+	}
+	n.Digest = n.ComputeDigest(schedule)
+	return n, nil
+}
