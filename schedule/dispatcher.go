@@ -1,0 +1,625 @@
+// Package schedule is Herald's dispatcher: it reserves due notifications in
+// batches, runs each attempt on a bounded pool of workers through the sender
+// of its channel (or a library-mode handler registered for its topic),
+// records the outcome, reaps reservations whose ttr ran out, and deletes
+// finished records past their retention.
+//
+// # Timing
+//
+// The dispatcher does not poll on a fixed tick. It remembers, for every shard
+// of every queue it serves, when the earliest notification is due, sleeps
+// until the earliest of those, and wakes early when an enqueue or a retry
+// publishes an earlier head. A notification due now therefore starts within
+// milliseconds, and none starts before it is due: the reserve script only
+// takes notifications whose due time has passed by the dispatcher's clock.
+//
+// # Safety
+//
+// Reservations carry a receipt and a deadline (now + ttr). An attempt's
+// context ends at that deadline, the reaper only takes a reservation back
+// after its deadline plus a grace for clock skew, and a finish with a stale
+// receipt changes nothing, so two attempts of one notification never overlap
+// however many dispatchers run.
+package schedule
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"math"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/policy"
+	"github.com/heraldhq/herald/store"
+)
+
+// Defaults of Config.
+const (
+	ConcurrencyDefault     = 64
+	BatchDefault           = 100
+	PollIntervalDefault    = time.Second
+	ReapIntervalDefault    = time.Second
+	ReapGraceDefault       = time.Second
+	ShutdownTimeoutDefault = 10 * time.Second
+)
+
+// Store is what the dispatcher needs of the store; *store.Store implements
+// it.
+type Store interface {
+	Shards() int
+	Now() time.Time
+	Reserve(ctx context.Context, queue string, quotas []store.Quota) ([]*notify.Notification, []store.Head, error)
+	Finish(ctx context.Context, items []store.Finish) ([]error, error)
+	Expired(ctx context.Context, grace time.Duration, limit int) ([]*notify.Notification, error)
+	Sweep(ctx context.Context, limit int) (int, error)
+	Subscribe(ctx context.Context) (<-chan store.Wake, <-chan struct{})
+}
+
+var _ Store = (*store.Store)(nil)
+
+// Observer is told about attempts and store failures; the metrics adapter
+// implements it. Calls come from many goroutines and must not block.
+type Observer interface {
+	// AttemptFinished reports an attempt's outcome, what the store was
+	// asked to do with it, and how late it started (start minus due time).
+	AttemptFinished(n *notify.Notification, a notify.Attempt, action store.Action, lateness time.Duration)
+	// StoreError reports a failed store call ("reserve", "finish", "reap",
+	// "sweep").
+	StoreError(op string, err error)
+}
+
+// Config configures a Dispatcher.
+type Config struct {
+	// Store is the notifications' state. Required.
+	Store Store
+	// Senders deliver the push channels, by channel name (webhook, sms,
+	// poll). A notification whose channel has no sender fails permanently.
+	// With no senders the dispatcher serves only Handlers.
+	Senders map[string]notify.Sender
+	// Handlers are library-mode consumers, by topic: the dispatcher reserves
+	// the topic's pull queue and calls the handler, as an HTTP consumer
+	// would reserve and ack.
+	Handlers map[string]notify.Sender
+	// PoliciesFunc returns the current policies (it may change on reload).
+	// Default: the built-in default policy only.
+	PoliciesFunc func() *policy.Set
+	// Concurrency is the most attempts running at once. Default 64.
+	Concurrency int
+	// Batch is the most notifications one reservation or one finish call
+	// moves per shard. Default 100.
+	Batch int
+	// PollInterval is the longest the dispatcher sleeps without asking Redis,
+	// a safety net for wake-ups lost while disconnected. Default 1s.
+	PollInterval time.Duration
+	// ReapInterval is how often expired reservations are taken back and
+	// retention is enforced. Default 1s.
+	ReapInterval time.Duration
+	// ReapGrace is how long past its deadline a reservation is left alone,
+	// to absorb clock skew between dispatchers. Default 1s.
+	ReapGrace time.Duration
+	// ShutdownTimeout is how long Stop waits for running attempts before it
+	// cancels them and releases their notifications. Default 10s.
+	ShutdownTimeout time.Duration
+	// Observer receives attempt outcomes and store errors. Optional.
+	Observer Observer
+	// Logger defaults to a warn-level text handler on stderr.
+	Logger *slog.Logger
+}
+
+// WithDefaults returns a copy of c with zero fields set to their defaults.
+func (c *Config) WithDefaults() *Config {
+	out := *c
+	out.Concurrency = cmp.Or(out.Concurrency, ConcurrencyDefault)
+	out.Batch = cmp.Or(out.Batch, BatchDefault)
+	out.PollInterval = cmp.Or(out.PollInterval, PollIntervalDefault)
+	out.ReapInterval = cmp.Or(out.ReapInterval, ReapIntervalDefault)
+	out.ReapGrace = cmp.Or(out.ReapGrace, ReapGraceDefault)
+	out.ShutdownTimeout = cmp.Or(out.ShutdownTimeout, ShutdownTimeoutDefault)
+	if out.PoliciesFunc == nil {
+		set, _ := policy.NewSet(nil, nil)
+		out.PoliciesFunc = func() *policy.Set { return set }
+	}
+	if out.Observer == nil {
+		out.Observer = nopObserver{}
+	}
+	if out.Logger == nil {
+		out.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	return &out
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Store == nil:
+		return errors.New("schedule: Store is required")
+	case len(c.Senders) == 0 && len(c.Handlers) == 0:
+		return errors.New("schedule: give at least one sender or handler")
+	case c.Concurrency < 1 || c.Batch < 1:
+		return errors.New("schedule: concurrency and batch must be positive")
+	}
+	for topic := range c.Handlers {
+		if !notify.ValidTopic(topic) {
+			return fmt.Errorf("schedule: handler topic %q is not a valid topic", topic)
+		}
+	}
+	return nil
+}
+
+type nopObserver struct{}
+
+func (nopObserver) AttemptFinished(*notify.Notification, notify.Attempt, store.Action, time.Duration) {
+}
+func (nopObserver) StoreError(string, error) {}
+
+// Dispatcher runs attempts. Start it once; Stop it once or more.
+type Dispatcher struct {
+	cfg   *Config
+	store Store
+	log   *slog.Logger
+
+	// slots holds one token per running attempt, bounding concurrency.
+	slots chan struct{}
+	// finishes carries finished attempts to the finisher, which batches them.
+	finishes chan store.Finish
+
+	mu       sync.Mutex // guards started, stop
+	started  bool
+	stop     context.CancelFunc
+	stopOnce sync.Once
+	ready    chan struct{}
+
+	// attemptCtx outlives the reserve loops at shutdown and is cancelled
+	// only when ShutdownTimeout runs out, releasing what still runs.
+	attemptCtx    context.Context
+	cancelAttempt context.CancelFunc
+
+	loops    sync.WaitGroup // reserve loops, reaper, subscriber
+	attempts sync.WaitGroup // running attempts
+	finisher sync.WaitGroup
+}
+
+// New returns a dispatcher for cfg.
+func New(cfg *Config) (*Dispatcher, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Dispatcher{
+		cfg:      cfg,
+		store:    cfg.Store,
+		log:      cfg.Logger,
+		slots:    make(chan struct{}, cfg.Concurrency),
+		finishes: make(chan store.Finish, cfg.Concurrency),
+		ready:    make(chan struct{}),
+	}, nil
+}
+
+// Ready is closed once the dispatcher listens for wake-ups, after which a
+// notification due now starts without waiting for a poll.
+func (d *Dispatcher) Ready() <-chan struct{} { return d.ready }
+
+// Start launches the dispatcher's goroutines and returns at once. It fails
+// only when called twice.
+func (d *Dispatcher) Start(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.started {
+		return errors.New("schedule: dispatcher already started")
+	}
+	d.started = true
+	ctx, d.stop = context.WithCancel(ctx)
+	d.attemptCtx, d.cancelAttempt = context.WithCancel(context.WithoutCancel(ctx))
+
+	queues := map[string]chan store.Wake{}
+	if len(d.cfg.Senders) > 0 {
+		queues[store.QueuePush] = make(chan store.Wake, 64)
+	}
+	for topic := range d.cfg.Handlers {
+		queues[store.PullQueue(topic)] = make(chan store.Wake, 64)
+	}
+	wakes, ready := d.store.Subscribe(ctx)
+	d.loops.Add(2 + len(queues))
+	go func() {
+		defer d.loops.Done()
+		d.fanOutWakes(ctx, wakes, ready, queues)
+	}()
+	for _, q := range slices.Sorted(maps.Keys(queues)) {
+		go func() {
+			defer d.loops.Done()
+			d.reserveLoop(ctx, q, queues[q])
+		}()
+	}
+	go func() {
+		defer d.loops.Done()
+		d.maintenanceLoop(ctx)
+	}()
+	d.finisher.Add(1)
+	go func() {
+		defer d.finisher.Done()
+		d.finishLoop()
+	}()
+	d.log.InfoContext(ctx, "schedule: dispatcher started", "queues", len(queues), "concurrency", d.cfg.Concurrency)
+	return nil
+}
+
+// Stop stops reserving, waits up to ShutdownTimeout for running attempts,
+// releases those still running (without counting an attempt), records every
+// outcome, and returns. A second Stop does nothing.
+func (d *Dispatcher) Stop() {
+	d.mu.Lock()
+	stop := d.stop
+	d.mu.Unlock()
+	if stop == nil {
+		return
+	}
+	d.stopOnce.Do(func() {
+		stop()
+		d.loops.Wait()
+		done := make(chan struct{})
+		go func() { d.attempts.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(d.cfg.ShutdownTimeout):
+			d.log.Warn("schedule: shutdown timeout; releasing running attempts")
+			d.cancelAttempt()
+			<-done
+		}
+		close(d.finishes)
+		d.finisher.Wait()
+		d.cancelAttempt()
+	})
+}
+
+// fanOutWakes routes wake-ups to the loop of their queue.
+func (d *Dispatcher) fanOutWakes(ctx context.Context, wakes <-chan store.Wake, ready <-chan struct{}, queues map[string]chan store.Wake) {
+	select {
+	case <-ready:
+		close(d.ready)
+	case <-ctx.Done():
+		return
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case w, ok := <-wakes:
+			if !ok {
+				return
+			}
+			if ch, ok := queues[w.Queue]; ok {
+				select {
+				case ch <- w:
+				default: // the loop is busy reserving and will re-plan anyway
+				}
+			}
+		}
+	}
+}
+
+// never marks a shard whose queue is empty: only a wake-up or the next poll
+// makes the loop look at it again.
+const never = math.MaxInt64
+
+// reserveLoop serves one queue until ctx ends.
+func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan store.Wake) {
+	shards := d.store.Shards()
+	// heads[s] is the due time (ms) of shard s's earliest notification as
+	// last seen; 0 means "look now", never means empty.
+	heads := make([]int64, shards)
+	lastPoll := d.store.Now()
+	rotate := 0
+	failures := 0
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for ctx.Err() == nil {
+		now := d.store.Now()
+		if now.Sub(lastPoll) >= d.cfg.PollInterval {
+			clear(heads)
+			lastPoll = now
+		}
+		nowMS := now.UnixMilli()
+		var due []int
+		next := lastPoll.Add(d.cfg.PollInterval).UnixMilli()
+		for s, h := range heads {
+			if h <= nowMS {
+				due = append(due, s)
+			} else {
+				next = min(next, h)
+			}
+		}
+		if len(due) > 0 {
+			got := d.acquire(ctx, min(d.cfg.Concurrency, len(due)*d.cfg.Batch))
+			if got == 0 {
+				return
+			}
+			quotas := splitQuotas(due, got, d.cfg.Batch, rotate)
+			rotate++
+			items, hs, err := d.store.Reserve(ctx, queue, quotas)
+			d.release(got - len(items))
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				failures++
+				wait := backoffDelay(failures)
+				d.cfg.Observer.StoreError("reserve", err)
+				d.log.WarnContext(ctx, "schedule: reserve failed; backing off", "queue", queue, "error", err, "retry_in", wait)
+				sleep(ctx, wait)
+				continue
+			}
+			failures = 0
+			for _, h := range hs {
+				switch {
+				case h.Reserved > 0 && h.Reserved == quotaOf(quotas, h.Shard):
+					heads[h.Shard] = 0 // a full batch: there may be more now
+				case h.Due.IsZero():
+					heads[h.Shard] = never
+				default:
+					heads[h.Shard] = h.Due.UnixMilli()
+				}
+			}
+			for _, n := range items {
+				d.attempts.Add(1)
+				go d.attempt(n)
+			}
+			continue
+		}
+		timer.Reset(time.Duration(next-nowMS) * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		case w := <-wakes:
+			heads[w.Shard%shards] = min(heads[w.Shard%shards], w.Due.UnixMilli())
+			drainTimer(timer)
+		}
+	}
+}
+
+func drainTimer(t *time.Timer) {
+	if !t.Stop() {
+		select {
+		case <-t.C:
+		default:
+		}
+	}
+}
+
+func quotaOf(quotas []store.Quota, shard int) int {
+	for _, q := range quotas {
+		if q.Shard == shard {
+			return q.Max
+		}
+	}
+	return 0
+}
+
+// splitQuotas shares n worker slots among the due shards, at most batch per
+// shard; when there are fewer slots than shards, a rotating start keeps any
+// shard from starving.
+func splitQuotas(due []int, n, batch, rotate int) []store.Quota {
+	if n < len(due) {
+		out := make([]store.Quota, n)
+		for i := range out {
+			out[i] = store.Quota{Shard: due[(rotate+i)%len(due)], Max: 1}
+		}
+		return out
+	}
+	out := make([]store.Quota, len(due))
+	for i, s := range due {
+		q := n / len(due)
+		if i < n%len(due) {
+			q++
+		}
+		out[i] = store.Quota{Shard: s, Max: min(q, batch)}
+	}
+	return out
+}
+
+// acquire takes up to n worker slots, waiting for the first; 0 means ctx
+// ended.
+func (d *Dispatcher) acquire(ctx context.Context, n int) int {
+	select {
+	case d.slots <- struct{}{}:
+	case <-ctx.Done():
+		return 0
+	}
+	got := 1
+	for got < n {
+		select {
+		case d.slots <- struct{}{}:
+			got++
+		default:
+			return got
+		}
+	}
+	return got
+}
+
+func (d *Dispatcher) release(n int) {
+	for range n {
+		<-d.slots
+	}
+}
+
+// backoffDelay is the wait after the n-th consecutive store failure: 10ms
+// doubling to 5s, so an outage costs no busy loop and recovery is quick.
+func backoffDelay(n int) time.Duration {
+	return min(10*time.Millisecond<<min(n-1, 10), 5*time.Second)
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// attempt runs one attempt of n and hands its outcome to the finisher.
+func (d *Dispatcher) attempt(n *notify.Notification) {
+	defer d.attempts.Done()
+	defer d.release(1)
+	p := d.cfg.PoliciesFunc().PolicyFor(n)
+	start := d.store.Now()
+	var lateness time.Duration
+	if n.NextAttemptAt != nil {
+		lateness = start.Sub(*n.NextAttemptAt)
+	}
+	ctx, cancel := attemptContext(d.attemptCtx, &p, n, start)
+	resp, err := d.send(ctx, n)
+	cancel()
+	if err != nil && d.attemptCtx.Err() != nil {
+		err = errReleased
+	}
+	f := NextStep(&p, n, start, d.store.Now(), resp, err)
+	d.cfg.Observer.AttemptFinished(n, f.Attempt, f.Action, lateness)
+	d.finishes <- f
+}
+
+func (d *Dispatcher) send(ctx context.Context, n *notify.Notification) (resp notify.Response, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("sender panicked: %v", r)
+		}
+	}()
+	sender := d.cfg.Senders[n.Channel]
+	if n.Channel == notify.ChannelPull {
+		sender = d.cfg.Handlers[n.Topic]
+	}
+	if sender == nil {
+		return notify.Response{}, notify.Permanent(fmt.Errorf("no sender configured for channel %q", n.Channel))
+	}
+	return sender.Send(ctx, n)
+}
+
+// finishLoop records finished attempts in batches: it takes what is waiting,
+// up to Batch, and writes it in one pipeline.
+func (d *Dispatcher) finishLoop() {
+	for f := range d.finishes {
+		batch := []store.Finish{f}
+	drain:
+		for len(batch) < d.cfg.Batch {
+			select {
+			case f, ok := <-d.finishes:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, f)
+			default:
+				break drain
+			}
+		}
+		d.finishBatch(batch)
+	}
+}
+
+// finishBatch writes a batch, retrying through a Redis outage. It gives up
+// only when every reservation in the batch has passed its deadline, since the
+// reaper then owns them (the attempt is retried: at-least-once).
+func (d *Dispatcher) finishBatch(batch []store.Finish) {
+	ctx := context.Background()
+	for failures := 1; ; failures++ {
+		errs, err := d.store.Finish(ctx, batch)
+		if err == nil {
+			for i, e := range errs {
+				if e != nil {
+					d.log.DebugContext(ctx, "schedule: finish ignored", "id", batch[i].Notification.ID, "error", e)
+				}
+			}
+			return
+		}
+		d.cfg.Observer.StoreError("finish", err)
+		if d.allExpired(batch) {
+			d.log.ErrorContext(ctx, "schedule: could not record attempts before their reservations expired; they will be retried",
+				"count", len(batch), "error", err)
+			return
+		}
+		wait := backoffDelay(failures)
+		d.log.WarnContext(ctx, "schedule: finish failed; retrying", "count", len(batch), "error", err, "retry_in", wait)
+		time.Sleep(wait)
+	}
+}
+
+func (d *Dispatcher) allExpired(batch []store.Finish) bool {
+	now := d.store.Now()
+	for _, f := range batch {
+		if dl := f.Notification.Deadline; dl == nil || now.Before(dl.Add(d.cfg.ReapGrace)) {
+			return false
+		}
+	}
+	return true
+}
+
+// maintenanceLoop reaps expired reservations and sweeps finished records:
+// once at start, then every ReapInterval.
+func (d *Dispatcher) maintenanceLoop(ctx context.Context) {
+	ticker := time.NewTicker(d.cfg.ReapInterval)
+	defer ticker.Stop()
+	for {
+		d.reap(ctx)
+		d.sweep(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+	}
+}
+
+// reap fails the attempts whose reservation ran out, in full batches until
+// none is left.
+func (d *Dispatcher) reap(ctx context.Context) {
+	for ctx.Err() == nil {
+		expired, err := d.store.Expired(ctx, d.cfg.ReapGrace, d.cfg.Batch)
+		if err == nil && len(expired) > 0 {
+			now := d.store.Now()
+			set := d.cfg.PoliciesFunc()
+			items := make([]store.Finish, len(expired))
+			for i, n := range expired {
+				p := set.PolicyFor(n)
+				started := now
+				if n.Deadline != nil {
+					started = n.Deadline.Add(-time.Duration(n.TTR))
+				}
+				items[i] = NextStep(&p, n, started, now, notify.Response{}, ErrTTRExpired)
+				d.cfg.Observer.AttemptFinished(n, items[i].Attempt, items[i].Action, 0)
+			}
+			_, err = d.store.Finish(ctx, items)
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				d.cfg.Observer.StoreError("reap", err)
+				d.log.WarnContext(ctx, "schedule: reaping expired reservations failed", "error", err)
+			}
+			return
+		}
+		if len(expired) < d.cfg.Batch {
+			return
+		}
+	}
+}
+
+func (d *Dispatcher) sweep(ctx context.Context) {
+	for ctx.Err() == nil {
+		n, err := d.store.Sweep(ctx, d.cfg.Batch)
+		if err != nil {
+			if ctx.Err() == nil {
+				d.cfg.Observer.StoreError("sweep", err)
+				d.log.WarnContext(ctx, "schedule: sweeping finished records failed", "error", err)
+			}
+			return
+		}
+		if n < d.cfg.Batch {
+			return
+		}
+	}
+}

@@ -1,0 +1,270 @@
+// Package store keeps Herald's state in Redis: notifications, their queues,
+// reservations, history, the dead-letter sets and the statistics.
+//
+// Every state change is one atomic Lua script (scripts.go). Keys are sharded
+// by a hash of the notification id into Config.Shards partitions, each under
+// one Redis Cluster hash tag (keys.go), so one script touches one slot and a
+// cluster spreads the shards. Calls that span shards pipeline one script per
+// shard, so a batch costs one round trip per Redis node, not one per
+// notification. The store knows nothing of HTTP or of retry policies: callers
+// decide what a failure means and pass the next due time.
+package store
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/heraldhq/herald/notify"
+)
+
+// Defaults of Config.
+const (
+	NamespaceDefault = "herald"
+	ShardsDefault    = 16
+	RetentionDefault = 7 * 24 * time.Hour
+	// MaxShards bounds Shards; more only costs idle round trips.
+	MaxShards = 1024
+)
+
+// Config configures a Store.
+type Config struct {
+	// Client is any go-redis client: standalone, Sentinel (failover) or
+	// Cluster. Required.
+	Client redis.UniversalClient
+	// Namespace prefixes every key. Default NamespaceDefault ("herald").
+	Namespace string
+	// Shards is the number of partitions. Changing it on a live namespace
+	// strands what is stored, so pick it once. Default ShardsDefault (16).
+	Shards int
+	// Retention is how long succeeded and cancelled records are kept.
+	// Default RetentionDefault (7 days); -1 keeps them forever. Dead records
+	// stay until replayed or purged.
+	Retention time.Duration
+	// Logger defaults to a warn-level text handler on stderr.
+	Logger *slog.Logger
+	// TimeNowFunc is the clock; tests may stub it. Default time.Now.
+	TimeNowFunc func() time.Time
+}
+
+// WithDefaults returns a copy of c with zero fields set to their defaults.
+func (c *Config) WithDefaults() *Config {
+	out := *c
+	out.Namespace = cmp.Or(out.Namespace, NamespaceDefault)
+	out.Shards = cmp.Or(out.Shards, ShardsDefault)
+	out.Retention = cmp.Or(out.Retention, RetentionDefault)
+	if out.Logger == nil {
+		out.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	if out.TimeNowFunc == nil {
+		out.TimeNowFunc = time.Now
+	}
+	return &out
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Client == nil:
+		return errors.New("store: Client is required")
+	case c.Shards < 1 || c.Shards > MaxShards:
+		return fmt.Errorf("store: shards must be between 1 and %d", MaxShards)
+	case strings.ContainsAny(c.Namespace, "{}"):
+		return errors.New("store: namespace must not contain { or }")
+	case c.Retention < -1:
+		return errors.New("store: retention must be positive, or -1 to keep records")
+	}
+	return nil
+}
+
+// Store is Herald's Redis state. It is safe for concurrent use.
+type Store struct {
+	client redis.UniversalClient
+	keys   keys
+	cfg    *Config
+}
+
+// New returns a Store for cfg.
+func New(cfg *Config) (*Store, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Store{client: cfg.Client, keys: keys{ns: cfg.Namespace, shards: cfg.Shards}, cfg: cfg}, nil
+}
+
+// Shards returns the number of partitions.
+func (s *Store) Shards() int { return s.keys.shards }
+
+// Now returns the store's clock.
+func (s *Store) Now() time.Time { return s.cfg.TimeNowFunc() }
+
+// Ping reports whether Redis answers; /readyz uses it.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.client.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("ping redis: %w", err)
+	}
+	return nil
+}
+
+func (s *Store) retentionMS() int64 {
+	if s.cfg.Retention < 0 {
+		return -1
+	}
+	return s.cfg.Retention.Milliseconds()
+}
+
+// scriptCall is one script invocation, run alone or in a pipeline.
+type scriptCall struct {
+	script *redis.Script
+	keys   []string
+	args   []any
+	cmd    *redis.Cmd
+}
+
+// runScripts runs calls in one pipeline (one round trip per node), loading a
+// script and running again where Redis had not cached it (NOSCRIPT after a
+// restart or failover). An error that hit every call is returned; otherwise
+// each call's own error is in its cmd.
+func (s *Store) runScripts(ctx context.Context, calls []*scriptCall) error {
+	for try := 0; ; try++ {
+		pipe := s.client.Pipeline()
+		for _, c := range calls {
+			c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+		}
+		_, _ = pipe.Exec(ctx)
+		missing := map[*redis.Script]bool{}
+		failed := 0
+		var firstErr error
+		for _, c := range calls {
+			if err := c.cmd.Err(); err != nil && !errors.Is(err, redis.Nil) {
+				if redis.HasErrorPrefix(err, "NOSCRIPT") {
+					missing[c.script] = true
+				}
+				failed++
+				firstErr = cmp.Or(firstErr, err)
+			}
+		}
+		if len(missing) == 0 || try > 0 {
+			if failed == len(calls) && failed > 0 {
+				return fmt.Errorf("run scripts: %w", firstErr)
+			}
+			return nil
+		}
+		for sc := range missing {
+			if err := s.loadScript(ctx, sc); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// loadScript loads sc on every node (every master of a cluster).
+func (s *Store) loadScript(ctx context.Context, sc *redis.Script) error {
+	if cc, ok := s.client.(*redis.ClusterClient); ok {
+		err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			return sc.Load(ctx, c).Err()
+		})
+		if err != nil {
+			return fmt.Errorf("load script: %w", err)
+		}
+		return nil
+	}
+	if err := sc.Load(ctx, s.client).Err(); err != nil {
+		return fmt.Errorf("load script: %w", err)
+	}
+	return nil
+}
+
+// runScript runs one script and returns its reply.
+func (s *Store) runScript(ctx context.Context, sc *redis.Script, keys []string, args ...any) (any, error) {
+	c := &scriptCall{script: sc, keys: keys, args: args}
+	if err := s.runScripts(ctx, []*scriptCall{c}); err != nil {
+		return nil, err
+	}
+	return c.cmd.Result()
+}
+
+// replyList checks that a script's reply is an array of at least n items.
+func replyList(v any, n int) ([]any, error) {
+	l, ok := v.([]any)
+	if !ok || len(l) < n {
+		return nil, fmt.Errorf("unexpected script reply %T", v)
+	}
+	return l, nil
+}
+
+func replyInt(v any) (int64, error) {
+	i, ok := v.(int64)
+	if !ok {
+		return 0, fmt.Errorf("unexpected script reply %T, want an integer", v)
+	}
+	return i, nil
+}
+
+func replyString(v any) string {
+	s, _ := v.(string)
+	return s
+}
+
+// Get returns a notification with its payload and history.
+func (s *Store) Get(ctx context.Context, id string) (*notify.Notification, error) {
+	shard := s.keys.shardOf(id)
+	pipe := s.client.Pipeline()
+	m := pipe.HGet(ctx, s.keys.meta(shard), id)
+	p := pipe.HGet(ctx, s.keys.payload(shard), id)
+	h := pipe.HGet(ctx, s.keys.hist(shard), id)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("get %s: %w", id, err)
+	}
+	if errors.Is(m.Err(), redis.Nil) {
+		return nil, notify.ErrNotFound
+	}
+	return decodeNotification(m.Val(), p.Val(), h.Val())
+}
+
+// Cancel cancels a scheduled or reserved notification and returns its
+// record. A reserved one's running attempt can no longer finish it: its ack
+// gets notify.ErrStaleReceipt. Cancelling a cancelled notification returns
+// it unchanged; a succeeded or dead one is notify.ErrFinished.
+func (s *Store) Cancel(ctx context.Context, id string) (*notify.Notification, error) {
+	shard := s.keys.shardOf(id)
+	queue := QueuePush
+	for range 3 { // the queue is read from the record; a replace can move it
+		k := s.keys
+		v, err := s.runScript(ctx, cancelScript,
+			[]string{k.meta(shard), k.due(shard, queue), k.reserved(shard), k.finished(shard), k.stats(shard)},
+			id, ms(s.Now()), s.retentionMS(), queue)
+		if err != nil {
+			return nil, fmt.Errorf("cancel %s: %w", id, err)
+		}
+		l, err := replyList(v, 2)
+		if err != nil {
+			return nil, err
+		}
+		code, _ := replyInt(l[0])
+		switch code {
+		case codeOK, codeCancelled:
+			return s.Get(ctx, id)
+		case codeNotFound:
+			return nil, notify.ErrNotFound
+		case codeFinished:
+			return nil, notify.ErrFinished
+		case codeNeedKeys:
+			n, err := decodeNotification(replyString(l[1]), "", "")
+			if err != nil {
+				return nil, err
+			}
+			queue = queueOf(n.Channel, n.Topic)
+		default:
+			return nil, fmt.Errorf("cancel %s: unexpected code %d", id, code)
+		}
+	}
+	return nil, fmt.Errorf("cancel %s: record keeps moving between queues", id)
+}
