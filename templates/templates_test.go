@@ -1,0 +1,206 @@
+package templates
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/notify"
+)
+
+var fixedNow = time.Date(2026, 5, 1, 12, 30, 45, 0, time.UTC)
+
+type testBundle struct {
+	set *Set
+}
+
+func setup(t *testing.T, dir string) *testBundle {
+	t.Helper()
+	set, err := Load(dir)
+	require.NoError(t, err)
+	set.nowFunc = func() time.Time { return fixedNow }
+	return &testBundle{set: set}
+}
+
+func notification(payload string) *notify.Notification {
+	return &notify.Notification{
+		ID:       "ord-1001",
+		Topic:    "order-notify",
+		Channel:  notify.ChannelWebhook,
+		Target:   "https://merchant.example/notify",
+		Attempts: 2,
+		Payload:  json.RawMessage(payload),
+	}
+}
+
+func TestLoad(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ShippedTemplatesOnly", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t, ".")
+		require.Equal(t, []string{"appointment-reminder.sms", "order-notify.json", "payment-result.json"}, bundle.set.Names())
+	})
+
+	t.Run("BrokenNamesFileAndLine", func(t *testing.T) {
+		t.Parallel()
+		_, err := Load("testdata/broken")
+		require.ErrorContains(t, err, "bad.json:3")
+		require.ErrorContains(t, err, "nosuchfunc")
+	})
+
+	t.Run("MissingFolder", func(t *testing.T) {
+		t.Parallel()
+		_, err := Load("testdata/nope")
+		require.ErrorContains(t, err, "testdata/nope")
+	})
+
+	t.Run("SkipsOtherFiles", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t, "testdata/badjson")
+		require.Equal(t, []string{"raw.json.tmpl"}, bundle.set.Names())
+	})
+}
+
+func TestRender(t *testing.T) {
+	t.Parallel()
+
+	bundle := setup(t, ".")
+
+	t.Run("OrderNotify", func(t *testing.T) {
+		t.Parallel()
+		out, err := bundle.set.Render("order-notify.json", notification(
+			`{"out_trade_no":"T-1","trade_no":"2026050122001","trade_status":"TRADE_SUCCESS","total_amount":"88.88"}`))
+		require.NoError(t, err)
+		var got map[string]any
+		require.NoError(t, json.Unmarshal(out, &got))
+		require.Equal(t, map[string]any{
+			"notify_id":    "ord-1001",
+			"notify_type":  "trade_status_sync",
+			"notify_time":  "2026-05-01 12:30:45",
+			"out_trade_no": "T-1",
+			"trade_no":     "2026050122001",
+			"trade_status": "TRADE_SUCCESS",
+			"total_amount": "88.88",
+		}, got)
+	})
+
+	t.Run("OrderNotifyKeepsNumbersExact", func(t *testing.T) {
+		t.Parallel()
+		out, err := bundle.set.Render("order-notify.json", notification(
+			`{"out_trade_no":"T-2","trade_status":"TRADE_CLOSED","total_amount":12.30,"notify_time":"2026-05-01 08:00:00"}`))
+		require.NoError(t, err)
+		require.Contains(t, string(out), `"total_amount": 12.30`)
+		require.Contains(t, string(out), `"notify_time": "2026-05-01 08:00:00"`)
+		require.NotContains(t, string(out), `"trade_no"`)
+	})
+
+	t.Run("MissingFieldIsAnError", func(t *testing.T) {
+		t.Parallel()
+		_, err := bundle.set.Render("order-notify.json", notification(`{"out_trade_no":"T-3","total_amount":"1.00"}`))
+		require.ErrorContains(t, err, "order-notify.json")
+		require.ErrorContains(t, err, "trade_status")
+	})
+
+	t.Run("NoPayload", func(t *testing.T) {
+		t.Parallel()
+		_, err := bundle.set.Render("order-notify.json", notification(""))
+		require.ErrorContains(t, err, "render order-notify.json")
+	})
+
+	t.Run("PaymentResult", func(t *testing.T) {
+		t.Parallel()
+		out, err := bundle.set.Render("payment-result.json", notification(
+			`{"payment_id":"pay_1","status":"failed","amount":1999,"currency":"EUR","reason":"card \"declined\" <3"}`))
+		require.NoError(t, err)
+		var got struct {
+			Type      string         `json:"type"`
+			Timestamp string         `json:"timestamp"`
+			Data      map[string]any `json:"data"`
+		}
+		require.NoError(t, json.Unmarshal(out, &got))
+		require.Equal(t, "payment.result", got.Type)
+		require.Equal(t, "2026-05-01T12:30:45Z", got.Timestamp)
+		require.Equal(t, map[string]any{
+			"payment_id": "pay_1", "status": "failed", "amount": float64(1999), "currency": "EUR", "reason": `card "declined" <3`,
+		}, got.Data)
+	})
+
+	t.Run("AppointmentReminder", func(t *testing.T) {
+		t.Parallel()
+		out, err := bundle.set.Render("appointment-reminder.sms", notification(
+			`{"name":"Ana","with":"Dr. Silva","starts_at":"2026-05-04T15:30:00+02:00"}`))
+		require.NoError(t, err)
+		require.Equal(t, "Hi Ana, a reminder of your appointment with Dr. Silva at 15:30 on Mon 4 May.\n", string(out))
+	})
+
+	t.Run("BadDate", func(t *testing.T) {
+		t.Parallel()
+		_, err := bundle.set.Render("appointment-reminder.sms", notification(
+			`{"name":"Ana","with":"Dr. Silva","starts_at":"tomorrow"}`))
+		require.ErrorContains(t, err, `"tomorrow" is not an RFC 3339 time`)
+	})
+
+	t.Run("UnknownTemplate", func(t *testing.T) {
+		t.Parallel()
+		_, err := bundle.set.Render("nope.json", notification(`{}`))
+		require.ErrorContains(t, err, `template "nope.json" is not loaded`)
+	})
+
+	t.Run("InvalidJSONOutput", func(t *testing.T) {
+		t.Parallel()
+		bad := setup(t, "testdata/badjson")
+		out, err := bad.set.Render("raw.json.tmpl", notification(`{"raw":42}`))
+		require.NoError(t, err)
+		require.JSONEq(t, `{"raw":42}`, string(out))
+		_, err = bad.set.Render("raw.json.tmpl", notification(`{"raw":"unquoted"}`))
+		require.ErrorContains(t, err, "output is not valid JSON")
+	})
+}
+
+func TestContentType(t *testing.T) {
+	t.Parallel()
+
+	for _, tt := range []struct {
+		name string
+		want string
+	}{
+		{name: "order-notify.json", want: ContentTypeJSON},
+		{name: "order-notify.json.tmpl", want: ContentTypeJSON},
+		{name: "appointment-reminder.sms", want: ContentTypeText},
+		{name: "letter.txt.tmpl", want: ContentTypeText},
+	} {
+		require.Equal(t, tt.want, ContentType(tt.name), tt.name)
+	}
+}
+
+// FuzzRenderOrderNotify checks that whatever strings a payload carries, the
+// JSON template renders valid JSON that carries them unchanged.
+func FuzzRenderOrderNotify(f *testing.F) {
+	for _, seed := range [][3]string{
+		{"T-1", "TRADE_SUCCESS", "88.88"},
+		{`"}, "x": {"`, `\`, "</script>"},
+		{"\u2028\u2029", "\x00\x1f", "{{.id}}"},
+		{"\xff\xfe", "é中文", ""},
+	} {
+		f.Add(seed[0], seed[1], seed[2])
+	}
+	set, err := Load(".")
+	require.NoError(f, err)
+	f.Fuzz(func(t *testing.T, outTradeNo, status, amount string) {
+		payload, err := json.Marshal(map[string]string{"out_trade_no": outTradeNo, "trade_status": status, "total_amount": amount})
+		require.NoError(t, err)
+		var want map[string]string
+		require.NoError(t, json.Unmarshal(payload, &want))
+
+		out, err := set.Render("order-notify.json", notification(string(payload)))
+		require.NoError(t, err)
+		var got map[string]any
+		require.NoError(t, json.Unmarshal(out, &got))
+		require.Equal(t, want["out_trade_no"], got["out_trade_no"])
+		require.Equal(t, want["trade_status"], got["trade_status"])
+		require.Equal(t, want["total_amount"], got["total_amount"])
+	})
+}
