@@ -1,0 +1,106 @@
+package httpsend
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/policy"
+)
+
+// StatusError is an attempt that reached the receiver and got a status that
+// is not success. Callers can read the status with errors.As.
+type StatusError struct {
+	StatusCode int
+	// Body is the start of the response body, for the history.
+	Body string
+}
+
+// Error implements error.
+func (e *StatusError) Error() string {
+	msg := fmt.Sprintf("status %d %s", e.StatusCode, http.StatusText(e.StatusCode))
+	if e.Body != "" {
+		msg += ": " + e.Body
+	}
+	return msg
+}
+
+// ClassifyError turns a transport error into an attempt's outcome under p:
+// a refused address is permanent; a timeout and any other network failure
+// (refused connection, unknown host, reset) are retried when p's retry_on
+// names "timeout" or "network", and permanent otherwise. A cancelled context
+// (the dispatcher shutting down) is returned as it is, retryable.
+func ClassifyError(p *policy.Policy, err error) error {
+	var blocked *BlockedError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &blocked):
+		return notify.Permanent(err)
+	case errors.Is(err, context.Canceled):
+		return err
+	case isTimeout(err):
+		if p.Retries("timeout") {
+			return err
+		}
+		return notify.Permanent(err)
+	case p.Retries("network"):
+		return err
+	default:
+		return notify.Permanent(err)
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
+
+// ClassifyStatus turns a response into an attempt's outcome under p: nil
+// for a 2xx; a retry for a status p's retry_on names, carrying the
+// receiver's Retry-After when p honours it; permanent for any other status,
+// a 3xx included (redirects are not followed). now is the clock that an
+// HTTP-date Retry-After is measured against.
+func ClassifyStatus(p *policy.Policy, res *Result, now time.Time) error {
+	if res.StatusCode >= 200 && res.StatusCode < 300 {
+		return nil
+	}
+	err := &StatusError{StatusCode: res.StatusCode, Body: notify.CutError(string(bytes.TrimSpace(res.Body)))}
+	if !p.RetriesStatus(res.StatusCode) {
+		return notify.Permanent(err)
+	}
+	var after time.Duration
+	if p.HonorRetryAfter {
+		after = RetryAfter(res.Header.Get("Retry-After"), now)
+	}
+	return notify.Retry(err, after)
+}
+
+// RetryAfter reads a Retry-After header value: a number of seconds, or an
+// HTTP date measured from now. It returns 0 for an empty, unreadable or
+// past value, which asks for no particular wait.
+func RetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs <= 0 {
+			return 0
+		}
+		// A year is far beyond any policy's cap; clamping keeps the
+		// multiplication from overflowing.
+		return time.Duration(min(secs, 365*24*3600)) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}
