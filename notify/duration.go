@@ -3,6 +3,7 @@ package notify
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -15,7 +16,8 @@ type Duration time.Duration
 
 // ParseDuration reads a Go duration ("2m", "0s") or a plain number of seconds
 // ("30", "1.5"). Negative values are refused: no wait in Herald runs
-// backwards.
+// backwards. So are values over 100 years, in either form, so that a parsed
+// duration added to a timestamp cannot overflow.
 func ParseDuration(s string) (time.Duration, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
@@ -23,7 +25,9 @@ func ParseDuration(s string) (time.Duration, error) {
 	}
 	var d time.Duration
 	if secs, err := strconv.ParseFloat(s, 64); err == nil {
-		if secs > float64(maxDuration/time.Second) || secs < -float64(maxDuration/time.Second) {
+		// NaN compares false with everything, so it is refused by name;
+		// converting it to an integer is not portable.
+		if math.IsNaN(secs) || math.Abs(secs) > float64(maxDuration/time.Second) {
 			return 0, fmt.Errorf("duration %q is out of range", s)
 		}
 		d = time.Duration(secs * float64(time.Second))
@@ -35,6 +39,9 @@ func ParseDuration(s string) (time.Duration, error) {
 	}
 	if d < 0 {
 		return 0, fmt.Errorf("duration %q is negative", s)
+	}
+	if d > maxDuration {
+		return 0, fmt.Errorf("duration %q is out of range", s)
 	}
 	return d, nil
 }
