@@ -35,6 +35,12 @@ type record struct {
 
 func ms(t time.Time) int64 { return t.UnixMilli() }
 
+// dueMS rounds a due time up to the millisecond: scripts compare whole
+// milliseconds, and rounding down would let an attempt start up to 1ms early.
+func dueMS(t time.Time) int64 { return ceilMS(t.UnixNano()) }
+
+func ceilMS(ns int64) int64 { return (ns + int64(time.Millisecond) - 1) / int64(time.Millisecond) }
+
 func fromMS(v int64) time.Time { return time.UnixMilli(v).UTC() }
 
 func optMS(v int64) *time.Time {
@@ -59,14 +65,14 @@ func toRecord(n *notify.Notification) *record {
 		ID: n.ID, Topic: n.Topic, Channel: n.Channel, Queue: queueOf(n.Channel, n.Topic),
 		Target: n.Target, Template: n.Template, Policy: n.Policy, Headers: n.Headers,
 		Backoff: make([]int64, len(n.Backoff)), TTR: time.Duration(n.TTR).Milliseconds(),
-		State: n.State, Attempts: n.Attempts, SendAt: ms(n.SendAt),
+		State: n.State, Attempts: n.Attempts, SendAt: dueMS(n.SendAt),
 		Created: ms(n.CreatedAt), Updated: ms(n.UpdatedAt), Digest: n.Digest,
 	}
 	for i, d := range n.Backoff {
-		r.Backoff[i] = time.Duration(d).Milliseconds()
+		r.Backoff[i] = ceilMS(int64(d))
 	}
 	if n.NextAttemptAt != nil {
-		r.NextAt = ms(*n.NextAttemptAt)
+		r.NextAt = dueMS(*n.NextAttemptAt)
 	}
 	return r
 }

@@ -153,7 +153,7 @@ func (s *Store) Finish(ctx context.Context, items []Finish) ([]error, error) {
 			att := f.Attempt
 			att.Error = notify.CutError(att.Error)
 			attJSON, _ := json.Marshal(att)
-			args = append(args, n.ID, n.Receipt, string(f.Action), ms(f.NextAt), string(attJSON))
+			args = append(args, n.ID, n.Receipt, string(f.Action), dueMS(f.NextAt), string(attJSON))
 		}
 		calls = append(calls, &scriptCall{script: finishScript, keys: keys, args: args})
 		order = append(order, idx)

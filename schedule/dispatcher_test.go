@@ -1,0 +1,361 @@
+package schedule_test
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/internal/redistest"
+	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/policy"
+	"github.com/heraldhq/herald/schedule"
+	"github.com/heraldhq/herald/store"
+)
+
+// server is the package's shared redis-server; tests isolate by namespace,
+// and tests that break their server start their own.
+var server *redistest.Server
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "herald-schedule-redis")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	server, err = redistest.StartDir(dir, redistest.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "schedule tests:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	server.Stop()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// ms builds a backoff array from milliseconds.
+func ms(vals ...int) []notify.Duration {
+	out := make([]notify.Duration, len(vals))
+	for i, v := range vals {
+		out[i] = notify.Duration(time.Duration(v) * time.Millisecond)
+	}
+	return out
+}
+
+// recorder is a sender that records every attempt and any overlap of two
+// attempts of one notification.
+type recorder struct {
+	mu       sync.Mutex
+	starts   map[string][]time.Time
+	running  map[string]int
+	overlaps int
+	total    int
+	// behave decides an attempt's outcome; nil succeeds.
+	behave func(ctx context.Context, n *notify.Notification) error
+}
+
+func newRecorder(behave func(ctx context.Context, n *notify.Notification) error) *recorder {
+	return &recorder{starts: map[string][]time.Time{}, running: map[string]int{}, behave: behave}
+}
+
+func (r *recorder) Send(ctx context.Context, n *notify.Notification) (notify.Response, error) {
+	r.mu.Lock()
+	r.starts[n.ID] = append(r.starts[n.ID], time.Now())
+	r.running[n.ID]++
+	if r.running[n.ID] > 1 {
+		r.overlaps++
+	}
+	r.total++
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.running[n.ID]--
+		r.mu.Unlock()
+	}()
+	if r.behave == nil {
+		return notify.Response{StatusCode: 200}, nil
+	}
+	return notify.Response{}, r.behave(ctx, n)
+}
+
+func (r *recorder) attempts(id string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.starts[id])
+}
+
+type testBundle struct {
+	store    *store.Store
+	policies *policy.Set
+	client   *redis.Client
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	return setupOn(t, server, redistest.Namespace(t))
+}
+
+func setupOn(t *testing.T, srv *redistest.Server, namespace string) *testBundle {
+	t.Helper()
+	client := srv.Client(t)
+	st, err := store.New(&store.Config{Client: client, Namespace: namespace, Shards: 8, Logger: testLogger(t)})
+	require.NoError(t, err)
+	set, err := policy.NewSet(map[string]policy.Policy{
+		"fast": {Backoff: ms(0, 0, 20, 50, 100), TTR: notify.Duration(2 * time.Second), Timeout: notify.Duration(time.Second)},
+	}, nil)
+	require.NoError(t, err)
+	return &testBundle{store: st, policies: set, client: client}
+}
+
+// testLogger routes logs to t.Log.
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
+
+func (b *testBundle) start(t *testing.T, cfg schedule.Config) *schedule.Dispatcher {
+	t.Helper()
+	cfg.Store = b.store
+	cfg.PoliciesFunc = func() *policy.Set { return b.policies }
+	cfg.ReapInterval = cmp.Or(cfg.ReapInterval, 20*time.Millisecond)
+	cfg.ReapGrace = cmp.Or(cfg.ReapGrace, 10*time.Millisecond)
+	cfg.ShutdownTimeout = cmp.Or(cfg.ShutdownTimeout, time.Second)
+	cfg.Logger = testLogger(t)
+	d, err := schedule.New(&cfg)
+	require.NoError(t, err)
+	require.NoError(t, d.Start(context.Background()))
+	t.Cleanup(d.Stop)
+	select {
+	case <-d.Ready():
+	case <-time.After(5 * time.Second):
+		t.Fatal("dispatcher not subscribed to wake-ups within 5s")
+	}
+	return d
+}
+
+// enqueue stores a webhook notification with the given backoff and delay.
+func (b *testBundle) enqueue(t *testing.T, id string, backoff []notify.Duration, delay time.Duration) *notify.Notification {
+	t.Helper()
+	d := notify.Duration(delay)
+	n, err := b.policies.Resolve(&notify.Request{
+		ID: id, Topic: "orders", Channel: notify.ChannelWebhook, Target: "https://merchant.test/notify",
+		Payload: json.RawMessage(`{"order":1}`), Backoff: backoff, Delay: &d, Policy: "fast",
+	}, time.Now(), 0)
+	require.NoError(t, err)
+	_, _, err = b.store.Enqueue(context.Background(), n, false)
+	require.NoError(t, err)
+	return n
+}
+
+// waitState waits until id reaches state and returns its record.
+func (b *testBundle) waitState(t *testing.T, id string, state notify.State) *notify.Notification {
+	t.Helper()
+	var rec *notify.Notification
+	require.Eventually(t, func() bool {
+		var err error
+		rec, err = b.store.Get(context.Background(), id)
+		return err == nil && rec.State == state
+	}, 15*time.Second, 5*time.Millisecond, "%s never reached %s", id, state)
+	return rec
+}
+
+// requireOnSchedule checks that no attempt in the history started before it
+// was due: attempt 0 at send_at + backoff[0], attempt n at the previous
+// attempt's end + backoff[n].
+func requireOnSchedule(t *testing.T, rec *notify.Notification) {
+	t.Helper()
+	for i, a := range rec.History {
+		due := rec.SendAt.Add(time.Duration(rec.Backoff[0]))
+		if i > 0 {
+			due = rec.History[i-1].FinishedAt.Add(time.Duration(rec.Backoff[a.Attempt]))
+		}
+		require.False(t, a.StartedAt.Before(due), "attempt %d started %s before it was due", i, due.Sub(a.StartedAt))
+		require.Less(t, a.StartedAt.Sub(due), 2*time.Second, "attempt %d started far too late", i)
+	}
+}
+
+var errUnavailable = errors.New("503 service unavailable")
+
+func TestBackoffArrayRunsToDead(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rec := newRecorder(func(context.Context, *notify.Notification) error { return errUnavailable })
+	b.start(t, schedule.Config{Senders: map[string]notify.Sender{notify.ChannelWebhook: rec}})
+
+	backoff := ms(0, 0, 20, 50, 100, 20, 20, 20, 20)
+	b.enqueue(t, "n1", backoff, 0)
+	got := b.waitState(t, "n1", notify.StateDead)
+	require.Equal(t, 9, got.Attempts)
+	require.Len(t, got.History, 9)
+	require.Equal(t, 9, rec.attempts("n1"), "exactly one send per array entry")
+	for i, a := range got.History {
+		require.Equal(t, i, a.Attempt)
+		require.Equal(t, notify.OutcomeRetry, a.Outcome)
+		require.Equal(t, errUnavailable.Error(), a.Error)
+	}
+	requireOnSchedule(t, got)
+	require.Nil(t, got.NextAttemptAt)
+}
+
+func TestSucceedsAfterFailures(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rec := newRecorder(nil)
+	rec.behave = func(_ context.Context, n *notify.Notification) error {
+		if n.Attempts < 2 {
+			return notify.Retry(errUnavailable, 0)
+		}
+		return nil
+	}
+	b.start(t, schedule.Config{Senders: map[string]notify.Sender{notify.ChannelWebhook: rec}})
+	b.enqueue(t, "n1", ms(30, 20, 40, 100), 0)
+	got := b.waitState(t, "n1", notify.StateSucceeded)
+	require.Equal(t, 3, got.Attempts)
+	require.Equal(t, []notify.Outcome{notify.OutcomeRetry, notify.OutcomeRetry, notify.OutcomeSuccess},
+		[]notify.Outcome{got.History[0].Outcome, got.History[1].Outcome, got.History[2].Outcome})
+	requireOnSchedule(t, got)
+}
+
+func TestPermanentFailureGoesDeadAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rec := newRecorder(func(context.Context, *notify.Notification) error {
+		return notify.Permanent(errors.New("410 gone"))
+	})
+	b.start(t, schedule.Config{Senders: map[string]notify.Sender{notify.ChannelWebhook: rec}})
+	b.enqueue(t, "n1", ms(0, 0, 0, 0), 0)
+	got := b.waitState(t, "n1", notify.StateDead)
+	require.Equal(t, 1, got.Attempts)
+	require.Equal(t, notify.OutcomePermanent, got.History[0].Outcome)
+	require.Equal(t, 1, rec.attempts("n1"))
+}
+
+func TestDelayedStartsOnTime(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rec := newRecorder(nil)
+	b.start(t, schedule.Config{Senders: map[string]notify.Sender{notify.ChannelWebhook: rec}})
+	const count = 200
+	for i := range count {
+		b.enqueue(t, fmt.Sprintf("n%d", i), ms(0), time.Duration(100+i*3)*time.Millisecond)
+	}
+	for i := range count {
+		got := b.waitState(t, fmt.Sprintf("n%d", i), notify.StateSucceeded)
+		requireOnSchedule(t, got)
+	}
+}
+
+func TestTTRExpiryCountsAsFailedAttempt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	d := notify.Duration(0)
+	ttr := notify.Duration(100 * time.Millisecond)
+	n, err := b.policies.Resolve(&notify.Request{ID: "job1", Topic: "jobs", Channel: notify.ChannelPull,
+		Backoff: ms(0, 10, 10), Delay: &d, TTR: &ttr}, time.Now(), 0)
+	require.NoError(t, err)
+	_, _, err = b.store.Enqueue(ctx, n, false)
+	require.NoError(t, err)
+	// A consumer reserves it and vanishes.
+	var quotas []store.Quota
+	for s := range b.store.Shards() {
+		quotas = append(quotas, store.Quota{Shard: s, Max: 10})
+	}
+	items, _, err := b.store.Reserve(ctx, store.PullQueue("jobs"), quotas)
+	require.NoError(t, err)
+	require.Len(t, items, 1)
+
+	rec := newRecorder(nil)
+	b.start(t, schedule.Config{Handlers: map[string]notify.Sender{"jobs": rec}})
+	got := b.waitState(t, "job1", notify.StateSucceeded)
+	require.Equal(t, 2, got.Attempts)
+	require.Equal(t, notify.OutcomeTTRExpired, got.History[0].Outcome)
+	require.Equal(t, notify.OutcomeSuccess, got.History[1].Outcome)
+	require.False(t, got.History[1].StartedAt.Before(items[0].Deadline.Add(10*time.Millisecond)),
+		"the retry starts only after the ttr ran out")
+}
+
+func TestCancelWhileReservedIsNotResurrected(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	started := make(chan struct{})
+	cancelled := make(chan struct{})
+	rec := newRecorder(func(_ context.Context, n *notify.Notification) error {
+		if n.ID == "n1" {
+			close(started)
+			<-cancelled
+		}
+		return nil
+	})
+	b.start(t, schedule.Config{Senders: map[string]notify.Sender{notify.ChannelWebhook: rec}})
+	b.enqueue(t, "n1", ms(0, 0), 0)
+	<-started
+	_, err := b.store.Cancel(context.Background(), "n1")
+	require.NoError(t, err)
+	close(cancelled)
+	// The late success is recorded as stale; wait until the dispatcher is
+	// idle by delivering a second notification after it.
+	b.enqueue(t, "n2", ms(0), 0)
+	b.waitState(t, "n2", notify.StateSucceeded)
+	got, err := b.store.Get(context.Background(), "n1")
+	require.NoError(t, err)
+	require.Equal(t, notify.StateCancelled, got.State)
+	require.Empty(t, got.History)
+}
+
+func TestShutdownReleasesRunningAttempts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	started := make(chan struct{}, 1)
+	rec := newRecorder(func(ctx context.Context, _ *notify.Notification) error {
+		started <- struct{}{}
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	d := b.start(t, schedule.Config{Senders: map[string]notify.Sender{notify.ChannelWebhook: rec}, ShutdownTimeout: 50 * time.Millisecond})
+	b.enqueue(t, "n1", ms(0, 0), 0)
+	<-started
+	d.Stop()
+	got, err := b.store.Get(context.Background(), "n1")
+	require.NoError(t, err)
+	require.Equal(t, notify.StateScheduled, got.State, "given back, due now")
+	require.Equal(t, 0, got.Attempts, "a release does not use up the array")
+	require.Equal(t, notify.OutcomeReleased, got.History[0].Outcome)
+}
+
+func TestNoSenderForChannelIsPermanent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.start(t, schedule.Config{Senders: map[string]notify.Sender{notify.ChannelSMS: newRecorder(nil)}})
+	b.enqueue(t, "n1", ms(0, 0), 0)
+	got := b.waitState(t, "n1", notify.StateDead)
+	require.Contains(t, got.History[0].Error, `no sender configured for channel "webhook"`)
+}
+
+func TestSenderPanicIsRetried(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rec := newRecorder(func(_ context.Context, n *notify.Notification) error {
+		if n.Attempts == 0 {
+			panic("boom")
+		}
+		return nil
+	})
+	b.start(t, schedule.Config{Senders: map[string]notify.Sender{notify.ChannelWebhook: rec}})
+	b.enqueue(t, "n1", ms(0, 0), 0)
+	got := b.waitState(t, "n1", notify.StateSucceeded)
+	require.Contains(t, got.History[0].Error, "sender panicked: boom")
+}

@@ -1,0 +1,455 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/internal/redistest"
+	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/policy"
+	"github.com/heraldhq/herald/store"
+)
+
+// server is the package's redis-server; tests isolate by namespace.
+var server *redistest.Server
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "herald-store-redis")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	server, err = redistest.StartDir(dir, redistest.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "store tests:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	server.Stop()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type testBundle struct {
+	store    *store.Store
+	policies *policy.Set
+}
+
+func setup(t *testing.T, cfg store.Config) *testBundle {
+	t.Helper()
+	cfg.Client = server.Client(t)
+	cfg.Namespace = redistest.Namespace(t)
+	cfg.Shards = max(cfg.Shards, 4)
+	st, err := store.New(&cfg)
+	require.NoError(t, err)
+	set, err := policy.NewSet(nil, nil)
+	require.NoError(t, err)
+	return &testBundle{store: st, policies: set}
+}
+
+// newNotification resolves a pull notification due after delay with the
+// given backoff.
+func (b *testBundle) newNotification(t *testing.T, id string, delay time.Duration, backoff ...time.Duration) *notify.Notification {
+	t.Helper()
+	d := notify.Duration(delay)
+	req := &notify.Request{ID: id, Topic: "jobs", Channel: notify.ChannelPull, Payload: json.RawMessage(`{"n":1}`), Delay: &d}
+	for _, b := range backoff {
+		req.Backoff = append(req.Backoff, notify.Duration(b))
+	}
+	n, err := b.policies.Resolve(req, time.Now(), 0)
+	require.NoError(t, err)
+	return n
+}
+
+func (b *testBundle) enqueue(t *testing.T, n *notify.Notification) *notify.Notification {
+	t.Helper()
+	got, status, err := b.store.Enqueue(context.Background(), n, false)
+	require.NoError(t, err)
+	require.Equal(t, store.Created, status)
+	return got
+}
+
+// reserveAll reserves everything due in the pull queue of topic jobs.
+func (b *testBundle) reserveAll(t *testing.T) []*notify.Notification {
+	t.Helper()
+	var quotas []store.Quota
+	for s := range b.store.Shards() {
+		quotas = append(quotas, store.Quota{Shard: s, Max: 100})
+	}
+	items, _, err := b.store.Reserve(context.Background(), store.PullQueue("jobs"), quotas)
+	require.NoError(t, err)
+	return items
+}
+
+func finish(action store.Action, n *notify.Notification, next time.Time) store.Finish {
+	now := time.Now()
+	outcome := map[store.Action]notify.Outcome{
+		store.ActionAck: notify.OutcomeSuccess, store.ActionRetry: notify.OutcomeRetry,
+		store.ActionDead: notify.OutcomePermanent, store.ActionRelease: notify.OutcomeReleased,
+	}[action]
+	return store.Finish{Notification: n, Action: action, NextAt: next,
+		Attempt: notify.Attempt{Attempt: n.Attempts, StartedAt: now, FinishedAt: now, Outcome: outcome}}
+}
+
+func TestEnqueueAndGet(t *testing.T) {
+	t.Parallel()
+	b := setup(t, store.Config{})
+	n := b.newNotification(t, "order-1", time.Hour, 5*time.Second, time.Minute)
+	got := b.enqueue(t, n)
+	require.Equal(t, notify.StateScheduled, got.State)
+	require.Equal(t, n.SendAt.Add(5*time.Second), *got.NextAttemptAt)
+
+	rec, err := b.store.Get(context.Background(), "order-1")
+	require.NoError(t, err)
+	require.Equal(t, "jobs", rec.Topic)
+	require.JSONEq(t, `{"n":1}`, string(rec.Payload))
+	require.Equal(t, []notify.Duration{notify.Duration(5 * time.Second), notify.Duration(time.Minute)}, rec.Backoff)
+	require.Empty(t, rec.History)
+
+	_, err = b.store.Get(context.Background(), "missing")
+	require.ErrorIs(t, err, notify.ErrNotFound)
+}
+
+func TestEnqueueIdempotent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("SameContentReturnsExisting", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, store.Config{})
+		b.enqueue(t, b.newNotification(t, "a", time.Hour, 0))
+		_, status, err := b.store.Enqueue(ctx, b.newNotification(t, "a", time.Hour, 0), false)
+		require.NoError(t, err)
+		require.Equal(t, store.Existing, status)
+	})
+
+	t.Run("OtherContentConflicts", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, store.Config{})
+		b.enqueue(t, b.newNotification(t, "a", time.Hour, 0))
+		existing, _, err := b.store.Enqueue(ctx, b.newNotification(t, "a", 2*time.Hour, 0), false)
+		require.ErrorIs(t, err, notify.ErrConflict)
+		require.Equal(t, "a", existing.ID)
+	})
+
+	t.Run("ReplaceReschedules", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, store.Config{})
+		b.enqueue(t, b.newNotification(t, "a", time.Hour, 0))
+		moved := b.newNotification(t, "a", 0, 0)
+		got, status, err := b.store.Enqueue(ctx, moved, true)
+		require.NoError(t, err)
+		require.Equal(t, store.Replaced, status)
+		require.Equal(t, moved.SendAt, *got.NextAttemptAt)
+		items := b.reserveAll(t)
+		require.Len(t, items, 1, "the moved notification is due now, once")
+	})
+
+	t.Run("ReplaceIntoOtherQueue", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, store.Config{})
+		b.enqueue(t, b.newNotification(t, "a", 0, 0))
+		hook := b.newNotification(t, "a", 0, 0)
+		hook.Channel, hook.Target = notify.ChannelWebhook, "https://example.test/hook"
+		hook.Digest = hook.ComputeDigest("now")
+		_, status, err := b.store.Enqueue(ctx, hook, true)
+		require.NoError(t, err)
+		require.Equal(t, store.Replaced, status)
+		require.Empty(t, b.reserveAll(t), "nothing is left in the old pull queue")
+	})
+
+	t.Run("ReplaceReservedRefused", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, store.Config{})
+		b.enqueue(t, b.newNotification(t, "a", 0, 0))
+		require.Len(t, b.reserveAll(t), 1)
+		_, _, err := b.store.Enqueue(ctx, b.newNotification(t, "a", time.Hour, 0), true)
+		require.ErrorIs(t, err, notify.ErrReserved)
+	})
+}
+
+func TestReserveOnlyWhatIsDue(t *testing.T) {
+	t.Parallel()
+	b := setup(t, store.Config{})
+	b.enqueue(t, b.newNotification(t, "now", 0, 0))
+	b.enqueue(t, b.newNotification(t, "later", time.Hour, 0))
+	items := b.reserveAll(t)
+	require.Len(t, items, 1)
+	n := items[0]
+	require.Equal(t, "now", n.ID)
+	require.Equal(t, notify.StateReserved, n.State)
+	require.NotEmpty(t, n.Receipt)
+	require.WithinDuration(t, time.Now().Add(time.Duration(n.TTR)), *n.Deadline, time.Second)
+	require.JSONEq(t, `{"n":1}`, string(n.Payload))
+	require.Empty(t, b.reserveAll(t), "a reserved notification is not handed out twice")
+}
+
+func TestFinish(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("AckSucceedsAndRecordsHistory", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, store.Config{})
+		b.enqueue(t, b.newNotification(t, "a", 0, 0))
+		n := b.reserveAll(t)[0]
+		errs, err := b.store.Finish(ctx, []store.Finish{finish(store.ActionAck, n, time.Time{})})
+		require.NoError(t, err)
+		require.NoError(t, errs[0])
+		rec, err := b.store.Get(ctx, "a")
+		require.NoError(t, err)
+		require.Equal(t, notify.StateSucceeded, rec.State)
+		require.Equal(t, 1, rec.Attempts)
+		require.Nil(t, rec.NextAttemptAt)
+		require.Len(t, rec.History, 1)
+		require.Equal(t, notify.OutcomeSuccess, rec.History[0].Outcome)
+	})
+
+	t.Run("StaleReceiptCannotAck", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, store.Config{})
+		b.enqueue(t, b.newNotification(t, "a", 0, 0, 0))
+		n := b.reserveAll(t)[0]
+		stale := *n
+		stale.Receipt = "someone-else"
+		errs, err := b.store.Finish(ctx, []store.Finish{finish(store.ActionAck, &stale, time.Time{})})
+		require.NoError(t, err)
+		require.ErrorIs(t, errs[0], notify.ErrStaleReceipt)
+		rec, _ := b.store.Get(ctx, "a")
+		require.Equal(t, notify.StateReserved, rec.State)
+	})
+
+	t.Run("RetryReschedules", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, store.Config{})
+		b.enqueue(t, b.newNotification(t, "a", 0, 0, time.Hour))
+		n := b.reserveAll(t)[0]
+		next := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+		errs, err := b.store.Finish(ctx, []store.Finish{finish(store.ActionRetry, n, next)})
+		require.NoError(t, err)
+		require.NoError(t, errs[0])
+		rec, _ := b.store.Get(ctx, "a")
+		require.Equal(t, notify.StateScheduled, rec.State)
+		require.Equal(t, 1, rec.Attempts)
+		require.True(t, next.Equal(*rec.NextAttemptAt))
+		require.Empty(t, b.reserveAll(t), "not due before the retry time")
+	})
+
+	t.Run("ReleaseDoesNotCount", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, store.Config{})
+		b.enqueue(t, b.newNotification(t, "a", 0, 0))
+		n := b.reserveAll(t)[0]
+		_, err := b.store.Finish(ctx, []store.Finish{finish(store.ActionRelease, n, time.Now())})
+		require.NoError(t, err)
+		again := b.reserveAll(t)
+		require.Len(t, again, 1)
+		require.Equal(t, 0, again[0].Attempts)
+	})
+}
+
+func TestCancel(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("Scheduled", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, store.Config{})
+		b.enqueue(t, b.newNotification(t, "a", 0, 0))
+		rec, err := b.store.Cancel(ctx, "a")
+		require.NoError(t, err)
+		require.Equal(t, notify.StateCancelled, rec.State)
+		require.Nil(t, rec.NextAttemptAt)
+		require.Empty(t, b.reserveAll(t))
+		_, err = b.store.Cancel(ctx, "a")
+		require.NoError(t, err, "cancelling twice is fine")
+	})
+
+	t.Run("ReservedThenLateAck", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, store.Config{})
+		b.enqueue(t, b.newNotification(t, "a", 0, 0))
+		n := b.reserveAll(t)[0]
+		_, err := b.store.Cancel(ctx, "a")
+		require.NoError(t, err)
+		errs, err := b.store.Finish(ctx, []store.Finish{finish(store.ActionAck, n, time.Time{})})
+		require.NoError(t, err)
+		require.ErrorIs(t, errs[0], notify.ErrStaleReceipt)
+		rec, _ := b.store.Get(ctx, "a")
+		require.Equal(t, notify.StateCancelled, rec.State, "a late ack does not resurrect it")
+	})
+
+	t.Run("FinishedAndUnknown", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, store.Config{})
+		b.enqueue(t, b.newNotification(t, "a", 0, 0))
+		n := b.reserveAll(t)[0]
+		_, err := b.store.Finish(ctx, []store.Finish{finish(store.ActionAck, n, time.Time{})})
+		require.NoError(t, err)
+		_, err = b.store.Cancel(ctx, "a")
+		require.ErrorIs(t, err, notify.ErrFinished)
+		_, err = b.store.Cancel(ctx, "nope")
+		require.ErrorIs(t, err, notify.ErrNotFound)
+	})
+}
+
+func TestExpired(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, store.Config{})
+	n := b.newNotification(t, "a", 0, 0, 0)
+	n.TTR = notify.Duration(50 * time.Millisecond)
+	b.enqueue(t, n)
+	reserved := b.reserveAll(t)[0]
+
+	got, err := b.store.Expired(ctx, 0, 10)
+	require.NoError(t, err)
+	require.Empty(t, got, "not expired before its ttr")
+	require.Eventually(t, func() bool {
+		got, err = b.store.Expired(ctx, 0, 10)
+		return err == nil && len(got) == 1
+	}, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, reserved.Receipt, got[0].Receipt)
+}
+
+// killAll makes every notification dead through the store's transitions.
+func killAll(t *testing.T, b *testBundle, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		b.enqueue(t, b.newNotification(t, id, 0, 0))
+	}
+	var fs []store.Finish
+	for _, n := range b.reserveAll(t) {
+		fs = append(fs, finish(store.ActionDead, n, time.Time{}))
+	}
+	require.Len(t, fs, len(ids))
+	_, err := b.store.Finish(context.Background(), fs)
+	require.NoError(t, err)
+}
+
+func TestDeadLetters(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("ListPages", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, store.Config{})
+		var ids []string
+		for i := range 25 {
+			ids = append(ids, fmt.Sprintf("d%02d", i))
+		}
+		killAll(t, b, ids...)
+		seen := map[string]bool{}
+		cursor := ""
+		for pages := 0; ; pages++ {
+			require.Less(t, pages, 10)
+			page, next, err := b.store.ListDead(ctx, "", 10, cursor)
+			require.NoError(t, err)
+			for _, n := range page {
+				require.False(t, seen[n.ID], "listed twice: %s", n.ID)
+				require.Equal(t, notify.StateDead, n.State)
+				seen[n.ID] = true
+			}
+			if next == "" {
+				break
+			}
+			cursor = next
+		}
+		require.Len(t, seen, 25)
+		_, _, err := b.store.ListDead(ctx, "", 10, "garbage")
+		require.Error(t, err)
+	})
+
+	t.Run("ReplayByIDs", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, store.Config{})
+		killAll(t, b, "a", "b", "c")
+		matched, replayed, err := b.store.Replay(ctx, store.DeadFilter{IDs: []string{"a", "b", "unknown"}}, true, true)
+		require.NoError(t, err)
+		require.Equal(t, [2]int{2, 0}, [2]int{matched, replayed}, "dry run counts only")
+		matched, replayed, err = b.store.Replay(ctx, store.DeadFilter{IDs: []string{"a", "b", "unknown"}}, true, false)
+		require.NoError(t, err)
+		require.Equal(t, [2]int{2, 2}, [2]int{matched, replayed})
+		items := b.reserveAll(t)
+		require.Len(t, items, 2)
+		for _, n := range items {
+			require.Equal(t, 0, n.Attempts, "reset_attempts starts the array again")
+		}
+		st, err := b.store.Stats(ctx)
+		require.NoError(t, err)
+		require.Equal(t, store.TopicStats{Reserved: 2, Dead: 1, FailedAttemptsTotal: 3}, st["jobs"])
+	})
+
+	t.Run("ReplayByTopicAndRange", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, store.Config{})
+		killAll(t, b, "old")
+		time.Sleep(20 * time.Millisecond) // the two deaths need distinct milliseconds
+		since := time.Now()
+		killAll(t, b, "new")
+		matched, replayed, err := b.store.Replay(ctx, store.DeadFilter{Topic: "jobs", Since: since}, false, false)
+		require.NoError(t, err)
+		require.Equal(t, [2]int{1, 1}, [2]int{matched, replayed})
+		items := b.reserveAll(t)
+		require.Len(t, items, 1)
+		require.Equal(t, "new", items[0].ID)
+		require.Equal(t, 1, items[0].Attempts, "without reset the attempt count stays")
+	})
+
+	t.Run("Purge", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, store.Config{})
+		killAll(t, b, "a", "b")
+		matched, purged, err := b.store.Purge(ctx, store.DeadFilter{Topic: "jobs"}, false)
+		require.NoError(t, err)
+		require.Equal(t, [2]int{2, 2}, [2]int{matched, purged})
+		_, err = b.store.Get(ctx, "a")
+		require.ErrorIs(t, err, notify.ErrNotFound)
+		st, _ := b.store.Stats(ctx)
+		require.Zero(t, st["jobs"].Dead)
+	})
+
+	t.Run("FilterNamesField", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, store.Config{})
+		_, _, err := b.store.Replay(ctx, store.DeadFilter{}, false, false)
+		var fe *notify.FieldError
+		require.ErrorAs(t, err, &fe)
+		require.Equal(t, "topic", fe.Field)
+	})
+}
+
+func TestRetention(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, store.Config{Retention: 50 * time.Millisecond})
+	killAll(t, b, "dead")
+	b.enqueue(t, b.newNotification(t, "done", 0, 0))
+	n := b.reserveAll(t)[0]
+	_, err := b.store.Finish(ctx, []store.Finish{finish(store.ActionAck, n, time.Time{})})
+	require.NoError(t, err)
+	b.enqueue(t, b.newNotification(t, "gone", time.Hour, 0))
+	_, err = b.store.Cancel(ctx, "gone")
+	require.NoError(t, err)
+
+	deleted, err := b.store.Sweep(ctx, 100)
+	require.NoError(t, err)
+	require.Zero(t, deleted, "kept while within retention")
+	require.Eventually(t, func() bool {
+		n, err := b.store.Sweep(ctx, 100)
+		deleted += n
+		return err == nil && deleted == 2
+	}, 5*time.Second, 10*time.Millisecond)
+	for _, id := range []string{"done", "gone"} {
+		_, err = b.store.Get(ctx, id)
+		require.ErrorIs(t, err, notify.ErrNotFound, id)
+	}
+	_, err = b.store.Get(ctx, "dead")
+	require.NoError(t, err, "dead records stay until replayed or purged")
+}
