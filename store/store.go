@@ -102,6 +102,9 @@ func New(cfg *Config) (*Store, error) {
 // Shards returns the number of partitions.
 func (s *Store) Shards() int { return s.keys.shards }
 
+// Namespace returns the key prefix.
+func (s *Store) Namespace() string { return s.keys.ns }
+
 // Now returns the store's clock.
 func (s *Store) Now() time.Time { return s.cfg.TimeNowFunc() }
 

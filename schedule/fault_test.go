@@ -1,0 +1,235 @@
+package schedule_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"os"
+	"os/exec"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/internal/redistest"
+	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/policy"
+	"github.com/heraldhq/herald/schedule"
+	"github.com/heraldhq/herald/store"
+)
+
+// enqueueMany stores count notifications id0..id{count-1} due now, in
+// batches.
+func (b *testBundle) enqueueMany(t *testing.T, count int, backoff []notify.Duration, ttr time.Duration) {
+	t.Helper()
+	var reqs []store.EnqueueRequest
+	flush := func() {
+		res, err := b.store.EnqueueBatch(context.Background(), reqs)
+		require.NoError(t, err)
+		for _, r := range res {
+			require.NoError(t, r.Err)
+		}
+		reqs = reqs[:0]
+	}
+	for i := range count {
+		req := &notify.Request{ID: fmt.Sprintf("id%d", i), Topic: "orders", Channel: notify.ChannelWebhook,
+			Target: "https://merchant.test/notify", Backoff: backoff, Policy: "fast"}
+		if ttr > 0 {
+			d := notify.Duration(ttr)
+			req.TTR = &d
+		}
+		n, err := b.policies.Resolve(req, time.Now(), 0)
+		require.NoError(t, err)
+		reqs = append(reqs, store.EnqueueRequest{Notification: n})
+		if len(reqs) == store.MaxBatch {
+			flush()
+		}
+	}
+	if len(reqs) > 0 {
+		flush()
+	}
+}
+
+// waitIdle waits until no notification of topic orders is scheduled or
+// reserved.
+func (b *testBundle) waitIdle(t *testing.T, timeout time.Duration) store.TopicStats {
+	t.Helper()
+	var st store.TopicStats
+	require.Eventually(t, func() bool {
+		all, err := b.store.Stats(context.Background())
+		st = all["orders"]
+		return err == nil && st.Scheduled == 0 && st.Reserved == 0
+	}, timeout, 20*time.Millisecond, "still busy: %+v", st)
+	return st
+}
+
+// plan decides, per id, how many failures precede success: 0-1 succeed,
+// 2 always fails (dead after the array), 3 fails permanently.
+func plan(id string) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(id))
+	return int(h.Sum32() % 4)
+}
+
+func TestManyDispatchersNoOverlapNoneLost(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rec := newRecorder(func(_ context.Context, n *notify.Notification) error {
+		switch p := plan(n.ID); {
+		case p == 3:
+			return notify.Permanent(errors.New("400 bad request"))
+		case p == 2 || n.Attempts < p:
+			return errUnavailable
+		}
+		return nil
+	})
+	const count = 10_000
+	backoff := ms(0, 5, 5)
+	b.enqueueMany(t, count, backoff, 0)
+	for range 4 {
+		own := setupOn(t, server, b.store.Namespace())
+		own.policies = b.policies
+		own.start(t, schedule.Config{Senders: map[string]notify.Sender{notify.ChannelWebhook: rec}, Concurrency: 32})
+	}
+	st := b.waitIdle(t, 3*time.Minute)
+
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	require.Zero(t, rec.overlaps, "two attempts of one notification ran at once")
+	want := map[int]int{0: 1, 1: 2, 2: 3, 3: 1} // attempts per plan
+	var succeeded, dead int64
+	for i := range count {
+		id := fmt.Sprintf("id%d", i)
+		p := plan(id)
+		require.Len(t, rec.starts[id], want[p], "attempts of %s (plan %d)", id, p)
+		if p >= 2 {
+			dead++
+		} else {
+			succeeded++
+		}
+	}
+	require.Equal(t, succeeded, st.SucceededTotal)
+	require.Equal(t, dead, st.Dead)
+	for _, id := range []string{"id0", "id1", "id2", "id3", "id4"} {
+		got, err := b.store.Get(context.Background(), id)
+		require.NoError(t, err)
+		wantState := notify.StateSucceeded
+		if plan(id) >= 2 {
+			wantState = notify.StateDead
+		}
+		require.Equal(t, wantState, got.State, id)
+		require.Len(t, got.History, want[plan(id)], id)
+	}
+}
+
+const crashChildEnv = "HERALD_CRASH_CHILD"
+
+// TestCrashChild is the dispatcher that TestCrashedDispatcherWorkIsRetried
+// runs in a child process and kills; run directly, it has nothing to do.
+func TestCrashChild(t *testing.T) {
+	cfg := os.Getenv(crashChildEnv)
+	if cfg == "" {
+		return
+	}
+	addr, ns, _ := strings.Cut(cfg, "|")
+	client := redis.NewClient(&redis.Options{Addr: addr})
+	st, err := store.New(&store.Config{Client: client, Namespace: ns, Shards: 8})
+	require.NoError(t, err)
+	hang := notify.SenderFunc(func(ctx context.Context, n *notify.Notification) (notify.Response, error) {
+		fmt.Printf("started %s\n", n.ID)
+		select {} // hold the reservation until killed
+	})
+	d, err := schedule.New(&schedule.Config{Store: st, Senders: map[string]notify.Sender{notify.ChannelWebhook: hang}})
+	require.NoError(t, err)
+	require.NoError(t, d.Start(context.Background()))
+	time.Sleep(time.Minute) // the parent kills this process long before
+}
+
+func TestCrashedDispatcherWorkIsRetried(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const count = 50
+	ttr := 500 * time.Millisecond
+	b.enqueueMany(t, count, ms(0, 0, 0), ttr)
+
+	child := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.v")
+	child.Env = append(os.Environ(), crashChildEnv+"="+server.Addr+"|"+b.store.Namespace())
+	out, err := child.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, child.Start())
+	started := map[string]bool{}
+	scan := bufio.NewScanner(out)
+	for len(started) < count && scan.Scan() {
+		if id, ok := strings.CutPrefix(scan.Text(), "started "); ok {
+			started[id] = true
+		}
+	}
+	require.Len(t, started, count, "the child reserved and started everything")
+	killedAt := time.Now()
+	require.NoError(t, child.Process.Kill())
+	_ = child.Wait()
+
+	st, err := b.store.Stats(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, int64(count), st["orders"].Reserved, "the dead child still holds the reservations")
+
+	rec := newRecorder(nil)
+	b.start(t, schedule.Config{Senders: map[string]notify.Sender{notify.ChannelWebhook: rec}})
+	b.waitIdle(t, 30*time.Second)
+	for i := range count {
+		got, err := b.store.Get(context.Background(), fmt.Sprintf("id%d", i))
+		require.NoError(t, err)
+		require.Equal(t, notify.StateSucceeded, got.State)
+		require.Len(t, got.History, 2)
+		require.Equal(t, notify.OutcomeTTRExpired, got.History[0].Outcome)
+		require.False(t, got.History[1].StartedAt.Before(killedAt.Add(ttr-100*time.Millisecond)),
+			"retried only after the ttr")
+	}
+}
+
+// countingStore counts reservations, to show that an outage causes no busy
+// loop.
+type countingStore struct {
+	*store.Store
+	reserves atomic.Int64
+}
+
+func (c *countingStore) Reserve(ctx context.Context, queue string, quotas []store.Quota) ([]*notify.Notification, []store.Head, error) {
+	c.reserves.Add(1)
+	return c.Store.Reserve(ctx, queue, quotas)
+}
+
+func TestSurvivesRedisRestart(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{AOF: true})
+	b := setupOn(t, srv, "outage")
+	counting := &countingStore{Store: b.store}
+	rec := newRecorder(nil)
+	cfg := schedule.Config{Store: counting, Senders: map[string]notify.Sender{notify.ChannelWebhook: rec},
+		PoliciesFunc: func() *policy.Set { return b.policies }, Logger: testLogger(t), ReapInterval: 20 * time.Millisecond}
+	d, err := schedule.New(&cfg)
+	require.NoError(t, err)
+	require.NoError(t, d.Start(context.Background()))
+	t.Cleanup(d.Stop)
+
+	b.enqueue(t, "before", ms(0, 10), 0)
+	b.waitState(t, "before", notify.StateSucceeded)
+	b.enqueue(t, "across", ms(0, 10), 400*time.Millisecond)
+
+	srv.Kill()
+	before := counting.reserves.Load()
+	time.Sleep(time.Second) // the outage under test
+	during := counting.reserves.Load() - before
+	require.Less(t, during, int64(30), "reserve calls during a 1s outage: backoff, not a busy loop")
+	require.NoError(t, srv.Restart())
+
+	b.waitState(t, "across", notify.StateSucceeded)
+	b.enqueue(t, "after", ms(0, 10), 0)
+	b.waitState(t, "after", notify.StateSucceeded)
+	require.Equal(t, 1, rec.attempts("across"))
+}
