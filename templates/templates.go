@@ -164,6 +164,27 @@ func (s *Set) Render(name string, n *notify.Notification) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// Body is what a sender posts for n: its template rendered, or else its
+// payload as JSON ("null" when it has none), with the content type. s may be
+// nil when no templates are loaded; a notification that names a template
+// is then an error.
+func (s *Set) Body(n *notify.Notification) (body []byte, contentType string, err error) {
+	if n.Template == "" {
+		if len(n.Payload) == 0 {
+			return []byte("null"), ContentTypeJSON, nil
+		}
+		return n.Payload, ContentTypeJSON, nil
+	}
+	if s == nil {
+		return nil, "", fmt.Errorf("template %q named, but no templates are loaded", n.Template)
+	}
+	body, err = s.Render(n.Template, n)
+	if err != nil {
+		return nil, "", err
+	}
+	return body, ContentType(n.Template), nil
+}
+
 // dataOf is what a template sees of n; see the package doc.
 func dataOf(n *notify.Notification) (map[string]any, error) {
 	var payload any

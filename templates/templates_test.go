@@ -160,6 +160,46 @@ func TestRender(t *testing.T) {
 	})
 }
 
+func TestBody(t *testing.T) {
+	t.Parallel()
+
+	bundle := setup(t, ".")
+
+	t.Run("Payload", func(t *testing.T) {
+		t.Parallel()
+		body, ct, err := bundle.set.Body(notification(`{"a":1}`))
+		require.NoError(t, err)
+		require.Equal(t, `{"a":1}`, string(body))
+		require.Equal(t, ContentTypeJSON, ct)
+	})
+
+	t.Run("NoPayload", func(t *testing.T) {
+		t.Parallel()
+		body, ct, err := (*Set)(nil).Body(notification(""))
+		require.NoError(t, err)
+		require.Equal(t, "null", string(body))
+		require.Equal(t, ContentTypeJSON, ct)
+	})
+
+	t.Run("Template", func(t *testing.T) {
+		t.Parallel()
+		n := notification(`{"name":"Ana","with":"Dr. Silva","starts_at":"2026-05-04T15:30:00+02:00"}`)
+		n.Template = "appointment-reminder.sms"
+		body, ct, err := bundle.set.Body(n)
+		require.NoError(t, err)
+		require.Contains(t, string(body), "Hi Ana")
+		require.Equal(t, ContentTypeText, ct)
+	})
+
+	t.Run("TemplateWithoutSet", func(t *testing.T) {
+		t.Parallel()
+		n := notification(`{}`)
+		n.Template = "order-notify.json"
+		_, _, err := (*Set)(nil).Body(n)
+		require.ErrorContains(t, err, `template "order-notify.json" named, but no templates are loaded`)
+	})
+}
+
 func TestContentType(t *testing.T) {
 	t.Parallel()
 

@@ -33,15 +33,20 @@ func (e *StatusError) Error() string {
 }
 
 // ClassifyError turns a transport error into an attempt's outcome under p:
-// a refused address is permanent; a timeout and any other network failure
+// an error already permanent stays so; a refused address is permanent; a timeout and any other network failure
 // (refused connection, unknown host, reset) are retried when p's retry_on
 // names "timeout" or "network", and permanent otherwise. A cancelled context
 // (the dispatcher shutting down) is returned as it is, retryable.
 func ClassifyError(p *policy.Policy, err error) error {
-	var blocked *BlockedError
+	var (
+		blocked *BlockedError
+		perm    *notify.PermanentError
+	)
 	switch {
 	case err == nil:
 		return nil
+	case errors.As(err, &perm):
+		return err
 	case errors.As(err, &blocked):
 		return notify.Permanent(err)
 	case errors.Is(err, context.Canceled):

@@ -21,6 +21,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"time"
 
@@ -123,11 +124,15 @@ type Result struct {
 	Body       []byte
 }
 
-// Do sends req with method to url and reads the response. The error is the
-// transport's (a refused address, a refused connection, a timeout); classify
-// it with ClassifyError, and the Result with ClassifyStatus.
-func (c *Client) Do(req *resty.Request, method, url string) (*Result, error) {
-	resp, err := req.Execute(method, url)
+// Do sends req with method to target and reads the response. The error is
+// the transport's (a refused address, a refused connection, a timeout), or a
+// permanent one for a target that is not an http or https URL; classify it
+// with ClassifyError, and the Result with ClassifyStatus.
+func (c *Client) Do(req *resty.Request, method, target string) (*Result, error) {
+	if u, err := url.Parse(target); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, notify.Permanent(fmt.Errorf("target %q is not an http or https URL", target))
+	}
+	resp, err := req.Execute(method, target)
 	if err != nil {
 		if resp != nil && resp.RawResponse != nil {
 			resp.RawResponse.Body.Close()

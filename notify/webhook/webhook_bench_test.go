@@ -1,0 +1,49 @@
+package webhook
+
+import (
+	"context"
+	"testing"
+)
+
+// BenchmarkSend measures signed sends to a local receiver, and reports the
+// connections the receiver saw: with keep-alive reuse they stay at the
+// number of concurrent senders however many requests are made.
+func BenchmarkSend(b *testing.B) {
+	for _, bench := range []struct {
+		name string
+		// parallelism multiplies GOMAXPROCS into the number of concurrent
+		// senders; 0 sends from one goroutine.
+		parallelism int
+	}{
+		{name: "Serial"},
+		{name: "Concurrent32PerCPU", parallelism: 32},
+	} {
+		b.Run(bench.name, func(b *testing.B) {
+			rec := newReceiver(b, "tcp4", answer(200, "success"))
+			sender := newSender(b, Config{AllowNetworks: []string{"127.0.0.0/8"}})
+			n := notification(rec.srv.URL + "/hook")
+			b.ReportAllocs()
+			b.ResetTimer()
+			if bench.parallelism == 0 {
+				for b.Loop() {
+					if _, err := sender.Send(context.Background(), n); err != nil {
+						b.Fatal(err)
+					}
+				}
+			} else {
+				b.SetParallelism(bench.parallelism)
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						if _, err := sender.Send(context.Background(), n); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "sends/s")
+			b.ReportMetric(float64(rec.conns.Load()), "conns")
+		})
+	}
+}

@@ -1,0 +1,544 @@
+package webhook
+
+import (
+	"cmp"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/notify/httpsend"
+	"github.com/heraldhq/herald/policy"
+	"github.com/heraldhq/herald/templates"
+)
+
+// testSecret is a Standard Webhooks secret; its key is the bytes
+// "herald-test-key-0123456789abcdef".
+const testSecret = "whsec_aGVyYWxkLXRlc3Qta2V5LTAxMjM0NTY3ODlhYmNkZWY="
+
+// received is one request as the receiver saw it.
+type received struct {
+	Method string
+	Path   string
+	Header http.Header
+	Body   []byte
+}
+
+// receiver is a local HTTP server that records requests (the first
+// maxRecorded of them, so benchmarks stay small) and counts the connections
+// opened to it.
+type receiver struct {
+	srv   *httptest.Server
+	conns atomic.Int64
+	mu    sync.Mutex
+	reqs  []received
+}
+
+const maxRecorded = 100
+
+// newReceiver starts a receiver on the loopback address of network ("tcp4":
+// 127.0.0.1, "tcp6": ::1) that answers with h.
+func newReceiver(tb testing.TB, network string, h http.HandlerFunc) *receiver {
+	tb.Helper()
+	addr := "127.0.0.1:0"
+	if network == "tcp6" {
+		addr = "[::1]:0"
+	}
+	l, err := net.Listen(network, addr)
+	require.NoError(tb, err)
+	r := &receiver{}
+	r.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, _ := io.ReadAll(req.Body)
+		r.mu.Lock()
+		if len(r.reqs) < maxRecorded {
+			r.reqs = append(r.reqs, received{Method: req.Method, Path: req.URL.Path, Header: req.Header.Clone(), Body: body})
+		}
+		r.mu.Unlock()
+		h(w, req)
+	}))
+	r.srv.Listener.Close()
+	r.srv.Listener = l
+	r.srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			r.conns.Add(1)
+		}
+	}
+	r.srv.Start()
+	tb.Cleanup(r.srv.Close)
+	return r
+}
+
+func (r *receiver) requests() []received {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]received(nil), r.reqs...)
+}
+
+func answer(status int, body string, header ...string) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		for i := 0; i+1 < len(header); i += 2 {
+			w.Header().Set(header[i], header[i+1])
+		}
+		w.WriteHeader(status)
+		_, _ = io.WriteString(w, body)
+	}
+}
+
+// testPolicies are the policies the tests name.
+func testPolicies(tb testing.TB) func() *policy.Set {
+	tb.Helper()
+	backoff := []notify.Duration{0, 0, notify.Duration(time.Minute)}
+	set, err := policy.NewSet(map[string]policy.Policy{
+		"default":   {Backoff: backoff, Timeout: notify.Duration(5 * time.Second), HonorRetryAfter: true},
+		"slow":      {Backoff: backoff, Timeout: notify.Duration(100 * time.Millisecond)},
+		"alipay":    {Backoff: backoff, SuccessBody: "success"},
+		"wechat":    {Backoff: backoff, SuccessBody: `{"code":"SUCCESS"}`},
+		"redirects": {Backoff: backoff, RetryOn: []string{"3xx"}},
+	}, nil)
+	require.NoError(tb, err)
+	return func() *policy.Set { return set }
+}
+
+// fakeResolver resolves nothing outside the test: "internal.test" is a
+// private address, every other name is unknown.
+var fakeResolver = httpsend.ResolverFunc(func(_ context.Context, _, host string) ([]netip.Addr, error) {
+	if host == "internal.test" {
+		return []netip.Addr{netip.MustParseAddr("10.9.8.7")}, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+})
+
+func newSender(tb testing.TB, cfg Config) *Sender {
+	tb.Helper()
+	cfg.Secret = cmp.Or(cfg.Secret, testSecret)
+	if cfg.Policies == nil {
+		cfg.Policies = testPolicies(tb)
+	}
+	if cfg.Resolver == nil {
+		cfg.Resolver = fakeResolver
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(tb.Output(), nil))
+	s, err := New(&cfg)
+	require.NoError(tb, err)
+	return s
+}
+
+func notification(target string) *notify.Notification {
+	return &notify.Notification{
+		ID:      "evt_2KWPBgLlAfxdpx2AI54pPJ85f4W",
+		Topic:   "order-notify",
+		Channel: notify.ChannelWebhook,
+		Target:  target,
+		Payload: json.RawMessage(`{"out_trade_no":"T-1","trade_status":"TRADE_SUCCESS","total_amount":"88.88"}`),
+		Headers: map[string]string{"X-Merchant": "m-42"},
+	}
+}
+
+type outcome int
+
+const (
+	success outcome = iota
+	retry
+	permanent
+)
+
+func classify(err error) outcome {
+	var perm *notify.PermanentError
+	switch {
+	case err == nil:
+		return success
+	case errors.As(err, &perm):
+		return permanent
+	default:
+		return retry
+	}
+}
+
+func retryAfter(err error) time.Duration {
+	var re *notify.RetryError
+	if errors.As(err, &re) {
+		return re.RetryAfter
+	}
+	return 0
+}
+
+func TestSendClassification(t *testing.T) {
+	t.Parallel()
+
+	sender := newSender(t, Config{AllowNetworks: []string{"127.0.0.0/8"}})
+
+	refusedPort := func(t *testing.T) string {
+		l, err := net.Listen("tcp4", "127.0.0.1:0")
+		require.NoError(t, err)
+		addr := l.Addr().String()
+		require.NoError(t, l.Close())
+		return addr
+	}
+
+	for _, tt := range []struct {
+		name    string
+		handler http.HandlerFunc
+		policy  string
+		// target, when set, replaces the receiver's URL.
+		target        func(t *testing.T) string
+		want          outcome
+		status        int
+		minRetryAfter time.Duration
+		maxRetryAfter time.Duration
+	}{
+		{name: "OK", handler: answer(200, "ok"), want: success, status: 200},
+		{name: "NoContent", handler: answer(204, ""), want: success, status: 204},
+		{name: "MovedPermanently", handler: answer(301, "", "Location", "/elsewhere"), want: permanent, status: 301},
+		{name: "RedirectRetriedWhenNamed", policy: "redirects", handler: answer(302, "", "Location", "/elsewhere"), want: retry, status: 302},
+		{name: "BadRequest", handler: answer(400, `{"error":"bad"}`), want: permanent, status: 400},
+		{name: "NotFound", handler: answer(404, ""), want: permanent, status: 404},
+		{name: "RequestTimeout", handler: answer(408, ""), want: retry, status: 408},
+		{name: "Gone", handler: answer(410, ""), want: permanent, status: 410},
+		{name: "TooEarly", handler: answer(425, ""), want: retry, status: 425},
+		{name: "TooManySeconds", handler: answer(429, "", "Retry-After", "7"), want: retry, status: 429, minRetryAfter: 7 * time.Second, maxRetryAfter: 7 * time.Second},
+		{
+			name: "TooManyHTTPDate",
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				answer(429, "", "Retry-After", time.Now().Add(90*time.Second).UTC().Format(http.TimeFormat))(w, r)
+			},
+			want: retry, status: 429, minRetryAfter: 88 * time.Second, maxRetryAfter: 90 * time.Second,
+		},
+		{name: "TooManyNotHonoured", policy: "alipay", handler: answer(429, "", "Retry-After", "7"), want: retry, status: 429},
+		{name: "InternalError", handler: answer(500, "boom"), want: retry, status: 500},
+		{name: "BadGateway", handler: answer(502, ""), want: retry, status: 502},
+		{name: "Unavailable", handler: answer(503, "", "Retry-After", "120"), want: retry, status: 503, minRetryAfter: 2 * time.Minute, maxRetryAfter: 2 * time.Minute},
+		{
+			name:   "Timeout",
+			policy: "slow",
+			handler: func(w http.ResponseWriter, r *http.Request) {
+				select {
+				case <-r.Context().Done():
+				case <-time.After(5 * time.Second):
+				}
+			},
+			want: retry,
+		},
+		{
+			name:   "ConnectionRefused",
+			target: func(t *testing.T) string { return "http://" + refusedPort(t) + "/hook" },
+			want:   retry,
+		},
+		{
+			name:   "UnresolvableHost",
+			target: func(*testing.T) string { return "http://nowhere.invalid/hook" },
+			want:   retry,
+		},
+		{
+			name:   "NotHTTP",
+			target: func(*testing.T) string { return "ftp://127.0.0.1/hook" },
+			want:   permanent,
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			handler := tt.handler
+			if handler == nil {
+				handler = answer(200, "")
+			}
+			rec := newReceiver(t, "tcp4", handler)
+			n := notification(rec.srv.URL + "/hook")
+			n.Policy = tt.policy
+			if tt.target != nil {
+				n.Target = tt.target(t)
+			}
+			start := time.Now()
+			resp, err := sender.Send(context.Background(), n)
+			require.Equal(t, tt.want, classify(err), "error: %v", err)
+			require.Equal(t, tt.status, resp.StatusCode)
+			got := retryAfter(err)
+			require.GreaterOrEqual(t, got, tt.minRetryAfter)
+			require.LessOrEqual(t, got, tt.maxRetryAfter)
+			if tt.status != 0 && tt.want != success {
+				require.ErrorContains(t, err, "status "+strconv.Itoa(tt.status))
+			}
+			if tt.name == "Timeout" {
+				require.Less(t, time.Since(start), 2*time.Second)
+				require.ErrorIs(t, err, context.DeadlineExceeded)
+			}
+			for _, r := range rec.requests() {
+				require.Equal(t, "/hook", r.Path, "a redirect was followed")
+			}
+		})
+	}
+}
+
+func TestSendRequest(t *testing.T) {
+	t.Parallel()
+
+	t.Run("SignatureAndHeaders", func(t *testing.T) {
+		t.Parallel()
+		rec := newReceiver(t, "tcp4", answer(200, "ok"))
+		sender := newSender(t, Config{AllowNetworks: []string{"127.0.0.0/8"}, UserAgent: "herald/1.2.3"})
+		n := notification(rec.srv.URL + "/hook")
+		n.Headers["webhook-id"] = "forged"
+		n.Headers["content-type"] = "text/html"
+
+		before := time.Now().Unix()
+		_, err := sender.Send(context.Background(), n)
+		require.NoError(t, err)
+		reqs := rec.requests()
+		require.Len(t, reqs, 1)
+		r := reqs[0]
+		require.Equal(t, http.MethodPost, r.Method)
+		require.JSONEq(t, string(n.Payload), string(r.Body))
+		require.Equal(t, "application/json", r.Header.Get("Content-Type"))
+		require.Equal(t, "herald/1.2.3", r.Header.Get("User-Agent"))
+		require.Equal(t, "m-42", r.Header.Get("X-Merchant"))
+		require.Equal(t, []string{n.ID}, r.Header.Values("Webhook-Id"))
+		require.Equal(t, "0", r.Header.Get("Herald-Attempt"))
+		ts, err := strconv.ParseInt(r.Header.Get("Webhook-Timestamp"), 10, 64)
+		require.NoError(t, err)
+		require.InDelta(t, before, ts, 2)
+
+		// The receiver's check, computed apart from the sender's code.
+		key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(testSecret, "whsec_"))
+		require.NoError(t, err)
+		require.Equal(t, "herald-test-key-0123456789abcdef", string(key))
+		mac := hmac.New(sha256.New, key)
+		mac.Write([]byte(n.ID + "." + r.Header.Get("Webhook-Timestamp") + "." + string(r.Body)))
+		require.Equal(t, "v1,"+base64.StdEncoding.EncodeToString(mac.Sum(nil)), r.Header.Get("Webhook-Signature"))
+	})
+
+	t.Run("RawSecret", func(t *testing.T) {
+		t.Parallel()
+		rec := newReceiver(t, "tcp4", answer(200, "ok"))
+		sender := newSender(t, Config{AllowNetworks: []string{"127.0.0.0/8"}, Secret: "plain-secret"})
+		_, err := sender.Send(context.Background(), notification(rec.srv.URL))
+		require.NoError(t, err)
+		r := rec.requests()[0]
+		mac := hmac.New(sha256.New, []byte("plain-secret"))
+		mac.Write([]byte(r.Header.Get("Webhook-Id") + "." + r.Header.Get("Webhook-Timestamp") + "." + string(r.Body)))
+		require.Equal(t, "v1,"+base64.StdEncoding.EncodeToString(mac.Sum(nil)), r.Header.Get("Webhook-Signature"))
+	})
+
+	t.Run("StableAcrossAttempts", func(t *testing.T) {
+		t.Parallel()
+		rec := newReceiver(t, "tcp4", answer(503, ""))
+		sender := newSender(t, Config{AllowNetworks: []string{"127.0.0.0/8"}})
+		n := notification(rec.srv.URL)
+		for attempt := range 3 {
+			n.Attempts = attempt
+			_, err := sender.Send(context.Background(), n)
+			require.Equal(t, retry, classify(err))
+		}
+		reqs := rec.requests()
+		require.Len(t, reqs, 3)
+		for i, r := range reqs {
+			require.Equal(t, n.ID, r.Header.Get("Webhook-Id"))
+			require.Equal(t, strconv.Itoa(i), r.Header.Get("Herald-Attempt"))
+			require.Equal(t, "m-42", r.Header.Get("X-Merchant"))
+			require.Equal(t, string(reqs[0].Body), string(r.Body))
+		}
+	})
+
+	t.Run("Template", func(t *testing.T) {
+		t.Parallel()
+		set, err := templates.Load("../../templates")
+		require.NoError(t, err)
+		rec := newReceiver(t, "tcp4", answer(200, "success"))
+		sender := newSender(t, Config{AllowNetworks: []string{"127.0.0.0/8"}, Templates: set})
+		n := notification(rec.srv.URL)
+		n.Template, n.Policy = "order-notify.json", "alipay"
+		_, err = sender.Send(context.Background(), n)
+		require.NoError(t, err)
+		var got map[string]any
+		require.NoError(t, json.Unmarshal(rec.requests()[0].Body, &got))
+		require.Equal(t, "T-1", got["out_trade_no"])
+		require.Equal(t, n.ID, got["notify_id"])
+
+		n.Payload = json.RawMessage(`{"out_trade_no":"T-1"}`)
+		_, err = sender.Send(context.Background(), n)
+		require.Equal(t, permanent, classify(err))
+		require.ErrorContains(t, err, "trade_status")
+		require.Len(t, rec.requests(), 1, "a failed render sends nothing")
+	})
+
+	t.Run("ResponseBodyCut", func(t *testing.T) {
+		t.Parallel()
+		rec := newReceiver(t, "tcp4", answer(200, strings.Repeat("x", 100<<10)))
+		sender := newSender(t, Config{AllowNetworks: []string{"127.0.0.0/8"}})
+		resp, err := sender.Send(context.Background(), notification(rec.srv.URL))
+		require.NoError(t, err)
+		require.Equal(t, notify.Response{StatusCode: 200, Body: strings.Repeat("x", notify.MaxErrorLen)}, resp)
+	})
+}
+
+func TestSendSuccessBody(t *testing.T) {
+	t.Parallel()
+
+	sender := newSender(t, Config{AllowNetworks: []string{"127.0.0.0/8"}})
+	for _, tt := range []struct {
+		name   string
+		policy string
+		body   string
+		want   outcome
+	}{
+		{name: "AlipaySuccess", policy: "alipay", body: "success\n", want: success},
+		{name: "AlipayFail", policy: "alipay", body: "fail", want: retry},
+		{name: "AlipayEmpty", policy: "alipay", body: "", want: retry},
+		{name: "WeChatSuccess", policy: "wechat", body: `{ "code" : "SUCCESS" }`, want: success},
+		{name: "WeChatFail", policy: "wechat", body: `{"code":"FAIL","message":"sign error"}`, want: retry},
+		{name: "WeChatNotJSON", policy: "wechat", body: `SUCCESS`, want: retry},
+		{name: "NoSuccessBodyAnything", policy: "default", body: "whatever", want: success},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			rec := newReceiver(t, "tcp4", answer(200, tt.body))
+			n := notification(rec.srv.URL)
+			n.Policy = tt.policy
+			resp, err := sender.Send(context.Background(), n)
+			require.Equal(t, tt.want, classify(err), "error: %v", err)
+			require.Equal(t, 200, resp.StatusCode)
+			if tt.want == retry {
+				require.ErrorContains(t, err, "success_body")
+			}
+		})
+	}
+}
+
+func TestSendPolicyReload(t *testing.T) {
+	t.Parallel()
+
+	rec := newReceiver(t, "tcp4", answer(200, "ok"))
+	var current atomic.Pointer[policy.Set]
+	current.Store(testPolicies(t)())
+	sender := newSender(t, Config{AllowNetworks: []string{"127.0.0.0/8"}, Policies: current.Load})
+	n := notification(rec.srv.URL)
+	n.Policy = "strict"
+
+	_, err := sender.Send(context.Background(), n)
+	require.NoError(t, err, "an unknown policy falls back to the default")
+
+	reloaded, err := policy.NewSet(map[string]policy.Policy{
+		"strict": {Backoff: []notify.Duration{0}, SuccessBody: "success"},
+	}, nil)
+	require.NoError(t, err)
+	current.Store(reloaded)
+	_, err = sender.Send(context.Background(), n)
+	require.Equal(t, retry, classify(err))
+	require.ErrorContains(t, err, "success_body")
+}
+
+func TestNew(t *testing.T) {
+	t.Parallel()
+
+	_, err := New(&Config{Secret: "whsec_!!!"})
+	require.ErrorContains(t, err, "base64")
+	_, err = New(&Config{AllowNetworks: []string{"loopback"}})
+	require.ErrorContains(t, err, "allow_networks[0]")
+
+	s, err := New(&Config{Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	require.NoError(t, err)
+	require.Empty(t, s.key)
+}
+
+// dialLog is a DialFunc that records every address the guard let through,
+// and sends any of them to the local receiver at to, so that nothing leaves
+// the machine.
+type dialLog struct {
+	to     string
+	mu     sync.Mutex
+	dialed []string
+}
+
+func (d *dialLog) dial(ctx context.Context, network, address string) (net.Conn, error) {
+	d.mu.Lock()
+	d.dialed = append(d.dialed, address)
+	d.mu.Unlock()
+	var dialer net.Dialer
+	return dialer.DialContext(ctx, network, d.to)
+}
+
+func (d *dialLog) addresses() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]string(nil), d.dialed...)
+}
+
+func TestSendSSRF(t *testing.T) {
+	t.Parallel()
+
+	for _, tt := range []struct {
+		name    string
+		network string
+		// target builds the URL from the receiver's port.
+		target func(port string) string
+		allow  string
+		addr   string
+	}{
+		{name: "Loopback", network: "tcp4", target: func(p string) string { return "http://127.0.0.1:" + p + "/hook" }, allow: "127.0.0.0/8", addr: "127.0.0.1"},
+		{name: "LoopbackIPv6", network: "tcp6", target: func(p string) string { return "http://[::1]:" + p + "/hook" }, allow: "::1/128", addr: "::1"},
+		{name: "Unspecified", network: "tcp4", target: func(p string) string { return "http://0.0.0.0:" + p + "/hook" }, allow: "0.0.0.0/32", addr: "0.0.0.0"},
+		{name: "NameResolvingToPrivate", network: "tcp4", target: func(p string) string { return "http://internal.test:" + p + "/hook" }, allow: "10.0.0.0/8", addr: "10.9.8.7"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			rec := newReceiver(t, tt.network, answer(200, "ok"))
+			_, port, err := net.SplitHostPort(rec.srv.Listener.Addr().String())
+			require.NoError(t, err)
+			target := tt.target(port)
+
+			t.Run("Refused", func(t *testing.T) {
+				dials := &dialLog{to: rec.srv.Listener.Addr().String()}
+				sender := newSender(t, Config{DialFunc: dials.dial})
+				_, err := sender.Send(context.Background(), notification(target))
+				require.Equal(t, permanent, classify(err), "error: %v", err)
+				var blocked *httpsend.BlockedError
+				require.ErrorAs(t, err, &blocked)
+				require.ErrorContains(t, err, tt.addr)
+				require.Empty(t, dials.addresses())
+				require.Zero(t, rec.conns.Load())
+			})
+
+			t.Run("Allowed", func(t *testing.T) {
+				dials := &dialLog{to: rec.srv.Listener.Addr().String()}
+				sender := newSender(t, Config{DialFunc: dials.dial, AllowNetworks: []string{tt.allow}})
+				_, err := sender.Send(context.Background(), notification(target))
+				require.NoError(t, err)
+				require.Equal(t, []string{net.JoinHostPort(tt.addr, port)}, dials.addresses())
+				require.Len(t, rec.requests(), 1)
+			})
+		})
+	}
+}
+
+func TestSendSSRFWithoutInjectedDialer(t *testing.T) {
+	t.Parallel()
+
+	// The real dialer: 0.0.0.0 reaches the loopback receiver only when
+	// allowed.
+	rec := newReceiver(t, "tcp4", answer(200, "ok"))
+	_, port, err := net.SplitHostPort(rec.srv.Listener.Addr().String())
+	require.NoError(t, err)
+	target := "http://0.0.0.0:" + port + "/hook"
+
+	_, err = newSender(t, Config{}).Send(context.Background(), notification(target))
+	require.Equal(t, permanent, classify(err))
+	require.Zero(t, rec.conns.Load())
+
+	_, err = newSender(t, Config{AllowNetworks: []string{"0.0.0.0/32"}}).Send(context.Background(), notification(target))
+	require.NoError(t, err)
+	require.Len(t, rec.requests(), 1)
+}
