@@ -19,6 +19,7 @@ vet:
 # Short fuzz runs of the decoders that read outside input.
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseDuration$$' -fuzztime $(FUZZTIME) ./notify
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./policy
 
 bench:
 	./scripts/ensure-redis

@@ -5,6 +5,11 @@
 // NextAttemptAt is the one function that answers "when is attempt n+1 due, or
 // is the notification dead?"; it is pure, with the clock and the randomness
 // passed in.
+//
+// Load reads a policies file (YAML, through koanf) into a Set, naming the
+// offending key of a bad file ("policies.merchant-notify.backoff[2]"); a
+// Watcher keeps the Set in force and swaps in a new one when the file
+// changes or on request, refusing a bad file and keeping the old Set.
 package policy
 
 import (

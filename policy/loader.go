@@ -1,0 +1,190 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/go-viper/mapstructure/v2"
+	"github.com/knadh/koanf/parsers/yaml"
+	"github.com/knadh/koanf/providers/file"
+	"github.com/knadh/koanf/providers/rawbytes"
+	"github.com/knadh/koanf/v2"
+
+	"github.com/heraldhq/herald/notify"
+)
+
+// Load reads a policies file (see configs/policies.yaml) into a validated
+// Set. A bad file yields an error that wraps a *notify.FieldError naming
+// the offending key, such as "policies.merchant-notify.backoff[2]", and
+// starts with the file's name.
+func Load(path string) (*Set, error) {
+	s, err := load(file.Provider(path))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return s, nil
+}
+
+// Parse is Load for YAML already in memory.
+func Parse(b []byte) (*Set, error) { return load(rawbytes.Provider(b)) }
+
+func load(p koanf.Provider) (*Set, error) {
+	k := koanf.New(".")
+	if err := k.Load(p, yaml.Parser()); err != nil {
+		return nil, err
+	}
+	// Each entry is decoded on its own, from the raw map rather than by
+	// koanf path, because policy and topic names may contain the path
+	// delimiter ("order.notify" is a valid topic).
+	var file struct {
+		Policies map[string]any `koanf:"policies"`
+		Topics   map[string]any `koanf:"topics"`
+	}
+	if err := Decode("", k.Raw(), &file); err != nil {
+		return nil, err
+	}
+	policies, err := decodeEach[Policy]("policies", file.Policies)
+	if err != nil {
+		return nil, err
+	}
+	topics, err := decodeEach[Topic]("topics", file.Topics)
+	if err != nil {
+		return nil, err
+	}
+	return NewSet(policies, topics)
+}
+
+// decodeEach decodes every entry of a section, in name order so that the
+// first error reported does not depend on map iteration.
+func decodeEach[T any](section string, raw map[string]any) (map[string]T, error) {
+	out := make(map[string]T, len(raw))
+	for _, name := range slices.Sorted(maps.Keys(raw)) {
+		var v T
+		if err := Decode(section+"."+name, raw[name], &v); err != nil {
+			return nil, err
+		}
+		out[name] = v
+	}
+	return out, nil
+}
+
+// Decode decodes in, the maps, slices and scalars that koanf and its YAML
+// parser produce, into out by out's koanf struct tags. It is how Herald
+// reads every file and environment it is configured from, so they all
+// behave alike:
+//
+//   - a time.Duration or notify.Duration takes "2m", "0s" or a number of
+//     seconds (30, 1.5, "30"), as notify.ParseDuration;
+//   - scalars convert where YAML or the environment cannot say the type
+//     ("16" into an int, 429 into a string);
+//   - a key that out has no field for is an error, so a misspelt key is
+//     not silently ignored;
+//   - every error is a *notify.FieldError whose field is the key's path,
+//     below path when path is not empty: "policies.default.backoff[2]".
+func Decode(path string, in, out any) error {
+	var md mapstructure.Metadata
+	d, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
+		DecodeHook:       durationHook,
+		WeaklyTypedInput: true,
+		Metadata:         &md,
+		TagName:          "koanf",
+		Result:           out,
+	})
+	if err != nil {
+		panic(fmt.Sprintf("policy.Decode: %v", err)) // out is not a pointer: a programming error
+	}
+	if err := d.Decode(in); err != nil {
+		var de *mapstructure.DecodeError
+		if !errors.As(err, &de) {
+			return notify.Errorf(path, "%v", err)
+		}
+		return notify.Errorf(joinPath(path, de.Name()), "%s", describe(de.Unwrap()))
+	}
+	if len(md.Unused) > 0 {
+		slices.Sort(md.Unused)
+		return notify.Errorf(joinPath(path, md.Unused[0]), "unknown key")
+	}
+	return nil
+}
+
+// describe rewords mapstructure's type errors, which speak of Go types,
+// in the YAML terms an operator wrote.
+func describe(err error) string {
+	var (
+		ute *mapstructure.UnconvertibleTypeError
+		pe  *mapstructure.ParseError
+	)
+	switch {
+	case errors.As(err, &ute):
+		return fmt.Sprintf("want %s, not %v", yamlKind(ute.Expected.Type()), ute.Value)
+	case errors.As(err, &pe):
+		return fmt.Sprintf("want %s, not %v", yamlKind(pe.Expected.Type()), pe.Value)
+	}
+	return err.Error()
+}
+
+func yamlKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Map, reflect.Struct:
+		return "a map"
+	case reflect.Slice, reflect.Array:
+		return "a list"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a whole number"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	}
+	return t.String()
+}
+
+// joinPath appends a key path as mapstructure names it ("ttr",
+// "backoff[2]", "" for the value itself) to a prefix.
+func joinPath(prefix, name string) string {
+	switch {
+	case name == "":
+		return prefix
+	case prefix == "":
+		return name
+	case strings.HasPrefix(name, "["):
+		return prefix + name
+	}
+	return prefix + "." + name
+}
+
+var (
+	durationType       = reflect.TypeFor[time.Duration]()
+	notifyDurationType = reflect.TypeFor[notify.Duration]()
+)
+
+// durationHook reads durations as notify.ParseDuration does. Without it, a
+// YAML number such as 30 would become 30 nanoseconds, since both duration
+// types are integers underneath.
+func durationHook(_, to reflect.Type, data any) (any, error) {
+	if to != durationType && to != notifyDurationType {
+		return data, nil
+	}
+	var s string
+	switch v := data.(type) {
+	case string:
+		s = v
+	case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64, float32, float64:
+		s = fmt.Sprint(v)
+	default:
+		return nil, fmt.Errorf("want a duration such as 2m or a number of seconds, not %v", data)
+	}
+	d, err := notify.ParseDuration(s)
+	if err != nil {
+		return nil, err
+	}
+	return reflect.ValueOf(d).Convert(to).Interface(), nil
+}

@@ -1,0 +1,335 @@
+package policy
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/knadh/koanf/parsers/yaml"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/notify"
+)
+
+func TestParse(t *testing.T) {
+	t.Parallel()
+
+	t.Run("DurationForms", func(t *testing.T) {
+		t.Parallel()
+
+		s, err := Parse([]byte(`
+policies:
+  p:
+    backoff: [0s, 30, 1.5, "45", 2m]
+    ttr: 60
+    max_retry_after: 1h30m
+    retry_on: [network, 5xx, 429]
+    jitter: 0
+`))
+		require.NoError(t, err)
+		p := s.Policies["p"]
+		require.Equal(t, []time.Duration{0, 30 * time.Second, 1500 * time.Millisecond, 45 * time.Second, 2 * time.Minute}, notify.Durations(p.Backoff))
+		require.Equal(t, notify.Duration(time.Minute), p.TTR)
+		require.Equal(t, notify.Duration(90*time.Minute), p.MaxRetryAfter)
+		require.Equal(t, []string{"network", "5xx", "429"}, p.RetryOn)
+		require.Equal(t, notify.Duration(TimeoutDefault), p.Timeout, "defaults applied")
+		require.Contains(t, s.Policies, DefaultName, "default added")
+	})
+
+	t.Run("DottedNames", func(t *testing.T) {
+		t.Parallel()
+
+		s, err := Parse([]byte(`
+policies:
+  merchant.v2: {backoff: [0s, 1m]}
+topics:
+  order.notify: {channel: webhook, policy: merchant.v2}
+`))
+		require.NoError(t, err)
+		require.Contains(t, s.Policies, "merchant.v2")
+		require.Equal(t, "merchant.v2", s.Topics["order.notify"].Policy)
+	})
+
+	t.Run("Empty", func(t *testing.T) {
+		t.Parallel()
+
+		s, err := Parse(nil)
+		require.NoError(t, err)
+		require.Equal(t, notify.Durations(BackoffDefault), notify.Durations(s.Policies[DefaultName].Backoff))
+		require.Empty(t, s.Topics)
+	})
+
+	t.Run("Poll", func(t *testing.T) {
+		t.Parallel()
+
+		s, err := Parse([]byte(`
+topics:
+  payment-poll:
+    channel: poll
+    poll: {field: trade_status, values: [TRADE_SUCCESS, TRADE_CLOSED], method: POST}
+`))
+		require.NoError(t, err)
+		require.Equal(t, &Poll{Method: "POST", Field: "trade_status", Values: []string{"TRADE_SUCCESS", "TRADE_CLOSED"}}, s.Topics["payment-poll"].Poll)
+	})
+}
+
+func TestParseErrors(t *testing.T) {
+	t.Parallel()
+
+	tests := []struct {
+		name      string
+		yaml      string
+		wantField string
+		wantMsg   string
+	}{
+		{
+			name:      "BadDuration",
+			yaml:      "policies:\n  merchant-notify:\n    backoff: [0s, 0s, 2mins]\n",
+			wantField: "policies.merchant-notify.backoff[2]",
+			wantMsg:   `bad duration "2mins"`,
+		},
+		{
+			name:      "NegativeSeconds",
+			yaml:      "policies:\n  p:\n    backoff: [0s, -5]\n",
+			wantField: "policies.p.backoff[1]",
+			wantMsg:   "negative",
+		},
+		{
+			name:      "DurationOfWrongType",
+			yaml:      "policies:\n  p:\n    backoff: [0s]\n    ttr: true\n",
+			wantField: "policies.p.ttr",
+			wantMsg:   "want a duration",
+		},
+		{
+			name:      "UnknownTopLevelKey",
+			yaml:      "policies: {}\npolicy: {}\n",
+			wantField: "policy",
+			wantMsg:   "unknown key",
+		},
+		{
+			name:      "UnknownPolicyKey",
+			yaml:      "policies:\n  p:\n    backoff: [0s]\n    retries: 3\n",
+			wantField: "policies.p.retries",
+			wantMsg:   "unknown key",
+		},
+		{
+			name:      "UnknownPollKey",
+			yaml:      "topics:\n  t:\n    channel: poll\n    poll: {field: f, values: [x], done: y}\n",
+			wantField: "topics.t.poll.done",
+			wantMsg:   "unknown key",
+		},
+		{
+			name:      "PolicyNotAMap",
+			yaml:      "policies:\n  p: 5m\n",
+			wantField: "policies.p",
+			wantMsg:   "expected a map",
+		},
+		{
+			name:      "PoliciesNotAMap",
+			yaml:      "policies: [a, b]\n",
+			wantField: "policies[0]",
+			wantMsg:   "want a map, not a",
+		},
+		{
+			name:      "BadJitter",
+			yaml:      "policies:\n  p: {backoff: [0s], jitter: lots}\n",
+			wantField: "policies.p.jitter",
+			wantMsg:   "want a number, not lots",
+		},
+		{
+			name:      "ListForString",
+			yaml:      "policies:\n  p: {backoff: [0s], success_body: [a, b]}\n",
+			wantField: "policies.p.success_body",
+			wantMsg:   "want a string, not [a b]",
+		},
+		{
+			name:      "ValidationAfterDecoding",
+			yaml:      "policies:\n  p: {backoff: [0s], retry_on: [network, sometimes]}\n",
+			wantField: "policies.p.retry_on[1]",
+			wantMsg:   `not "sometimes"`,
+		},
+		{
+			name:      "NoBackoff",
+			yaml:      "policies:\n  p: {ttr: 30s}\n",
+			wantField: "policies.p.backoff",
+		},
+		{
+			name:      "TopicUnknownPolicy",
+			yaml:      "topics:\n  t: {channel: webhook, policy: nope}\n",
+			wantField: "topics.t.policy",
+			wantMsg:   `unknown policy "nope"`,
+		},
+		{
+			name:      "TopicBadChannel",
+			yaml:      "topics:\n  t: {channel: email}\n",
+			wantField: "topics.t.channel",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+
+			_, err := Parse([]byte(tt.yaml))
+			var fe *notify.FieldError
+			require.ErrorAs(t, err, &fe)
+			require.Equal(t, tt.wantField, fe.Field)
+			require.Contains(t, fe.Message, tt.wantMsg)
+		})
+	}
+
+	t.Run("BadYAML", func(t *testing.T) {
+		t.Parallel()
+
+		_, err := Parse([]byte("policies:\n  p: [unclosed\n"))
+		require.Error(t, err)
+	})
+}
+
+func TestLoad(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ShippedFile", func(t *testing.T) {
+		t.Parallel()
+
+		s, err := Load("../configs/policies.yaml")
+		require.NoError(t, err)
+
+		last := func(name string) (int, time.Duration) {
+			p, ok := s.Policy(name)
+			require.True(t, ok, name)
+			sched := Schedule(p.Backoff)
+			return len(sched), sched[len(sched)-1]
+		}
+		n, total := last(DefaultName)
+		require.Equal(t, 9, n)
+		require.Equal(t, 24*time.Hour+22*time.Minute, total)
+		n, total = last("alipay-notify")
+		require.Equal(t, 8, n)
+		require.Equal(t, 24*time.Hour+24*time.Minute, total)
+		n, total = last("wechatpay-notify")
+		require.Equal(t, 16, n)
+		require.Equal(t, 24*time.Hour+4*time.Minute, total)
+
+		require.Equal(t, "success", s.Policies["alipay-notify"].SuccessBody)
+		require.JSONEq(t, `{"code":"SUCCESS"}`, s.Policies["wechatpay-notify"].SuccessBody)
+		for name, channel := range map[string]string{
+			"order-notify":         notify.ChannelWebhook,
+			"wechat-notify":        notify.ChannelWebhook,
+			"payment-poll":         notify.ChannelPoll,
+			"appointment-reminder": notify.ChannelSMS,
+			"jobs":                 notify.ChannelPull,
+		} {
+			require.Equal(t, channel, s.Topics[name].Channel, name)
+		}
+		require.Equal(t, []string{"TRADE_SUCCESS", "TRADE_FINISHED", "TRADE_CLOSED"}, s.Topics["payment-poll"].Poll.Values)
+	})
+
+	t.Run("ErrorNamesFileAndField", func(t *testing.T) {
+		t.Parallel()
+
+		path := filepath.Join(t.TempDir(), "policies.yaml")
+		require.NoError(t, os.WriteFile(path, []byte("policies:\n  p: {backoff: [0s, x]}\n"), 0o600))
+		_, err := Load(path)
+		require.ErrorContains(t, err, path+": policies.p.backoff[1]: ")
+		var fe *notify.FieldError
+		require.ErrorAs(t, err, &fe)
+	})
+
+	t.Run("Missing", func(t *testing.T) {
+		t.Parallel()
+
+		_, err := Load(filepath.Join(t.TempDir(), "nope.yaml"))
+		require.ErrorIs(t, err, os.ErrNotExist)
+	})
+}
+
+func TestDecode(t *testing.T) {
+	t.Parallel()
+
+	type inner struct {
+		Wait  time.Duration `koanf:"wait"`
+		Names []string      `koanf:"names"`
+	}
+	type config struct {
+		Count int   `koanf:"count"`
+		Inner inner `koanf:"inner"`
+	}
+
+	t.Run("StringsFromEnvironment", func(t *testing.T) {
+		t.Parallel()
+
+		var c config
+		require.NoError(t, Decode("", map[string]any{"count": "16", "inner": map[string]any{"wait": "90", "names": []string{"a", "b"}}}, &c))
+		require.Equal(t, config{Count: 16, Inner: inner{Wait: 90 * time.Second, Names: []string{"a", "b"}}}, c)
+	})
+
+	t.Run("KeepsFieldsNotGiven", func(t *testing.T) {
+		t.Parallel()
+
+		c := config{Count: 3, Inner: inner{Wait: time.Second}}
+		require.NoError(t, Decode("", map[string]any{"inner": map[string]any{"names": []any{"x"}}}, &c))
+		require.Equal(t, config{Count: 3, Inner: inner{Wait: time.Second, Names: []string{"x"}}}, c)
+	})
+
+	t.Run("ErrorPaths", func(t *testing.T) {
+		t.Parallel()
+
+		var c config
+		err := Decode("", map[string]any{"count": "many"}, &c)
+		var fe *notify.FieldError
+		require.ErrorAs(t, err, &fe)
+		require.Equal(t, "count", fe.Field)
+
+		err = Decode("root", map[string]any{"inner": map[string]any{"wait": "-1s"}}, &c)
+		require.ErrorAs(t, err, &fe)
+		require.Equal(t, "root.inner.wait", fe.Field)
+
+		err = Decode("", map[string]any{"inner": map[string]any{"name": "x"}}, &c)
+		require.ErrorAs(t, err, &fe)
+		require.Equal(t, "inner.name", fe.Field)
+		require.Equal(t, "unknown key", fe.Message)
+	})
+
+	t.Run("NotAPointerPanics", func(t *testing.T) {
+		t.Parallel()
+
+		require.Panics(t, func() { _ = Decode("", map[string]any{}, config{}) })
+	})
+}
+
+// FuzzParse feeds policy YAML to Parse: it must never panic, a refusal of
+// content that is valid YAML must name a field, and whatever it accepts
+// must be a valid Set.
+func FuzzParse(f *testing.F) {
+	shipped, err := os.ReadFile("../configs/policies.yaml")
+	require.NoError(f, err)
+	f.Add(shipped)
+	for _, s := range []string{
+		"",
+		"policies:\n  p: {backoff: [0s, 30, 1.5, 2m]}\n",
+		"policies:\n  p: {backoff: [0s, -1]}\n",
+		"policies:\n  p: {backoff: 2m, ttr: 1e99}\n",
+		"topics:\n  t: {channel: poll, poll: {field: a.b, values: [X]}}\n",
+		"topics:\n  t: {channel: webhook, policy: nope}\n",
+		"policies: [1, 2]\n",
+		"a: &x [*x]\n",
+		"policies:\n  p:\n    backoff: [0s]\n    jitter: .5\n    retry_on: [429, 5xx]\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s, err := Parse(b)
+		if err != nil {
+			if _, yamlErr := yaml.Parser().Unmarshal(b); yamlErr == nil {
+				var fe *notify.FieldError
+				require.ErrorAs(t, err, &fe)
+			}
+			return
+		}
+		require.Contains(t, s.Policies, DefaultName)
+		for name, p := range s.Policies {
+			require.NoError(t, p.Validate(), name)
+		}
+	})
+}

@@ -1,0 +1,216 @@
+package policy
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/notify"
+)
+
+// reloadResult is one call of WatcherConfig.ReloadedFunc.
+type reloadResult struct {
+	set *Set
+	err error
+}
+
+// lockedBuffer is a log destination the watcher's goroutine and the test
+// can share.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func TestWatcher(t *testing.T) {
+	t.Parallel()
+
+	const (
+		goodYAML  = "policies:\n  p: {backoff: [0s, 1m]}\n"
+		goodYAML2 = "policies:\n  p: {backoff: [0s, 1m, 5m]}\n  q: {backoff: [0s]}\n"
+		badYAML   = "policies:\n  p: {backoff: [0s, 1 minute]}\n"
+	)
+
+	type testBundle struct {
+		path     string
+		logs     *lockedBuffer
+		reloaded chan reloadResult
+		mtime    time.Time
+	}
+
+	setup := func(t *testing.T) (*Watcher, *testBundle) {
+		t.Helper()
+
+		bundle := &testBundle{
+			path:     filepath.Join(t.TempDir(), "policies.yaml"),
+			logs:     &lockedBuffer{},
+			reloaded: make(chan reloadResult, 10),
+			mtime:    time.Now().Add(-time.Hour),
+		}
+		require.NoError(t, os.WriteFile(bundle.path, []byte(goodYAML), 0o600))
+		require.NoError(t, os.Chtimes(bundle.path, bundle.mtime, bundle.mtime))
+		w, err := NewWatcher(&WatcherConfig{
+			Path:         bundle.path,
+			Interval:     5 * time.Millisecond,
+			Logger:       slog.New(slog.NewTextHandler(bundle.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+			ReloadedFunc: func(s *Set, err error) { bundle.reloaded <- reloadResult{s, err} },
+		})
+		require.NoError(t, err)
+		t.Cleanup(w.Stop)
+		return w, bundle
+	}
+
+	// write replaces the file's content and moves its modification time
+	// forward by a whole second, so the change is seen whatever the file
+	// system's timestamp resolution.
+	write := func(t *testing.T, bundle *testBundle, content string) {
+		t.Helper()
+		require.NoError(t, os.WriteFile(bundle.path, []byte(content), 0o600))
+		bundle.mtime = bundle.mtime.Add(time.Second)
+		require.NoError(t, os.Chtimes(bundle.path, bundle.mtime, bundle.mtime))
+	}
+
+	waitReload := func(t *testing.T, bundle *testBundle) reloadResult {
+		t.Helper()
+		select {
+		case r := <-bundle.reloaded:
+			return r
+		case <-time.After(10 * time.Second):
+			require.FailNow(t, "no reload within 10s")
+			return reloadResult{}
+		}
+	}
+
+	t.Run("LoadsAtConstruction", func(t *testing.T) {
+		t.Parallel()
+
+		w, _ := setup(t)
+		require.Len(t, w.Current().Policies["p"].Backoff, 2)
+	})
+
+	t.Run("RefusesBadFileAtConstruction", func(t *testing.T) {
+		t.Parallel()
+
+		path := filepath.Join(t.TempDir(), "policies.yaml")
+		require.NoError(t, os.WriteFile(path, []byte(badYAML), 0o600))
+		_, err := NewWatcher(&WatcherConfig{Path: path})
+		var fe *notify.FieldError
+		require.ErrorAs(t, err, &fe)
+		require.Equal(t, "policies.p.backoff[1]", fe.Field)
+	})
+
+	t.Run("AppliesGoodChange", func(t *testing.T) {
+		t.Parallel()
+
+		w, bundle := setup(t)
+		w.Start(t.Context())
+		write(t, bundle, goodYAML2)
+
+		r := waitReload(t, bundle)
+		require.NoError(t, r.err)
+		require.Same(t, r.set, w.Current())
+		require.Len(t, w.Current().Policies["p"].Backoff, 3)
+		require.Contains(t, w.Current().Policies, "q")
+		require.Contains(t, bundle.logs.String(), "reloaded the policies file")
+	})
+
+	t.Run("RefusesBadChangeAndKeepsOld", func(t *testing.T) {
+		t.Parallel()
+
+		w, bundle := setup(t)
+		before := w.Current()
+		w.Start(t.Context())
+		write(t, bundle, badYAML)
+
+		r := waitReload(t, bundle)
+		var fe *notify.FieldError
+		require.ErrorAs(t, r.err, &fe)
+		require.Equal(t, "policies.p.backoff[1]", fe.Field)
+		require.Same(t, before, w.Current())
+		require.Same(t, before, r.set)
+		require.Contains(t, bundle.logs.String(), "field=policies.p.backoff[1]")
+
+		// The bad file is not read again until it changes; fixing it
+		// applies the fix.
+		write(t, bundle, goodYAML2)
+		r = waitReload(t, bundle)
+		require.NoError(t, r.err)
+		require.Len(t, w.Current().Policies["p"].Backoff, 3)
+	})
+
+	t.Run("MissingFileKeepsOld", func(t *testing.T) {
+		t.Parallel()
+
+		w, bundle := setup(t)
+		before := w.Current()
+		require.NoError(t, os.Remove(bundle.path))
+		w.Start(t.Context())
+
+		require.Eventually(t, func() bool {
+			return bytes.Contains([]byte(bundle.logs.String()), []byte("cannot look at the policies file"))
+		}, 10*time.Second, 5*time.Millisecond)
+		require.Same(t, before, w.Current())
+
+		write(t, bundle, goodYAML2)
+		r := waitReload(t, bundle)
+		require.NoError(t, r.err)
+	})
+
+	t.Run("ReloadOnRequest", func(t *testing.T) {
+		t.Parallel()
+
+		// Not started: only Reload reads the file.
+		w, bundle := setup(t)
+		before := w.Current()
+		write(t, bundle, badYAML)
+		var fe *notify.FieldError
+		require.ErrorAs(t, w.Reload(t.Context()), &fe)
+		require.Same(t, before, w.Current())
+		require.Error(t, waitReload(t, bundle).err)
+
+		write(t, bundle, goodYAML2)
+		require.NoError(t, w.Reload(t.Context()))
+		require.Len(t, w.Current().Policies["p"].Backoff, 3)
+		require.NoError(t, waitReload(t, bundle).err)
+	})
+
+	t.Run("StartStop", func(t *testing.T) {
+		t.Parallel()
+
+		w, _ := setup(t)
+		w.Stop() // before Start: nothing to do
+		w.Start(t.Context())
+		w.Start(t.Context()) // already started: nothing to do
+		w.Stop()
+		w.Stop()
+		w.Start(t.Context()) // restartable; Cleanup stops it
+	})
+
+	t.Run("StopsWithContext", func(t *testing.T) {
+		t.Parallel()
+
+		w, _ := setup(t)
+		ctx, cancel := context.WithCancel(t.Context())
+		w.Start(ctx)
+		cancel()
+		w.Stop()
+	})
+}
