@@ -130,6 +130,10 @@ func ValidID(id string) bool { return idRe.MatchString(id) }
 // ValidTopic reports whether topic is an acceptable topic name.
 func ValidTopic(topic string) bool { return topicRe.MatchString(topic) }
 
+// ValidE164 reports whether s is an E.164 phone number such as
+// +14155550100, the form SMS targets take.
+func ValidE164(s string) bool { return e164Re.MatchString(s) }
+
 // NewID returns a random id for a notification enqueued without one.
 func NewID() string {
 	var b [16]byte
@@ -195,7 +199,7 @@ func validateTarget(channel, target string) error {
 			return Errorf("target", "must be an http or https URL for channel %s", channel)
 		}
 	case ChannelSMS:
-		if !e164Re.MatchString(target) {
+		if !ValidE164(target) {
 			return Errorf("target", "must be an E.164 phone number such as +14155550100")
 		}
 	case ChannelPull:

@@ -28,6 +28,7 @@ import (
 	"github.com/go-resty/resty/v2"
 
 	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/policy"
 )
 
 // Defaults and limits of the client.
@@ -108,6 +109,20 @@ func LoggerOrDefault(l *slog.Logger) *slog.Logger {
 		return l
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// PoliciesOrDefault returns f, or, when f is nil, a function that returns a
+// set holding only the default policy: what a sender uses when it is given
+// no policies.
+func PoliciesOrDefault(f func() *policy.Set) func() *policy.Set {
+	if f != nil {
+		return f
+	}
+	set, err := policy.NewSet(nil, nil)
+	if err != nil {
+		panic(fmt.Sprintf("httpsend: the default policy set is invalid: %v", err))
+	}
+	return func() *policy.Set { return set }
 }
 
 // Request starts a request bound to ctx. Set its headers and body, then pass

@@ -131,14 +131,6 @@ func New(cfg *Config) (*Sender, error) {
 	if len(key) == 0 {
 		logger.Warn("webhook: no secret configured; requests go out unsigned")
 	}
-	policies := cfg.Policies
-	if policies == nil {
-		set, err := policy.NewSet(nil, nil)
-		if err != nil {
-			return nil, fmt.Errorf("webhook: default policies: %w", err)
-		}
-		policies = func() *policy.Set { return set }
-	}
 	client, err := httpsend.NewClient(&httpsend.Config{
 		AllowNetworks: cfg.AllowNetworks,
 		Resolver:      cfg.Resolver,
@@ -152,7 +144,7 @@ func New(cfg *Config) (*Sender, error) {
 	return &Sender{
 		key:       key,
 		timeout:   cmp.Or(cfg.Timeout, TimeoutDefault),
-		policies:  policies,
+		policies:  httpsend.PoliciesOrDefault(cfg.Policies),
 		templates: cfg.Templates,
 		client:    client,
 		nowFunc:   time.Now,

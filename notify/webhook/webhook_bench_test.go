@@ -3,6 +3,8 @@ package webhook
 import (
 	"context"
 	"testing"
+
+	"github.com/heraldhq/herald/notify/httpsend/httpsendtest"
 )
 
 // BenchmarkSend measures signed sends to a local receiver, and reports the
@@ -19,9 +21,9 @@ func BenchmarkSend(b *testing.B) {
 		{name: "Concurrent32PerCPU", parallelism: 32},
 	} {
 		b.Run(bench.name, func(b *testing.B) {
-			rec := newReceiver(b, "tcp4", answer(200, "success"))
+			rec := httpsendtest.NewReceiver(b, "tcp4", httpsendtest.Answer(200, "success"))
 			sender := newSender(b, Config{AllowNetworks: []string{"127.0.0.0/8"}})
-			n := notification(rec.srv.URL + "/hook")
+			n := notification(rec.URL() + "/hook")
 			b.ReportAllocs()
 			b.ResetTimer()
 			if bench.parallelism == 0 {
@@ -43,7 +45,7 @@ func BenchmarkSend(b *testing.B) {
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "sends/s")
-			b.ReportMetric(float64(rec.conns.Load()), "conns")
+			b.ReportMetric(float64(rec.Conns()), "conns")
 		})
 	}
 }

@@ -8,11 +8,9 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -25,6 +23,7 @@ import (
 
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/notify/httpsend"
+	"github.com/heraldhq/herald/notify/httpsend/httpsendtest"
 	"github.com/heraldhq/herald/policy"
 	"github.com/heraldhq/herald/templates"
 )
@@ -32,74 +31,6 @@ import (
 // testSecret is a Standard Webhooks secret; its key is the bytes
 // "herald-test-key-0123456789abcdef".
 const testSecret = "whsec_aGVyYWxkLXRlc3Qta2V5LTAxMjM0NTY3ODlhYmNkZWY="
-
-// received is one request as the receiver saw it.
-type received struct {
-	Method string
-	Path   string
-	Header http.Header
-	Body   []byte
-}
-
-// receiver is a local HTTP server that records requests (the first
-// maxRecorded of them, so benchmarks stay small) and counts the connections
-// opened to it.
-type receiver struct {
-	srv   *httptest.Server
-	conns atomic.Int64
-	mu    sync.Mutex
-	reqs  []received
-}
-
-const maxRecorded = 100
-
-// newReceiver starts a receiver on the loopback address of network ("tcp4":
-// 127.0.0.1, "tcp6": ::1) that answers with h.
-func newReceiver(tb testing.TB, network string, h http.HandlerFunc) *receiver {
-	tb.Helper()
-	addr := "127.0.0.1:0"
-	if network == "tcp6" {
-		addr = "[::1]:0"
-	}
-	l, err := net.Listen(network, addr)
-	require.NoError(tb, err)
-	r := &receiver{}
-	r.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		body, _ := io.ReadAll(req.Body)
-		r.mu.Lock()
-		if len(r.reqs) < maxRecorded {
-			r.reqs = append(r.reqs, received{Method: req.Method, Path: req.URL.Path, Header: req.Header.Clone(), Body: body})
-		}
-		r.mu.Unlock()
-		h(w, req)
-	}))
-	r.srv.Listener.Close()
-	r.srv.Listener = l
-	r.srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
-		if s == http.StateNew {
-			r.conns.Add(1)
-		}
-	}
-	r.srv.Start()
-	tb.Cleanup(r.srv.Close)
-	return r
-}
-
-func (r *receiver) requests() []received {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]received(nil), r.reqs...)
-}
-
-func answer(status int, body string, header ...string) http.HandlerFunc {
-	return func(w http.ResponseWriter, _ *http.Request) {
-		for i := 0; i+1 < len(header); i += 2 {
-			w.Header().Set(header[i], header[i+1])
-		}
-		w.WriteHeader(status)
-		_, _ = io.WriteString(w, body)
-	}
-}
 
 // testPolicies are the policies the tests name.
 func testPolicies(tb testing.TB) func() *policy.Set {
@@ -203,27 +134,27 @@ func TestSendClassification(t *testing.T) {
 		minRetryAfter time.Duration
 		maxRetryAfter time.Duration
 	}{
-		{name: "OK", handler: answer(200, "ok"), want: success, status: 200},
-		{name: "NoContent", handler: answer(204, ""), want: success, status: 204},
-		{name: "MovedPermanently", handler: answer(301, "", "Location", "/elsewhere"), want: permanent, status: 301},
-		{name: "RedirectRetriedWhenNamed", policy: "redirects", handler: answer(302, "", "Location", "/elsewhere"), want: retry, status: 302},
-		{name: "BadRequest", handler: answer(400, `{"error":"bad"}`), want: permanent, status: 400},
-		{name: "NotFound", handler: answer(404, ""), want: permanent, status: 404},
-		{name: "RequestTimeout", handler: answer(408, ""), want: retry, status: 408},
-		{name: "Gone", handler: answer(410, ""), want: permanent, status: 410},
-		{name: "TooEarly", handler: answer(425, ""), want: retry, status: 425},
-		{name: "TooManySeconds", handler: answer(429, "", "Retry-After", "7"), want: retry, status: 429, minRetryAfter: 7 * time.Second, maxRetryAfter: 7 * time.Second},
+		{name: "OK", handler: httpsendtest.Answer(200, "ok"), want: success, status: 200},
+		{name: "NoContent", handler: httpsendtest.Answer(204, ""), want: success, status: 204},
+		{name: "MovedPermanently", handler: httpsendtest.Answer(301, "", "Location", "/elsewhere"), want: permanent, status: 301},
+		{name: "RedirectRetriedWhenNamed", policy: "redirects", handler: httpsendtest.Answer(302, "", "Location", "/elsewhere"), want: retry, status: 302},
+		{name: "BadRequest", handler: httpsendtest.Answer(400, `{"error":"bad"}`), want: permanent, status: 400},
+		{name: "NotFound", handler: httpsendtest.Answer(404, ""), want: permanent, status: 404},
+		{name: "RequestTimeout", handler: httpsendtest.Answer(408, ""), want: retry, status: 408},
+		{name: "Gone", handler: httpsendtest.Answer(410, ""), want: permanent, status: 410},
+		{name: "TooEarly", handler: httpsendtest.Answer(425, ""), want: retry, status: 425},
+		{name: "TooManySeconds", handler: httpsendtest.Answer(429, "", "Retry-After", "7"), want: retry, status: 429, minRetryAfter: 7 * time.Second, maxRetryAfter: 7 * time.Second},
 		{
 			name: "TooManyHTTPDate",
 			handler: func(w http.ResponseWriter, r *http.Request) {
-				answer(429, "", "Retry-After", time.Now().Add(90*time.Second).UTC().Format(http.TimeFormat))(w, r)
+				httpsendtest.Answer(429, "", "Retry-After", time.Now().Add(90*time.Second).UTC().Format(http.TimeFormat))(w, r)
 			},
 			want: retry, status: 429, minRetryAfter: 88 * time.Second, maxRetryAfter: 90 * time.Second,
 		},
-		{name: "TooManyNotHonoured", policy: "alipay", handler: answer(429, "", "Retry-After", "7"), want: retry, status: 429},
-		{name: "InternalError", handler: answer(500, "boom"), want: retry, status: 500},
-		{name: "BadGateway", handler: answer(502, ""), want: retry, status: 502},
-		{name: "Unavailable", handler: answer(503, "", "Retry-After", "120"), want: retry, status: 503, minRetryAfter: 2 * time.Minute, maxRetryAfter: 2 * time.Minute},
+		{name: "TooManyNotHonoured", policy: "alipay", handler: httpsendtest.Answer(429, "", "Retry-After", "7"), want: retry, status: 429},
+		{name: "InternalError", handler: httpsendtest.Answer(500, "boom"), want: retry, status: 500},
+		{name: "BadGateway", handler: httpsendtest.Answer(502, ""), want: retry, status: 502},
+		{name: "Unavailable", handler: httpsendtest.Answer(503, "", "Retry-After", "120"), want: retry, status: 503, minRetryAfter: 2 * time.Minute, maxRetryAfter: 2 * time.Minute},
 		{
 			name:   "Timeout",
 			policy: "slow",
@@ -255,10 +186,10 @@ func TestSendClassification(t *testing.T) {
 			t.Parallel()
 			handler := tt.handler
 			if handler == nil {
-				handler = answer(200, "")
+				handler = httpsendtest.Answer(200, "")
 			}
-			rec := newReceiver(t, "tcp4", handler)
-			n := notification(rec.srv.URL + "/hook")
+			rec := httpsendtest.NewReceiver(t, "tcp4", handler)
+			n := notification(rec.URL() + "/hook")
 			n.Policy = tt.policy
 			if tt.target != nil {
 				n.Target = tt.target(t)
@@ -277,7 +208,7 @@ func TestSendClassification(t *testing.T) {
 				require.Less(t, time.Since(start), 2*time.Second)
 				require.ErrorIs(t, err, context.DeadlineExceeded)
 			}
-			for _, r := range rec.requests() {
+			for _, r := range rec.Requests() {
 				require.Equal(t, "/hook", r.Path, "a redirect was followed")
 			}
 		})
@@ -289,16 +220,16 @@ func TestSendRequest(t *testing.T) {
 
 	t.Run("SignatureAndHeaders", func(t *testing.T) {
 		t.Parallel()
-		rec := newReceiver(t, "tcp4", answer(200, "ok"))
+		rec := httpsendtest.NewReceiver(t, "tcp4", httpsendtest.Answer(200, "ok"))
 		sender := newSender(t, Config{AllowNetworks: []string{"127.0.0.0/8"}, UserAgent: "herald/1.2.3"})
-		n := notification(rec.srv.URL + "/hook")
+		n := notification(rec.URL() + "/hook")
 		n.Headers["webhook-id"] = "forged"
 		n.Headers["content-type"] = "text/html"
 
 		before := time.Now().Unix()
 		_, err := sender.Send(context.Background(), n)
 		require.NoError(t, err)
-		reqs := rec.requests()
+		reqs := rec.Requests()
 		require.Len(t, reqs, 1)
 		r := reqs[0]
 		require.Equal(t, http.MethodPost, r.Method)
@@ -323,11 +254,11 @@ func TestSendRequest(t *testing.T) {
 
 	t.Run("RawSecret", func(t *testing.T) {
 		t.Parallel()
-		rec := newReceiver(t, "tcp4", answer(200, "ok"))
+		rec := httpsendtest.NewReceiver(t, "tcp4", httpsendtest.Answer(200, "ok"))
 		sender := newSender(t, Config{AllowNetworks: []string{"127.0.0.0/8"}, Secret: "plain-secret"})
-		_, err := sender.Send(context.Background(), notification(rec.srv.URL))
+		_, err := sender.Send(context.Background(), notification(rec.URL()))
 		require.NoError(t, err)
-		r := rec.requests()[0]
+		r := rec.Requests()[0]
 		mac := hmac.New(sha256.New, []byte("plain-secret"))
 		mac.Write([]byte(r.Header.Get("Webhook-Id") + "." + r.Header.Get("Webhook-Timestamp") + "." + string(r.Body)))
 		require.Equal(t, "v1,"+base64.StdEncoding.EncodeToString(mac.Sum(nil)), r.Header.Get("Webhook-Signature"))
@@ -335,15 +266,15 @@ func TestSendRequest(t *testing.T) {
 
 	t.Run("StableAcrossAttempts", func(t *testing.T) {
 		t.Parallel()
-		rec := newReceiver(t, "tcp4", answer(503, ""))
+		rec := httpsendtest.NewReceiver(t, "tcp4", httpsendtest.Answer(503, ""))
 		sender := newSender(t, Config{AllowNetworks: []string{"127.0.0.0/8"}})
-		n := notification(rec.srv.URL)
+		n := notification(rec.URL())
 		for attempt := range 3 {
 			n.Attempts = attempt
 			_, err := sender.Send(context.Background(), n)
 			require.Equal(t, retry, classify(err))
 		}
-		reqs := rec.requests()
+		reqs := rec.Requests()
 		require.Len(t, reqs, 3)
 		for i, r := range reqs {
 			require.Equal(t, n.ID, r.Header.Get("Webhook-Id"))
@@ -357,14 +288,14 @@ func TestSendRequest(t *testing.T) {
 		t.Parallel()
 		set, err := templates.Load("../../templates")
 		require.NoError(t, err)
-		rec := newReceiver(t, "tcp4", answer(200, "success"))
+		rec := httpsendtest.NewReceiver(t, "tcp4", httpsendtest.Answer(200, "success"))
 		sender := newSender(t, Config{AllowNetworks: []string{"127.0.0.0/8"}, Templates: set})
-		n := notification(rec.srv.URL)
+		n := notification(rec.URL())
 		n.Template, n.Policy = "order-notify.json", "alipay"
 		_, err = sender.Send(context.Background(), n)
 		require.NoError(t, err)
 		var got map[string]any
-		require.NoError(t, json.Unmarshal(rec.requests()[0].Body, &got))
+		require.NoError(t, json.Unmarshal(rec.Requests()[0].Body, &got))
 		require.Equal(t, "T-1", got["out_trade_no"])
 		require.Equal(t, n.ID, got["notify_id"])
 
@@ -372,14 +303,14 @@ func TestSendRequest(t *testing.T) {
 		_, err = sender.Send(context.Background(), n)
 		require.Equal(t, permanent, classify(err))
 		require.ErrorContains(t, err, "trade_status")
-		require.Len(t, rec.requests(), 1, "a failed render sends nothing")
+		require.Len(t, rec.Requests(), 1, "a failed render sends nothing")
 	})
 
 	t.Run("ResponseBodyCut", func(t *testing.T) {
 		t.Parallel()
-		rec := newReceiver(t, "tcp4", answer(200, strings.Repeat("x", 100<<10)))
+		rec := httpsendtest.NewReceiver(t, "tcp4", httpsendtest.Answer(200, strings.Repeat("x", 100<<10)))
 		sender := newSender(t, Config{AllowNetworks: []string{"127.0.0.0/8"}})
-		resp, err := sender.Send(context.Background(), notification(rec.srv.URL))
+		resp, err := sender.Send(context.Background(), notification(rec.URL()))
 		require.NoError(t, err)
 		require.Equal(t, notify.Response{StatusCode: 200, Body: strings.Repeat("x", notify.MaxErrorLen)}, resp)
 	})
@@ -405,8 +336,8 @@ func TestSendSuccessBody(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			rec := newReceiver(t, "tcp4", answer(200, tt.body))
-			n := notification(rec.srv.URL)
+			rec := httpsendtest.NewReceiver(t, "tcp4", httpsendtest.Answer(200, tt.body))
+			n := notification(rec.URL())
 			n.Policy = tt.policy
 			resp, err := sender.Send(context.Background(), n)
 			require.Equal(t, tt.want, classify(err), "error: %v", err)
@@ -421,11 +352,11 @@ func TestSendSuccessBody(t *testing.T) {
 func TestSendPolicyReload(t *testing.T) {
 	t.Parallel()
 
-	rec := newReceiver(t, "tcp4", answer(200, "ok"))
+	rec := httpsendtest.NewReceiver(t, "tcp4", httpsendtest.Answer(200, "ok"))
 	var current atomic.Pointer[policy.Set]
 	current.Store(testPolicies(t)())
 	sender := newSender(t, Config{AllowNetworks: []string{"127.0.0.0/8"}, Policies: current.Load})
-	n := notification(rec.srv.URL)
+	n := notification(rec.URL())
 	n.Policy = "strict"
 
 	_, err := sender.Send(context.Background(), n)
@@ -495,13 +426,13 @@ func TestSendSSRF(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			rec := newReceiver(t, tt.network, answer(200, "ok"))
-			_, port, err := net.SplitHostPort(rec.srv.Listener.Addr().String())
+			rec := httpsendtest.NewReceiver(t, tt.network, httpsendtest.Answer(200, "ok"))
+			_, port, err := net.SplitHostPort(rec.Addr())
 			require.NoError(t, err)
 			target := tt.target(port)
 
 			t.Run("Refused", func(t *testing.T) {
-				dials := &dialLog{to: rec.srv.Listener.Addr().String()}
+				dials := &dialLog{to: rec.Addr()}
 				sender := newSender(t, Config{DialFunc: dials.dial})
 				_, err := sender.Send(context.Background(), notification(target))
 				require.Equal(t, permanent, classify(err), "error: %v", err)
@@ -509,16 +440,16 @@ func TestSendSSRF(t *testing.T) {
 				require.ErrorAs(t, err, &blocked)
 				require.ErrorContains(t, err, tt.addr)
 				require.Empty(t, dials.addresses())
-				require.Zero(t, rec.conns.Load())
+				require.Zero(t, rec.Conns())
 			})
 
 			t.Run("Allowed", func(t *testing.T) {
-				dials := &dialLog{to: rec.srv.Listener.Addr().String()}
+				dials := &dialLog{to: rec.Addr()}
 				sender := newSender(t, Config{DialFunc: dials.dial, AllowNetworks: []string{tt.allow}})
 				_, err := sender.Send(context.Background(), notification(target))
 				require.NoError(t, err)
 				require.Equal(t, []string{net.JoinHostPort(tt.addr, port)}, dials.addresses())
-				require.Len(t, rec.requests(), 1)
+				require.Len(t, rec.Requests(), 1)
 			})
 		})
 	}
@@ -529,16 +460,16 @@ func TestSendSSRFWithoutInjectedDialer(t *testing.T) {
 
 	// The real dialer: 0.0.0.0 reaches the loopback receiver only when
 	// allowed.
-	rec := newReceiver(t, "tcp4", answer(200, "ok"))
-	_, port, err := net.SplitHostPort(rec.srv.Listener.Addr().String())
+	rec := httpsendtest.NewReceiver(t, "tcp4", httpsendtest.Answer(200, "ok"))
+	_, port, err := net.SplitHostPort(rec.Addr())
 	require.NoError(t, err)
 	target := "http://0.0.0.0:" + port + "/hook"
 
 	_, err = newSender(t, Config{}).Send(context.Background(), notification(target))
 	require.Equal(t, permanent, classify(err))
-	require.Zero(t, rec.conns.Load())
+	require.Zero(t, rec.Conns())
 
 	_, err = newSender(t, Config{AllowNetworks: []string{"0.0.0.0/32"}}).Send(context.Background(), notification(target))
 	require.NoError(t, err)
-	require.Len(t, rec.requests(), 1)
+	require.Len(t, rec.Requests(), 1)
 }
