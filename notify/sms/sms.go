@@ -1,0 +1,265 @@
+// Package sms delivers notifications as text messages through a provider:
+// Twilio's Messages API, or any gateway that takes a JSON POST.
+//
+// # Text
+//
+// The message is the notification's template rendered (appointment-
+// reminder.sms, say), trimmed of surrounding white space. Without a
+// template, the payload is the text: a JSON string ("Your code is 1234"), or
+// an object whose "text" field is one ({"text": "Your code is 1234"}). An
+// empty text, a payload of another shape and a target that is not an E.164
+// number are permanent failures, as is a template that fails to render.
+//
+// # Providers
+//
+// twilio: a form-encoded POST of To, From and Body to
+// {URL}/2010-04-01/Accounts/{AccountSID}/Messages.json with basic auth.
+// Twilio's 21xxx errors (invalid or unreachable number, unsubscribed
+// recipient, bad From) are permanent whatever the status; other answers are
+// classified by status under the policy, so 429 and 5xx are retried.
+//
+// http: a JSON POST of {"to", "from", "body"} to URL, with the notification
+// id as Idempotency-Key so a gateway can drop a repeated attempt; classified
+// by status under the policy like a webhook.
+//
+// Both go through the SSRF guard of package httpsend, so a gateway on an
+// internal address needs its network in AllowNetworks.
+package sms
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/notify/httpsend"
+	"github.com/heraldhq/herald/policy"
+	"github.com/heraldhq/herald/templates"
+)
+
+// Providers.
+const (
+	ProviderHTTP   = "http"
+	ProviderTwilio = "twilio"
+)
+
+// Defaults of a Config.
+const (
+	// ProviderDefault is the provider when the config names none.
+	ProviderDefault = ProviderHTTP
+	// TwilioURLDefault is Twilio's API base URL.
+	TwilioURLDefault = "https://api.twilio.com"
+	// TimeoutDefault bounds an attempt whose policy sets no timeout.
+	TimeoutDefault = 10 * time.Second
+)
+
+// Config configures a Sender.
+type Config struct {
+	// Provider is ProviderHTTP or ProviderTwilio. Default ProviderDefault.
+	Provider string
+	// URL is, for http, the gateway's URL (required); for twilio, the API
+	// base URL, so tests can point it at a local fake. Default for twilio:
+	// TwilioURLDefault.
+	URL string
+	// AccountSID and AuthToken are Twilio's credentials (required for
+	// twilio, unused for http).
+	AccountSID string
+	AuthToken  string
+	// From is the sending number or sender id (required for twilio;
+	// optional for http, where an empty From is left out).
+	From string
+	// Timeout bounds an attempt whose policy has no timeout. Default
+	// TimeoutDefault.
+	Timeout time.Duration
+	// Policies returns the current policy set, called on every attempt.
+	// Default: a set with only the default policy.
+	Policies func() *policy.Set
+	// Templates renders notifications that name a template. nil: such
+	// notifications fail permanently.
+	Templates *templates.Set
+	// AllowNetworks lists CIDRs the SSRF guard lets through. Default: none.
+	AllowNetworks []string
+	// UserAgent is sent with each request. Default
+	// httpsend.UserAgentDefault.
+	UserAgent string
+	// Resolver resolves host names. Default: net.DefaultResolver.
+	Resolver httpsend.Resolver
+	// DialFunc connects to an address the guard accepted. Default: a
+	// net.Dialer.
+	DialFunc httpsend.DialFunc
+	// Logger receives warnings. Default: warn-level text on stderr.
+	Logger *slog.Logger
+}
+
+// Sender sends SMS through the configured provider. It is safe for
+// concurrent use.
+type Sender struct {
+	provider  string
+	url       string
+	sid       string
+	token     string
+	from      string
+	timeout   time.Duration
+	policies  func() *policy.Set
+	templates *templates.Set
+	client    *httpsend.Client
+	nowFunc   func() time.Time
+}
+
+var _ notify.Sender = (*Sender)(nil)
+
+// New returns a Sender for cfg, or an error naming the config field that is
+// missing or wrong.
+func New(cfg *Config) (*Sender, error) {
+	s := &Sender{
+		provider:  cmp.Or(cfg.Provider, ProviderDefault),
+		url:       cfg.URL,
+		sid:       cfg.AccountSID,
+		token:     cfg.AuthToken,
+		from:      cfg.From,
+		timeout:   cmp.Or(cfg.Timeout, TimeoutDefault),
+		policies:  httpsend.PoliciesOrDefault(cfg.Policies),
+		templates: cfg.Templates,
+		nowFunc:   time.Now,
+	}
+	switch s.provider {
+	case ProviderHTTP:
+		if s.url == "" {
+			return nil, notify.Errorf("url", "is required for the http provider")
+		}
+	case ProviderTwilio:
+		s.url = strings.TrimSuffix(cmp.Or(s.url, TwilioURLDefault), "/")
+		switch {
+		case s.sid == "":
+			return nil, notify.Errorf("account_sid", "is required for the twilio provider")
+		case s.token == "":
+			return nil, notify.Errorf("auth_token", "is required for the twilio provider")
+		case s.from == "":
+			return nil, notify.Errorf("from", "is required for the twilio provider")
+		}
+	default:
+		return nil, notify.Errorf("provider", "must be %s or %s, not %q", ProviderHTTP, ProviderTwilio, s.provider)
+	}
+	if u, err := url.Parse(s.url); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, notify.Errorf("url", "%q is not an http or https URL", s.url)
+	}
+	client, err := httpsend.NewClient(&httpsend.Config{
+		AllowNetworks: cfg.AllowNetworks,
+		Resolver:      cfg.Resolver,
+		DialFunc:      cfg.DialFunc,
+		UserAgent:     cfg.UserAgent,
+		Logger:        cfg.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sms: %w", err)
+	}
+	s.client = client
+	return s, nil
+}
+
+// Send makes one attempt to send n's text to the number n.Target.
+func (s *Sender) Send(ctx context.Context, n *notify.Notification) (notify.Response, error) {
+	if !notify.ValidE164(n.Target) {
+		return notify.Response{}, notify.Permanent(fmt.Errorf("sms: target %q is not an E.164 number such as +14155550100", n.Target))
+	}
+	text, err := s.text(n)
+	if err != nil {
+		return notify.Response{}, notify.Permanent(fmt.Errorf("sms: %w", err))
+	}
+	p := s.policies().PolicyFor(n)
+	ctx, cancel := context.WithTimeout(ctx, cmp.Or(time.Duration(p.Timeout), s.timeout))
+	defer cancel()
+	if s.provider == ProviderTwilio {
+		return s.sendTwilio(ctx, &p, n, text)
+	}
+	return s.sendHTTP(ctx, &p, n, text)
+}
+
+// text is the message for n; see the package doc.
+func (s *Sender) text(n *notify.Notification) (string, error) {
+	body, _, err := s.templates.Body(n)
+	if err != nil {
+		return "", err
+	}
+	text := string(body)
+	if n.Template == "" {
+		var (
+			str string
+			obj struct {
+				Text string `json:"text"`
+			}
+		)
+		switch {
+		case json.Unmarshal(body, &str) == nil:
+			text = str
+		case json.Unmarshal(body, &obj) == nil:
+			text = obj.Text
+		default:
+			return "", errors.New(`payload must be a JSON string or an object with a "text" string, or the notification must name a template`)
+		}
+	}
+	text = strings.TrimSpace(text)
+	if text == "" {
+		return "", errors.New("the message text is empty")
+	}
+	return text, nil
+}
+
+func (s *Sender) sendHTTP(ctx context.Context, p *policy.Policy, n *notify.Notification, text string) (notify.Response, error) {
+	body, err := json.Marshal(struct {
+		To   string `json:"to"`
+		From string `json:"from,omitempty"`
+		Body string `json:"body"`
+	}{n.Target, s.from, text})
+	if err != nil {
+		return notify.Response{}, notify.Permanent(fmt.Errorf("sms: %w", err))
+	}
+	req := s.client.Request(ctx).
+		SetHeader("Content-Type", templates.ContentTypeJSON).
+		SetHeader("Idempotency-Key", n.ID).
+		SetBody(body)
+	res, err := s.client.Do(req, http.MethodPost, s.url)
+	if err != nil {
+		return notify.Response{}, httpsend.ClassifyError(p, fmt.Errorf("sms: %w", err))
+	}
+	resp := res.Response()
+	if err := httpsend.ClassifyStatus(p, res, s.nowFunc()); err != nil {
+		return resp, fmt.Errorf("sms: %w", err)
+	}
+	return resp, nil
+}
+
+// twilioError is the body of a failed Twilio API request.
+type twilioError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+func (s *Sender) sendTwilio(ctx context.Context, p *policy.Policy, n *notify.Notification, text string) (notify.Response, error) {
+	endpoint := s.url + "/2010-04-01/Accounts/" + url.PathEscape(s.sid) + "/Messages.json"
+	req := s.client.Request(ctx).
+		SetBasicAuth(s.sid, s.token).
+		SetFormData(map[string]string{"To": n.Target, "From": s.from, "Body": text})
+	res, err := s.client.Do(req, http.MethodPost, endpoint)
+	if err != nil {
+		return notify.Response{}, httpsend.ClassifyError(p, fmt.Errorf("sms: twilio: %w", err))
+	}
+	resp := res.Response()
+	statusErr := httpsend.ClassifyStatus(p, res, s.nowFunc())
+	if statusErr == nil {
+		return resp, nil
+	}
+	var te twilioError
+	if json.Unmarshal(bytes.TrimSpace(res.Body), &te) == nil && te.Code >= 21000 && te.Code < 22000 {
+		return resp, notify.Permanent(fmt.Errorf("sms: twilio error %d: %s", te.Code, te.Message))
+	}
+	return resp, fmt.Errorf("sms: twilio: %w", statusErr)
+}

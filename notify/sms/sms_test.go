@@ -1,0 +1,256 @@
+package sms
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/notify/httpsend"
+	"github.com/heraldhq/herald/notify/httpsend/httpsendtest"
+	"github.com/heraldhq/herald/policy"
+	"github.com/heraldhq/herald/templates"
+)
+
+type testBundle struct {
+	rec    *httpsendtest.Receiver
+	sender *Sender
+}
+
+// setup starts a receiver answering with h and a sender of provider
+// pointed at it.
+func setup(t *testing.T, provider string, h http.HandlerFunc) *testBundle {
+	t.Helper()
+	rec := httpsendtest.NewReceiver(t, "tcp4", h)
+	set, err := templates.Load("../../templates")
+	require.NoError(t, err)
+	policies, err := policy.NewSet(map[string]policy.Policy{
+		"default": {Backoff: []notify.Duration{0, 0}, HonorRetryAfter: true},
+	}, nil)
+	require.NoError(t, err)
+	cfg := &Config{
+		Provider:      provider,
+		URL:           rec.URL() + "/sms",
+		AccountSID:    "AC0123456789",
+		AuthToken:     "token-1",
+		From:          "+15005550006",
+		Policies:      func() *policy.Set { return policies },
+		Templates:     set,
+		AllowNetworks: []string{"127.0.0.0/8"},
+		Logger:        slog.New(slog.NewTextHandler(t.Output(), nil)),
+	}
+	if provider == ProviderTwilio {
+		cfg.URL = rec.URL()
+	}
+	sender, err := New(cfg)
+	require.NoError(t, err)
+	return &testBundle{rec: rec, sender: sender}
+}
+
+func notification(payload string) *notify.Notification {
+	return &notify.Notification{
+		ID:      "appt-42-reminder",
+		Topic:   "appointment-reminder",
+		Channel: notify.ChannelSMS,
+		Target:  "+351912345678",
+		Payload: json.RawMessage(payload),
+	}
+}
+
+func isPermanent(err error) bool {
+	var perm *notify.PermanentError
+	return errors.As(err, &perm)
+}
+
+func TestSendHTTP(t *testing.T) {
+	t.Parallel()
+
+	t.Run("Delivered", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t, ProviderHTTP, httpsendtest.Answer(202, `{"id":"m1"}`))
+		resp, err := bundle.sender.Send(context.Background(), notification(`"Your code is 1234"`))
+		require.NoError(t, err)
+		require.Equal(t, notify.Response{StatusCode: 202, Body: `{"id":"m1"}`}, resp)
+		reqs := bundle.rec.Requests()
+		require.Len(t, reqs, 1)
+		require.Equal(t, "/sms", reqs[0].Path)
+		require.Equal(t, "application/json", reqs[0].Header.Get("Content-Type"))
+		require.Equal(t, "appt-42-reminder", reqs[0].Header.Get("Idempotency-Key"))
+		require.JSONEq(t, `{"to":"+351912345678","from":"+15005550006","body":"Your code is 1234"}`, string(reqs[0].Body))
+	})
+
+	for _, tt := range []struct {
+		name      string
+		status    int
+		permanent bool
+	}{
+		{name: "Unavailable", status: 503},
+		{name: "TooMany", status: 429},
+		{name: "BadRequest", status: 400, permanent: true},
+		{name: "Unauthorized", status: 401, permanent: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			bundle := setup(t, ProviderHTTP, httpsendtest.Answer(tt.status, "no"))
+			resp, err := bundle.sender.Send(context.Background(), notification(`{"text":"hi"}`))
+			require.Error(t, err)
+			require.Equal(t, tt.permanent, isPermanent(err), "error: %v", err)
+			require.Equal(t, tt.status, resp.StatusCode)
+		})
+	}
+}
+
+func TestSendTwilio(t *testing.T) {
+	t.Parallel()
+
+	t.Run("Queued", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t, ProviderTwilio, httpsendtest.Answer(201, `{"sid":"SM1","status":"queued"}`))
+		resp, err := bundle.sender.Send(context.Background(), notification(`{"text":"See you at 15:30"}`))
+		require.NoError(t, err)
+		require.Equal(t, 201, resp.StatusCode)
+
+		reqs := bundle.rec.Requests()
+		require.Len(t, reqs, 1)
+		r := reqs[0]
+		require.Equal(t, "/2010-04-01/Accounts/AC0123456789/Messages.json", r.Path)
+		require.Equal(t, "application/x-www-form-urlencoded", r.Header.Get("Content-Type"))
+		hr := &http.Request{Header: r.Header}
+		user, pass, ok := hr.BasicAuth()
+		require.True(t, ok)
+		require.Equal(t, "AC0123456789", user)
+		require.Equal(t, "token-1", pass)
+		form, err := url.ParseQuery(string(r.Body))
+		require.NoError(t, err)
+		require.Equal(t, url.Values{"To": {"+351912345678"}, "From": {"+15005550006"}, "Body": {"See you at 15:30"}}, form)
+	})
+
+	for _, tt := range []struct {
+		name       string
+		status     int
+		body       string
+		header     []string
+		permanent  bool
+		retryAfter time.Duration
+		message    string
+	}{
+		{name: "InvalidNumber", status: 400, body: `{"code":21211,"message":"Invalid 'To' Phone Number","more_info":"https://www.twilio.com/docs/errors/21211","status":400}`, permanent: true, message: "twilio error 21211"},
+		{name: "Unsubscribed", status: 400, body: `{"code":21610,"message":"Attempt to send to unsubscribed recipient","status":400}`, permanent: true, message: "twilio error 21610"},
+		{name: "AuthFailed", status: 401, body: `{"code":20003,"message":"Authenticate","status":401}`, permanent: true, message: "status 401"},
+		{name: "TooMany", status: 429, body: `{"code":20429,"message":"Too Many Requests","status":429}`, header: []string{"Retry-After", "3"}, retryAfter: 3 * time.Second, message: "status 429"},
+		{name: "ServerError", status: 500, body: `{"code":20500,"message":"Internal Server Error","status":500}`, message: "status 500"},
+		{name: "BadGatewayNotJSON", status: 502, body: `<html>bad gateway</html>`, message: "status 502"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			bundle := setup(t, ProviderTwilio, httpsendtest.Answer(tt.status, tt.body, tt.header...))
+			resp, err := bundle.sender.Send(context.Background(), notification(`"hi"`))
+			require.ErrorContains(t, err, tt.message)
+			require.Equal(t, tt.permanent, isPermanent(err), "error: %v", err)
+			require.Equal(t, tt.status, resp.StatusCode)
+			var re *notify.RetryError
+			if tt.retryAfter > 0 {
+				require.ErrorAs(t, err, &re)
+				require.Equal(t, tt.retryAfter, re.RetryAfter)
+			}
+		})
+	}
+}
+
+func TestSendText(t *testing.T) {
+	t.Parallel()
+
+	bundle := setup(t, ProviderHTTP, httpsendtest.Answer(200, ""))
+
+	t.Run("Template", func(t *testing.T) {
+		t.Parallel()
+		n := notification(`{"name":"Ana","with":"Dr. Silva","starts_at":"2026-05-04T15:30:00+02:00"}`)
+		n.Template = "appointment-reminder.sms"
+		n.ID = "templated"
+		_, err := bundle.sender.Send(context.Background(), n)
+		require.NoError(t, err)
+		var sent struct{ Body string }
+		for _, r := range bundle.rec.Requests() {
+			if r.Header.Get("Idempotency-Key") == "templated" {
+				require.NoError(t, json.Unmarshal(r.Body, &sent))
+			}
+		}
+		require.Equal(t, "Hi Ana, a reminder of your appointment with Dr. Silva at 15:30 on Mon 4 May.", sent.Body)
+	})
+
+	for _, tt := range []struct {
+		name     string
+		target   string
+		template string
+		payload  string
+		message  string
+	}{
+		{name: "NotE164", target: "912345678", payload: `"hi"`, message: "not an E.164 number"},
+		{name: "NoPayload", payload: ``, message: "message text is empty"},
+		{name: "EmptyText", payload: `{"text":"  "}`, message: "message text is empty"},
+		{name: "NumberPayload", payload: `42`, message: `payload must be a JSON string or an object with a "text" string`},
+		{name: "TemplateFails", template: "appointment-reminder.sms", payload: `{"name":"Ana"}`, message: "render appointment-reminder.sms"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			n := notification(tt.payload)
+			n.ID = "bad-" + tt.name
+			n.Template = tt.template
+			if tt.target != "" {
+				n.Target = tt.target
+			}
+			_, err := bundle.sender.Send(context.Background(), n)
+			require.ErrorContains(t, err, tt.message)
+			require.True(t, isPermanent(err))
+			for _, r := range bundle.rec.Requests() {
+				require.NotEqual(t, n.ID, r.Header.Get("Idempotency-Key"), "nothing is sent")
+			}
+		})
+	}
+}
+
+func TestSendGuarded(t *testing.T) {
+	t.Parallel()
+
+	rec := httpsendtest.NewReceiver(t, "tcp4", httpsendtest.Answer(200, ""))
+	sender, err := New(&Config{URL: rec.URL(), Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	require.NoError(t, err)
+	_, err = sender.Send(context.Background(), notification(`"hi"`))
+	var blocked *httpsend.BlockedError
+	require.ErrorAs(t, err, &blocked)
+	require.True(t, isPermanent(err))
+	require.Zero(t, rec.Conns())
+}
+
+func TestNew(t *testing.T) {
+	t.Parallel()
+
+	for _, tt := range []struct {
+		name  string
+		cfg   Config
+		field string
+	}{
+		{name: "HTTPWithoutURL", cfg: Config{}, field: "url"},
+		{name: "HTTPBadURL", cfg: Config{URL: "gateway:8080"}, field: "url"},
+		{name: "UnknownProvider", cfg: Config{Provider: "carrier-pigeon"}, field: "provider"},
+		{name: "TwilioWithoutSID", cfg: Config{Provider: ProviderTwilio, AuthToken: "t", From: "+15005550006"}, field: "account_sid"},
+		{name: "TwilioWithoutToken", cfg: Config{Provider: ProviderTwilio, AccountSID: "AC1", From: "+15005550006"}, field: "auth_token"},
+		{name: "TwilioWithoutFrom", cfg: Config{Provider: ProviderTwilio, AccountSID: "AC1", AuthToken: "t"}, field: "from"},
+	} {
+		_, err := New(&tt.cfg)
+		var fe *notify.FieldError
+		require.ErrorAs(t, err, &fe, tt.name)
+		require.Equal(t, tt.field, fe.Field, tt.name)
+	}
+
+	s, err := New(&Config{Provider: ProviderTwilio, AccountSID: "AC1", AuthToken: "t", From: "+15005550006"})
+	require.NoError(t, err)
+	require.Equal(t, TwilioURLDefault, s.url)
+}
