@@ -47,7 +47,9 @@ const (
 	idleTimeout = 90 * time.Second
 )
 
-// Config configures a Client. The zero value is usable.
+// Config configures a Client. Each sender's config carries one as its HTTP
+// field, so one value built from senders.webhook.allow_networks can serve
+// them all. The zero value is usable and refuses every internal network.
 type Config struct {
 	// AllowNetworks lists the CIDRs the SSRF guard lets through although
 	// they are loopback, private or otherwise internal, such as

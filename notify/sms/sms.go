@@ -23,7 +23,7 @@
 // by status under the policy like a webhook.
 //
 // Both go through the SSRF guard of package httpsend, so a gateway on an
-// internal address needs its network in AllowNetworks.
+// internal address needs its network in Config.HTTP.AllowNetworks.
 package sms
 
 import (
@@ -33,7 +33,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
@@ -85,18 +84,10 @@ type Config struct {
 	// Templates renders notifications that name a template. nil: such
 	// notifications fail permanently.
 	Templates *templates.Set
-	// AllowNetworks lists CIDRs the SSRF guard lets through. Default: none.
-	AllowNetworks []string
-	// UserAgent is sent with each request. Default
-	// httpsend.UserAgentDefault.
-	UserAgent string
-	// Resolver resolves host names. Default: net.DefaultResolver.
-	Resolver httpsend.Resolver
-	// DialFunc connects to an address the guard accepted. Default: a
-	// net.Dialer.
-	DialFunc httpsend.DialFunc
-	// Logger receives warnings. Default: warn-level text on stderr.
-	Logger *slog.Logger
+	// HTTP configures the connections: the SSRF guard's allowed networks
+	// (a gateway on an internal address needs its network here), resolver
+	// and dialer, the User-Agent and the logger.
+	HTTP httpsend.Config
 }
 
 // Sender sends SMS through the configured provider. It is safe for
@@ -151,13 +142,7 @@ func New(cfg *Config) (*Sender, error) {
 	if u, err := url.Parse(s.url); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, notify.Errorf("url", "%q is not an http or https URL", s.url)
 	}
-	client, err := httpsend.NewClient(&httpsend.Config{
-		AllowNetworks: cfg.AllowNetworks,
-		Resolver:      cfg.Resolver,
-		DialFunc:      cfg.DialFunc,
-		UserAgent:     cfg.UserAgent,
-		Logger:        cfg.Logger,
-	})
+	client, err := httpsend.NewClient(&cfg.HTTP)
 	if err != nil {
 		return nil, fmt.Errorf("sms: %w", err)
 	}

@@ -36,15 +36,17 @@ func setup(t *testing.T, provider string, h http.HandlerFunc) *testBundle {
 	}, nil)
 	require.NoError(t, err)
 	cfg := &Config{
-		Provider:      provider,
-		URL:           rec.URL() + "/sms",
-		AccountSID:    "AC0123456789",
-		AuthToken:     "token-1",
-		From:          "+15005550006",
-		Policies:      func() *policy.Set { return policies },
-		Templates:     set,
-		AllowNetworks: []string{"127.0.0.0/8"},
-		Logger:        slog.New(slog.NewTextHandler(t.Output(), nil)),
+		Provider:   provider,
+		URL:        rec.URL() + "/sms",
+		AccountSID: "AC0123456789",
+		AuthToken:  "token-1",
+		From:       "+15005550006",
+		Policies:   func() *policy.Set { return policies },
+		Templates:  set,
+		HTTP: httpsend.Config{
+			AllowNetworks: []string{"127.0.0.0/8"},
+			Logger:        slog.New(slog.NewTextHandler(t.Output(), nil)),
+		},
 	}
 	if provider == ProviderTwilio {
 		cfg.URL = rec.URL()
@@ -220,7 +222,7 @@ func TestSendGuarded(t *testing.T) {
 	t.Parallel()
 
 	rec := httpsendtest.NewReceiver(t, "tcp4", httpsendtest.Answer(200, ""))
-	sender, err := New(&Config{URL: rec.URL(), Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	sender, err := New(&Config{URL: rec.URL(), HTTP: httpsend.Config{Logger: slog.New(slog.NewTextHandler(t.Output(), nil))}})
 	require.NoError(t, err)
 	_, err = sender.Send(context.Background(), notification(`"hi"`))
 	var blocked *httpsend.BlockedError

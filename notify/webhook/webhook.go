@@ -37,7 +37,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"reflect"
 	"strconv"
@@ -73,8 +72,7 @@ var reserved = map[string]bool{
 	"Transfer-Encoding": true, "Connection": true,
 }
 
-// Config configures a Sender. Only Secret is usually set; every other field
-// has a default.
+// Config configures a Sender. Every field but Secret has a default.
 type Config struct {
 	// Secret signs each request: "whsec_<base64>" as Standard Webhooks
 	// issues them, or any other string used as the key's bytes. Empty: no
@@ -84,9 +82,6 @@ type Config struct {
 	// went through policy.NewSet always have one, so this matters only for
 	// hand-built sets. Default TimeoutDefault.
 	Timeout time.Duration
-	// AllowNetworks lists CIDRs the SSRF guard lets through, such as
-	// "127.0.0.0/8" for a receiver on the same machine. Default: none.
-	AllowNetworks []string
 	// Policies returns the current policy set; it is called on every
 	// attempt, so a hot reload applies to the next attempt. Default: a set
 	// with only the default policy.
@@ -94,16 +89,11 @@ type Config struct {
 	// Templates renders notifications that name a template. nil: such
 	// notifications fail permanently.
 	Templates *templates.Set
-	// UserAgent is sent with each request; include the version, as
-	// "herald/1.4.0". Default httpsend.UserAgentDefault.
-	UserAgent string
-	// Resolver resolves target host names. Default: net.DefaultResolver.
-	Resolver httpsend.Resolver
-	// DialFunc connects to an address the guard accepted. Default: a
-	// net.Dialer.
-	DialFunc httpsend.DialFunc
-	// Logger receives warnings. Default: warn-level text on stderr.
-	Logger *slog.Logger
+	// HTTP configures the connections: the SSRF guard's allowed networks,
+	// resolver and dialer, the User-Agent (include the version, as
+	// "herald/1.4.0") and the logger. The zero value refuses every internal
+	// network.
+	HTTP httpsend.Config
 }
 
 // Sender delivers webhooks. It is safe for concurrent use, and keeps
@@ -123,21 +113,14 @@ var _ notify.Sender = (*Sender)(nil)
 // New returns a Sender for cfg, or an error for a secret that is not valid
 // base64 after "whsec_" or a bad allow_networks entry.
 func New(cfg *Config) (*Sender, error) {
-	logger := httpsend.LoggerOrDefault(cfg.Logger)
 	key, err := ParseSecret(cfg.Secret)
 	if err != nil {
 		return nil, err
 	}
 	if len(key) == 0 {
-		logger.Warn("webhook: no secret configured; requests go out unsigned")
+		httpsend.LoggerOrDefault(cfg.HTTP.Logger).Warn("webhook: no secret configured; requests go out unsigned")
 	}
-	client, err := httpsend.NewClient(&httpsend.Config{
-		AllowNetworks: cfg.AllowNetworks,
-		Resolver:      cfg.Resolver,
-		DialFunc:      cfg.DialFunc,
-		UserAgent:     cfg.UserAgent,
-		Logger:        logger,
-	})
+	client, err := httpsend.NewClient(&cfg.HTTP)
 	if err != nil {
 		return nil, fmt.Errorf("webhook: %w", err)
 	}

@@ -22,7 +22,7 @@ func BenchmarkSend(b *testing.B) {
 	} {
 		b.Run(bench.name, func(b *testing.B) {
 			rec := httpsendtest.NewReceiver(b, "tcp4", httpsendtest.Answer(200, "success"))
-			sender := newSender(b, Config{AllowNetworks: []string{"127.0.0.0/8"}})
+			sender := newSender(b, Config{HTTP: loopback})
 			n := notification(rec.URL() + "/hook")
 			b.ReportAllocs()
 			b.ResetTimer()
