@@ -23,6 +23,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/go-resty/resty/v2"
@@ -131,6 +132,24 @@ func PoliciesOrDefault(f func() *policy.Set) func() *policy.Set {
 // it to Do.
 func (c *Client) Request(ctx context.Context) *resty.Request {
 	return c.rc.R().SetContext(ctx)
+}
+
+// clientHeaders are the headers the client sets itself or that would break
+// the request's framing, which a notification's own headers cannot set.
+var clientHeaders = []string{"Host", "Content-Length", "Transfer-Encoding", "Connection", "Content-Type", "User-Agent"}
+
+// SetHeaders sets a notification's own headers on req, except the client's
+// own (Host, Content-Length, Transfer-Encoding, Connection, Content-Type,
+// User-Agent) and those named in reserved, which the sender sets. Names
+// compare case-insensitively.
+func SetHeaders(req *resty.Request, headers map[string]string, reserved ...string) {
+	for k, v := range headers {
+		ck := http.CanonicalHeaderKey(k)
+		if slices.Contains(clientHeaders, ck) || slices.ContainsFunc(reserved, func(r string) bool { return http.CanonicalHeaderKey(r) == ck }) {
+			continue
+		}
+		req.SetHeader(k, v)
+	}
 }
 
 // Result is what a receiver answered: its status, headers and the first

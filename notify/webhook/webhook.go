@@ -64,14 +64,6 @@ const (
 	HeaderAttempt   = "Herald-Attempt"
 )
 
-// reserved are the headers a notification's own headers cannot set: the
-// signed ones, those the client owns, and those that would break framing.
-var reserved = map[string]bool{
-	"Webhook-Id": true, "Webhook-Timestamp": true, "Webhook-Signature": true, HeaderAttempt: true,
-	"Content-Type": true, "User-Agent": true, "Host": true, "Content-Length": true,
-	"Transfer-Encoding": true, "Connection": true,
-}
-
 // Config configures a Sender. Every field but Secret has a default.
 type Config struct {
 	// Secret signs each request: "whsec_<base64>" as Standard Webhooks
@@ -161,11 +153,7 @@ func (s *Sender) Send(ctx context.Context, n *notify.Notification) (notify.Respo
 
 	timestamp := strconv.FormatInt(s.nowFunc().Unix(), 10)
 	req := s.client.Request(ctx).SetBody(body)
-	for k, v := range n.Headers {
-		if !reserved[http.CanonicalHeaderKey(k)] {
-			req.SetHeader(k, v)
-		}
-	}
+	httpsend.SetHeaders(req, n.Headers, HeaderID, HeaderTimestamp, HeaderSignature, HeaderAttempt)
 	req.SetHeader("Content-Type", contentType).
 		SetHeaderVerbatim(HeaderID, n.ID).
 		SetHeaderVerbatim(HeaderTimestamp, timestamp).

@@ -1,0 +1,237 @@
+// Package poll asks a provider's query API whether something is final, on
+// the notification's backoff array: the payment-poll use, where a trade is
+// polled until its status is TRADE_SUCCESS, TRADE_FINISHED or TRADE_CLOSED.
+//
+// # Request
+//
+// Each attempt is a GET, or a POST, to the notification's target, with its
+// own headers (an Authorization for the provider, say) and Accept:
+// application/json. A POST carries the rendered template or the payload, as
+// a webhook does.
+//
+// # Done
+//
+// The notification's topic says when the answer is final (policy.Poll): the
+// JSON response's Field, a dotted path such as
+// "alipay_trade_query_response.trade_status" (a numeric segment indexes an
+// array), must equal one of Values. A number or boolean compares by its JSON
+// text ("10000", "true").
+//
+// A 2xx answer that is done is success. One that is not done, lacks the
+// field or is not JSON is retried (the error wraps ErrNotDone, or says the
+// answer is not JSON), so polling goes on until the backoff array runs out.
+// Other statuses and transport failures are classified under the policy as
+// for a webhook; a topic without a poll condition is a permanent failure.
+//
+// # on_done
+//
+// When the topic names an on_done URL, a done answer is followed by a webhook
+// to it, sent through Config.OnDone (the webhook sender, so it is signed
+// and SSRF-guarded) with webhook-id set to the notification's id and the
+// body:
+//
+//	{"id": ..., "topic": ..., "target": ..., "field": ..., "value": ...,
+//	 "status_code": 200, "response": <the provider's JSON answer>}
+//
+// The notification's own headers are not forwarded there: they are meant for
+// the provider. If the on_done webhook fails, the attempt fails with its
+// error (retried or permanent as the webhook's outcome is), so the next
+// attempt polls again and, finding the trade still final, sends on_done
+// again: at least once, like every delivery.
+package poll
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/notify/httpsend"
+	"github.com/heraldhq/herald/policy"
+	"github.com/heraldhq/herald/templates"
+)
+
+// TimeoutDefault bounds an attempt whose policy sets no timeout.
+const TimeoutDefault = 10 * time.Second
+
+// ErrNotDone is wrapped by the error of an attempt whose answer was not
+// final yet: an expected, retryable outcome rather than a fault.
+var ErrNotDone = errors.New("not done")
+
+// Config configures a Sender.
+type Config struct {
+	// OnDone sends the on_done webhook of topics that name one; normally
+	// the webhook sender. nil: a done answer of such a topic fails
+	// permanently, since the webhook it asks for cannot be sent.
+	OnDone notify.Sender
+	// Timeout bounds an attempt whose policy has no timeout. Default
+	// TimeoutDefault.
+	Timeout time.Duration
+	// Policies returns the current policies and topics, called on every
+	// attempt; the topic's poll condition comes from here. Default: only
+	// the default policy, and no topics (so every poll fails).
+	Policies func() *policy.Set
+	// Templates renders the body of POST polls that name a template.
+	Templates *templates.Set
+	// HTTP configures the connections: the SSRF guard's allowed networks,
+	// resolver and dialer, the User-Agent and the logger.
+	HTTP httpsend.Config
+}
+
+// Sender polls. It is safe for concurrent use.
+type Sender struct {
+	onDone    notify.Sender
+	timeout   time.Duration
+	policies  func() *policy.Set
+	templates *templates.Set
+	client    *httpsend.Client
+	nowFunc   func() time.Time
+}
+
+var _ notify.Sender = (*Sender)(nil)
+
+// New returns a Sender for cfg, or an error for a bad allow_networks entry.
+func New(cfg *Config) (*Sender, error) {
+	client, err := httpsend.NewClient(&cfg.HTTP)
+	if err != nil {
+		return nil, fmt.Errorf("poll: %w", err)
+	}
+	return &Sender{
+		onDone:    cfg.OnDone,
+		timeout:   cmp.Or(cfg.Timeout, TimeoutDefault),
+		policies:  httpsend.PoliciesOrDefault(cfg.Policies),
+		templates: cfg.Templates,
+		client:    client,
+		nowFunc:   time.Now,
+	}, nil
+}
+
+// Send makes one poll of n.Target; see the package doc for what counts as
+// done.
+func (s *Sender) Send(ctx context.Context, n *notify.Notification) (notify.Response, error) {
+	set := s.policies()
+	p := set.PolicyFor(n)
+	cond := set.Topics[n.Topic].Poll
+	if cond == nil {
+		return notify.Response{}, notify.Permanent(fmt.Errorf("poll: topic %q has no poll condition (topics.%s.poll)", n.Topic, n.Topic))
+	}
+	ctx, cancel := context.WithTimeout(ctx, cmp.Or(time.Duration(p.Timeout), s.timeout))
+	defer cancel()
+
+	method := cmp.Or(cond.Method, http.MethodGet)
+	req := s.client.Request(ctx).SetHeader("Accept", templates.ContentTypeJSON)
+	httpsend.SetHeaders(req, n.Headers, "Accept")
+	if method == http.MethodPost {
+		body, contentType, err := s.templates.Body(n)
+		if err != nil {
+			return notify.Response{}, notify.Permanent(fmt.Errorf("poll: %w", err))
+		}
+		req.SetHeader("Content-Type", contentType).SetBody(body)
+	}
+	res, err := s.client.Do(req, method, n.Target)
+	if err != nil {
+		return notify.Response{}, httpsend.ClassifyError(&p, fmt.Errorf("poll: %w", err))
+	}
+	resp := res.Response()
+	if err := httpsend.ClassifyStatus(&p, res, s.nowFunc()); err != nil {
+		return resp, fmt.Errorf("poll: %w", err)
+	}
+	value, found, err := lookup(res.Body, cond.Field)
+	switch {
+	case err != nil:
+		return resp, fmt.Errorf("poll: the answer is not JSON: %w", err)
+	case !found:
+		return resp, fmt.Errorf("poll: %s is absent from the answer: %w", cond.Field, ErrNotDone)
+	case !slices.Contains(cond.Values, value):
+		return resp, fmt.Errorf("poll: %s is %q, not one of %s: %w", cond.Field, value, strings.Join(cond.Values, ", "), ErrNotDone)
+	}
+	if cond.OnDone != "" {
+		if err := s.sendOnDone(ctx, n, cond, value, res); err != nil {
+			return resp, fmt.Errorf("poll: done, but on_done: %w", err)
+		}
+	}
+	return resp, nil
+}
+
+// sendOnDone sends the on_done webhook of a done poll; see the package doc.
+func (s *Sender) sendOnDone(ctx context.Context, n *notify.Notification, cond *policy.Poll, value string, res *httpsend.Result) error {
+	if s.onDone == nil {
+		return notify.Permanent(fmt.Errorf("topic %q names on_done %s, but the poll sender has no webhook sender", n.Topic, cond.OnDone))
+	}
+	payload, err := json.Marshal(struct {
+		ID         string          `json:"id"`
+		Topic      string          `json:"topic"`
+		Target     string          `json:"target"`
+		Field      string          `json:"field"`
+		Value      string          `json:"value"`
+		StatusCode int             `json:"status_code"`
+		Response   json.RawMessage `json:"response"`
+	}{n.ID, n.Topic, n.Target, cond.Field, value, res.StatusCode, bytes.TrimSpace(res.Body)})
+	if err != nil {
+		return notify.Permanent(err)
+	}
+	_, err = s.onDone.Send(ctx, &notify.Notification{
+		ID:       n.ID,
+		Topic:    n.Topic,
+		Channel:  notify.ChannelWebhook,
+		Target:   cond.OnDone,
+		Policy:   n.Policy,
+		State:    n.State,
+		Attempts: n.Attempts,
+		Backoff:  n.Backoff,
+		TTR:      n.TTR,
+		Payload:  payload,
+		SendAt:   n.SendAt,
+	})
+	return err
+}
+
+// lookup finds the dotted path in a JSON document and returns the value
+// there as text: a string as it is, a number or boolean as its JSON text,
+// null as "null", an object or array as compact JSON. found is false when
+// the path leads nowhere; err is set when body is not JSON.
+func lookup(body []byte, path string) (value string, found bool, err error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return "", false, err
+	}
+	for _, seg := range strings.Split(path, ".") {
+		switch t := v.(type) {
+		case map[string]any:
+			if v, found = t[seg]; !found {
+				return "", false, nil
+			}
+		case []any:
+			i, err := strconv.Atoi(seg)
+			if err != nil || i < 0 || i >= len(t) {
+				return "", false, nil
+			}
+			v = t[i]
+		default:
+			return "", false, nil
+		}
+	}
+	switch t := v.(type) {
+	case string:
+		return t, true, nil
+	case json.Number:
+		return t.String(), true, nil
+	case bool:
+		return strconv.FormatBool(t), true, nil
+	case nil:
+		return "null", true, nil
+	default:
+		b, err := json.Marshal(t)
+		return string(b), true, err
+	}
+}

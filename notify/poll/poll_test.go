@@ -1,0 +1,271 @@
+package poll
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/notify/httpsend"
+	"github.com/heraldhq/herald/notify/httpsend/httpsendtest"
+	"github.com/heraldhq/herald/notify/webhook"
+	"github.com/heraldhq/herald/policy"
+	"github.com/heraldhq/herald/templates"
+)
+
+const tradeField = "alipay_trade_query_response.trade_status"
+
+var finalStatuses = []string{"TRADE_SUCCESS", "TRADE_FINISHED", "TRADE_CLOSED"}
+
+// tradeAnswer is an Alipay-style query answer with the given trade status.
+func tradeAnswer(status string) string {
+	return fmt.Sprintf(`{"alipay_trade_query_response":{"code":"10000","msg":"Success","out_trade_no":"T-1","trade_status":%q,"total_amount":"88.88"},"sign":"c2ln"}`, status)
+}
+
+// provider is a fake payment provider whose trade turns TRADE_SUCCESS after
+// pendingPolls polls.
+func provider(pendingPolls int64) http.HandlerFunc {
+	var polls atomic.Int64
+	return func(w http.ResponseWriter, r *http.Request) {
+		status := "WAIT_BUYER_PAY"
+		if polls.Add(1) > pendingPolls {
+			status = "TRADE_SUCCESS"
+		}
+		httpsendtest.Answer(200, tradeAnswer(status), "Content-Type", "application/json")(w, r)
+	}
+}
+
+type testBundle struct {
+	provider *httpsendtest.Receiver
+	onDone   *httpsendtest.Receiver
+	sender   *Sender
+}
+
+// setup starts the provider (answering with h) and an on_done receiver, and
+// a poll sender whose topic "trade-poll" polls with method and, when
+// withOnDone, posts on_done.
+func setup(t *testing.T, h http.HandlerFunc, method string, withOnDone bool) *testBundle {
+	t.Helper()
+	bundle := &testBundle{
+		provider: httpsendtest.NewReceiver(t, "tcp4", h),
+		onDone:   httpsendtest.NewReceiver(t, "tcp4", httpsendtest.Answer(200, "ok")),
+	}
+	cond := &policy.Poll{Method: method, Field: tradeField, Values: finalStatuses}
+	if withOnDone {
+		cond.OnDone = bundle.onDone.URL() + "/done"
+	}
+	set, err := policy.NewSet(map[string]policy.Policy{
+		"default": {Backoff: []notify.Duration{0, 0, 0, 0}},
+	}, map[string]policy.Topic{
+		"trade-poll": {Channel: notify.ChannelPoll, Poll: cond},
+		"no-cond":    {Channel: notify.ChannelPoll},
+	})
+	require.NoError(t, err)
+	policies := func() *policy.Set { return set }
+	tmpl, err := templates.Load("../../templates")
+	require.NoError(t, err)
+	httpCfg := httpsend.Config{
+		AllowNetworks: []string{"127.0.0.0/8"},
+		Logger:        slog.New(slog.NewTextHandler(t.Output(), nil)),
+	}
+	hook, err := webhook.New(&webhook.Config{Secret: "whsec_c2VjcmV0", Policies: policies, HTTP: httpCfg})
+	require.NoError(t, err)
+	bundle.sender, err = New(&Config{OnDone: hook, Policies: policies, Templates: tmpl, HTTP: httpCfg})
+	require.NoError(t, err)
+	return bundle
+}
+
+func notification(target string) *notify.Notification {
+	return &notify.Notification{
+		ID:      "poll-T-1",
+		Topic:   "trade-poll",
+		Channel: notify.ChannelPoll,
+		Target:  target,
+		Headers: map[string]string{"Authorization": "Bearer provider-token"},
+		Payload: json.RawMessage(`{"out_trade_no":"T-1","trade_status":"x","total_amount":"88.88"}`),
+	}
+}
+
+func isPermanent(err error) bool {
+	var perm *notify.PermanentError
+	return errors.As(err, &perm)
+}
+
+func TestSendPollsUntilDone(t *testing.T) {
+	t.Parallel()
+
+	bundle := setup(t, provider(3), "", true)
+	n := notification(bundle.provider.URL() + "/query")
+	for attempt := range 3 {
+		n.Attempts = attempt
+		resp, err := bundle.sender.Send(context.Background(), n)
+		require.ErrorIs(t, err, ErrNotDone)
+		require.False(t, isPermanent(err))
+		require.ErrorContains(t, err, `is "WAIT_BUYER_PAY"`)
+		require.Equal(t, 200, resp.StatusCode)
+		require.Empty(t, bundle.onDone.Requests())
+	}
+	n.Attempts = 3
+	resp, err := bundle.sender.Send(context.Background(), n)
+	require.NoError(t, err)
+	require.Equal(t, 200, resp.StatusCode)
+
+	polls := bundle.provider.Requests()
+	require.Len(t, polls, 4)
+	for _, r := range polls {
+		require.Equal(t, http.MethodGet, r.Method)
+		require.Equal(t, "/query", r.Path)
+		require.Equal(t, "Bearer provider-token", r.Header.Get("Authorization"))
+		require.Equal(t, "application/json", r.Header.Get("Accept"))
+		require.Empty(t, r.Body)
+	}
+
+	done := bundle.onDone.Requests()
+	require.Len(t, done, 1)
+	require.Equal(t, http.MethodPost, done[0].Method)
+	require.Equal(t, "/done", done[0].Path)
+	require.Equal(t, "poll-T-1", done[0].Header.Get("Webhook-Id"))
+	require.Equal(t, "3", done[0].Header.Get("Herald-Attempt"))
+	require.NotEmpty(t, done[0].Header.Get("Webhook-Signature"))
+	require.Empty(t, done[0].Header.Get("Authorization"), "the provider's headers stay with the provider")
+	require.JSONEq(t, fmt.Sprintf(`{"id":"poll-T-1","topic":"trade-poll","target":%q,"field":%q,"value":"TRADE_SUCCESS","status_code":200,"response":%s}`,
+		n.Target, tradeField, tradeAnswer("TRADE_SUCCESS")), string(done[0].Body))
+}
+
+func TestSendPost(t *testing.T) {
+	t.Parallel()
+
+	bundle := setup(t, provider(0), http.MethodPost, false)
+	n := notification(bundle.provider.URL())
+	n.Template = "order-notify.json"
+	_, err := bundle.sender.Send(context.Background(), n)
+	require.NoError(t, err)
+	r := bundle.provider.Requests()[0]
+	require.Equal(t, http.MethodPost, r.Method)
+	require.Equal(t, "application/json", r.Header.Get("Content-Type"))
+	var body map[string]any
+	require.NoError(t, json.Unmarshal(r.Body, &body))
+	require.Equal(t, "T-1", body["out_trade_no"])
+
+	n.Payload = json.RawMessage(`{}`)
+	_, err = bundle.sender.Send(context.Background(), n)
+	require.True(t, isPermanent(err))
+	require.ErrorContains(t, err, "render order-notify.json")
+}
+
+func TestSendOutcomes(t *testing.T) {
+	t.Parallel()
+
+	for _, tt := range []struct {
+		name      string
+		handler   http.HandlerFunc
+		topic     string
+		permanent bool
+		notDone   bool
+		message   string
+	}{
+		{name: "Closed", handler: httpsendtest.Answer(200, tradeAnswer("TRADE_CLOSED"))},
+		{name: "Unavailable", handler: httpsendtest.Answer(503, ""), message: "status 503"},
+		{name: "NotFound", handler: httpsendtest.Answer(404, ""), permanent: true, message: "status 404"},
+		{name: "NotJSON", handler: httpsendtest.Answer(200, "<html>maintenance</html>"), message: "not JSON"},
+		{name: "FieldAbsent", handler: httpsendtest.Answer(200, `{"error_response":{"code":"40004","sub_code":"ACQ.TRADE_NOT_EXIST"}}`), notDone: true, message: "absent"},
+		{name: "NoCondition", handler: httpsendtest.Answer(200, tradeAnswer("TRADE_SUCCESS")), topic: "no-cond", permanent: true, message: `topic "no-cond" has no poll condition`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			bundle := setup(t, tt.handler, "", false)
+			n := notification(bundle.provider.URL())
+			if tt.topic != "" {
+				n.Topic = tt.topic
+			}
+			_, err := bundle.sender.Send(context.Background(), n)
+			if tt.message == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tt.message)
+			require.Equal(t, tt.permanent, isPermanent(err), "error: %v", err)
+			require.Equal(t, tt.notDone, errors.Is(err, ErrNotDone))
+		})
+	}
+}
+
+func TestSendOnDoneFails(t *testing.T) {
+	t.Parallel()
+
+	t.Run("Retried", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t, provider(0), "", false)
+		set := bundle.sender.policies()
+		failing := httpsendtest.NewReceiver(t, "tcp4", httpsendtest.Answer(503, ""))
+		topics := map[string]policy.Topic{"trade-poll": {Channel: notify.ChannelPoll, Poll: &policy.Poll{Field: tradeField, Values: finalStatuses, OnDone: failing.URL()}}}
+		withOnDone, err := policy.NewSet(set.Policies, topics)
+		require.NoError(t, err)
+		bundle.sender.policies = func() *policy.Set { return withOnDone }
+
+		_, err = bundle.sender.Send(context.Background(), notification(bundle.provider.URL()))
+		require.ErrorContains(t, err, "done, but on_done")
+		require.False(t, isPermanent(err))
+		require.Len(t, failing.Requests(), 1)
+	})
+
+	t.Run("NoWebhookSender", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t, provider(0), "", true)
+		bundle.sender.onDone = nil
+		_, err := bundle.sender.Send(context.Background(), notification(bundle.provider.URL()))
+		require.True(t, isPermanent(err))
+		require.ErrorContains(t, err, "no webhook sender")
+	})
+}
+
+func TestSendGuarded(t *testing.T) {
+	t.Parallel()
+
+	bundle := setup(t, provider(0), "", false)
+	policies := bundle.sender.policies
+	guarded, err := New(&Config{Policies: policies, HTTP: httpsend.Config{Logger: slog.New(slog.NewTextHandler(t.Output(), nil))}})
+	require.NoError(t, err)
+	_, err = guarded.Send(context.Background(), notification(bundle.provider.URL()))
+	var blocked *httpsend.BlockedError
+	require.ErrorAs(t, err, &blocked)
+	require.True(t, isPermanent(err))
+	require.Zero(t, bundle.provider.Conns())
+}
+
+func TestLookup(t *testing.T) {
+	t.Parallel()
+
+	doc := []byte(`{"a":{"b":"x","n":10000,"f":1.50,"t":true,"z":null,"o":{"k":[1,2]},"list":[{"s":"first"},{"s":"second"}]}}`)
+	for _, tt := range []struct {
+		path  string
+		want  string
+		found bool
+	}{
+		{path: "a.b", want: "x", found: true},
+		{path: "a.n", want: "10000", found: true},
+		{path: "a.f", want: "1.50", found: true},
+		{path: "a.t", want: "true", found: true},
+		{path: "a.z", want: "null", found: true},
+		{path: "a.o", want: `{"k":[1,2]}`, found: true},
+		{path: "a.list.1.s", want: "second", found: true},
+		{path: "a.list.2.s"},
+		{path: "a.list.x"},
+		{path: "a.b.c"},
+		{path: "missing"},
+	} {
+		got, found, err := lookup(doc, tt.path)
+		require.NoError(t, err, tt.path)
+		require.Equal(t, tt.found, found, tt.path)
+		require.Equal(t, tt.want, got, tt.path)
+	}
+	_, _, err := lookup([]byte("<html>"), "a")
+	require.Error(t, err)
+}
