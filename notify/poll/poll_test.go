@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -268,4 +269,33 @@ func TestLookup(t *testing.T) {
 	}
 	_, _, err := lookup([]byte("<html>"), "a")
 	require.Error(t, err)
+}
+
+// FuzzLookup checks that any answer and path give a value or an error,
+// never a panic, and that a string field reads back as itself, whatever it
+// holds.
+func FuzzLookup(f *testing.F) {
+	f.Add([]byte(tradeAnswer("TRADE_SUCCESS")), tradeField, "TRADE_SUCCESS")
+	f.Add([]byte(`{"a":[{"b":1e400}]}`), "a.0.b", `"quoted"\`)
+	f.Add([]byte(`[1,2,{"x":"y"}]`), "2.x", "\u00e9\x00")
+	f.Add([]byte(`{"":{"":""}}`), ".", "")
+	f.Fuzz(func(t *testing.T, body []byte, path, s string) {
+		value, found, err := lookup(body, path)
+		if err != nil || !found {
+			require.Empty(t, value)
+		}
+		if path == "" || strings.Contains(path, ".") {
+			return
+		}
+		doc, err := json.Marshal(map[string]string{path: s})
+		require.NoError(t, err)
+		var want map[string]string
+		require.NoError(t, json.Unmarshal(doc, &want))
+		for key, v := range want { // one key, as JSON spelled it (invalid UTF-8 replaced)
+			value, found, err = lookup(doc, key)
+			require.NoError(t, err)
+			require.True(t, found)
+			require.Equal(t, v, value)
+		}
+	})
 }
