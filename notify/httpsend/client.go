@@ -83,6 +83,8 @@ func NewClient(cfg *Config) (*Client, error) {
 	}
 	guard := NewGuard(allow, cfg.Resolver, cfg.DialFunc)
 	transport := &http.Transport{
+		// No proxy, not even from the environment: the guard would check
+		// the proxy's address instead of the receiver's.
 		Proxy:                 nil,
 		DialContext:           guard.DialContext,
 		ForceAttemptHTTP2:     true,
