@@ -1,0 +1,207 @@
+// Package cli is the herald command: its command tree, its configuration
+// (file, then HERALD_* environment, then flags) and the exit status each
+// failure maps to. cmd/herald's main only calls Execute and ExitCode.
+//
+// Every command gets what it needs through a Base, filled in once by the
+// root command before the command runs, and prints to Base.Out, so tests
+// run the whole tree in-process and read what it printed.
+//
+// # Adding a command
+//
+// Put each noun in its own file with a method on *CLI that builds the
+// cobra command, and add it to the tree in rootCommand. A command that
+// needs the configuration wraps its definition in withConfig; by the time
+// its RunE runs, Base.Config is loaded and validated and Base.Logger
+// follows its log section. Flags that override a config key are bound with
+// bindFlag:
+//
+//	func (c *CLI) serveCommand() *cobra.Command {
+//		cmd := withConfig(&cobra.Command{
+//			Use:  "serve",
+//			Args: cobra.NoArgs,
+//			RunE: func(cmd *cobra.Command, _ []string) error {
+//				policies, stop, err := c.base.StartPolicies(cmd.Context())
+//				if err != nil {
+//					return err
+//				}
+//				defer stop()
+//				// ... build the store, dispatcher and API from c.base.Config.
+//			},
+//		})
+//		cmd.Flags().String("listen", "", "address the API listens on (api.listen)")
+//		bindFlag(cmd.Flags(), "listen", "api.listen")
+//		return cmd
+//	}
+//
+// # Exit status
+//
+// 0 when the command succeeded; 2 for a usage or configuration error (an
+// unknown command or flag, a wrong argument, a bad config or policies
+// file), reported as a *UsageError; 1 for any other failure.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/spf13/cobra"
+)
+
+// Deps are what the commands take from their process. Tests pass buffers.
+type Deps struct {
+	// Out receives command output: tables, JSON, help.
+	Out io.Writer
+	// Err receives logs.
+	Err io.Writer
+}
+
+// Execute runs the herald command line args (without the program name)
+// until it finishes or ctx ends. Map its error to an exit status with
+// ExitCode.
+func Execute(ctx context.Context, deps Deps, args []string) error {
+	c := newCLI(deps)
+	return c.execute(ctx, c.rootCommand(), args)
+}
+
+func newCLI(deps Deps) *CLI { return &CLI{base: Base{Out: deps.Out}, deps: deps} }
+
+func (c *CLI) execute(ctx context.Context, root *cobra.Command, args []string) error {
+	root.SetArgs(args)
+	cmd, err := root.ExecuteContextC(ctx)
+	if err != nil && !c.started {
+		// cobra refused the command line before any command ran.
+		return &UsageError{Err: fmt.Errorf("%w (see '%s --help')", err, cmd.CommandPath())}
+	}
+	return err
+}
+
+// CLI builds the command tree and holds what its commands share. It lives
+// for one Execute.
+type CLI struct {
+	deps Deps
+	// base is filled in by setup before any command runs.
+	base Base
+	// started is set once cobra accepted the command line: the errors it
+	// returns before that are usage errors.
+	started bool
+
+	// The root's persistent flags.
+	configFile string
+	logLevel   string
+	debug      bool
+}
+
+// Base is what every command runs with.
+type Base struct {
+	// Out receives the command's output.
+	Out io.Writer
+	// Logger writes to the error stream. Its handler is chosen once, before
+	// the command runs: --debug, else --log-level, else (for commands that
+	// load the configuration) log.level and log.format.
+	Logger *slog.Logger
+	// Config is the validated configuration for commands built with
+	// withConfig, and nil for the others.
+	Config *Config
+}
+
+// UsageError is a mistake in how herald was called or configured: an
+// unknown command or flag, a wrong argument, a bad config or policies
+// file. It exits with status 2.
+type UsageError struct{ Err error }
+
+// Error implements error.
+func (e *UsageError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the mistake.
+func (e *UsageError) Unwrap() error { return e.Err }
+
+// ExitCode maps the error of Execute to the process's exit status: 0 for
+// nil, 2 for a *UsageError, 1 for anything else.
+func ExitCode(err error) int {
+	var ue *UsageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ue):
+		return 2
+	}
+	return 1
+}
+
+// configAnnotation marks the commands that load the configuration.
+const configAnnotation = "herald_needs_config"
+
+// withConfig marks cmd as needing the configuration: the root loads and
+// validates it, into Base.Config, before cmd runs.
+func withConfig(cmd *cobra.Command) *cobra.Command {
+	if cmd.Annotations == nil {
+		cmd.Annotations = map[string]string{}
+	}
+	cmd.Annotations[configAnnotation] = "true"
+	return cmd
+}
+
+func (c *CLI) rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "herald",
+		Short: "Herald dispatches notifications on retry policies",
+		Long: `Herald is a retry-policy notification dispatcher: services enqueue webhooks,
+SMS, payment-status polls and jobs for their own workers, with a send time and
+a backoff array; Herald keeps them in Redis, starts each attempt on time,
+retries on the array's schedule, and moves what never succeeds to a
+dead-letter set from which an operator can replay it.
+
+Configuration comes from the file named by --config, then HERALD_*
+environment variables (HERALD_ and the key path upper-cased with _, such as
+HERALD_REDIS_ADDRS=a:6379,b:6379 or HERALD_API_LISTEN=:8080), then flags.`,
+		SilenceUsage:      true,
+		SilenceErrors:     true,
+		PersistentPreRunE: c.setup,
+	}
+	root.SetOut(c.deps.Out)
+	root.SetErr(c.deps.Err)
+
+	pf := root.PersistentFlags()
+	pf.StringVar(&c.configFile, "config", ConfigFileDefault, "config file; the default may be missing, a file named here may not")
+	pf.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error (log.level)")
+	bindFlag(pf, "log-level", "log.level")
+	pf.BoolVar(&c.debug, "debug", false, "log at debug level, whatever else says")
+
+	root.AddCommand(c.versionCommand(), c.policyCommand())
+	return root
+}
+
+// setup runs before every command: it loads the configuration for the
+// commands that need it and chooses the log handler.
+func (c *CLI) setup(cmd *cobra.Command, _ []string) error {
+	c.started = true
+	logCfg := LogConfig{Level: c.logLevel, Format: "text"}
+	if cmd.Annotations[configAnnotation] != "" {
+		cfg, err := loadConfig(&configSource{
+			File:         c.configFile,
+			FileRequired: cmd.Flags().Changed("config"),
+			Flags:        cmd.Flags(),
+		})
+		if err != nil {
+			return &UsageError{Err: fmt.Errorf("config: %w", err)}
+		}
+		c.base.Config = cfg
+		logCfg = cfg.Log
+	} else if err := logCfg.validate(); err != nil {
+		return &UsageError{Err: err}
+	}
+	level, _ := parseLevel(logCfg.Level) // validated above
+	if c.debug {
+		level = slog.LevelDebug
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler = slog.NewTextHandler(c.deps.Err, opts)
+	if logCfg.Format == "json" {
+		h = slog.NewJSONHandler(c.deps.Err, opts)
+	}
+	c.base.Logger = slog.New(h)
+	return nil
+}

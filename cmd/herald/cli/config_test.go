@@ -1,0 +1,342 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/notify"
+)
+
+// writeConfig writes a config file into a temporary directory.
+func writeConfig(t *testing.T, yaml string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "herald.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(yaml), 0o600))
+	return path
+}
+
+// requireField asserts that err is a *notify.FieldError for field.
+func requireField(t *testing.T, err error, field string) *notify.FieldError {
+	t.Helper()
+	var fe *notify.FieldError
+	require.ErrorAs(t, err, &fe)
+	require.Equal(t, field, fe.Field, "error: %v", err)
+	return fe
+}
+
+// load runs loadConfig on a file with the root's flags parsed from args.
+func load(t *testing.T, path string, args ...string) (*Config, error) {
+	t.Helper()
+	c := newCLI(Deps{Out: &bytes.Buffer{}, Err: &bytes.Buffer{}})
+	fs := c.rootCommand().PersistentFlags()
+	require.NoError(t, fs.Parse(args))
+	return loadConfig(&configSource{File: path, FileRequired: true, Flags: fs})
+}
+
+// These tests set HERALD_* variables, so neither they nor their subtests
+// run in parallel.
+func TestConfigEnvironment(t *testing.T) {
+	const fileYAML = `
+redis:
+  addrs: ["file:6379"]
+namespace: from-file
+api:
+  listen: "file:1"
+log:
+  level: warn
+`
+
+	t.Run("FileEnvFlagPrecedence", func(t *testing.T) {
+		path := writeConfig(t, fileYAML)
+
+		cfg, err := load(t, path)
+		require.NoError(t, err)
+		require.Equal(t, "file:1", cfg.API.Listen)
+		require.Equal(t, "warn", cfg.Log.Level)
+
+		t.Setenv("HERALD_API_LISTEN", "env:2")
+		t.Setenv("HERALD_REDIS_ADDRS", "a:1, b:2")
+		t.Setenv("HERALD_LOG_LEVEL", "error")
+		cfg, err = load(t, path)
+		require.NoError(t, err)
+		require.Equal(t, "env:2", cfg.API.Listen, "env over file")
+		require.Equal(t, []string{"a:1", "b:2"}, cfg.Redis.Addrs, "lists split on commas")
+		require.Equal(t, "error", cfg.Log.Level)
+		require.Equal(t, "from-file", cfg.Namespace, "file keys the env leaves alone stay")
+		require.Equal(t, 16, cfg.Shards, "defaults where nobody says")
+
+		cfg, err = load(t, path, "--log-level", "debug")
+		require.NoError(t, err)
+		require.Equal(t, "debug", cfg.Log.Level, "flag over env")
+		require.Equal(t, "env:2", cfg.API.Listen)
+	})
+
+	t.Run("UnderscoresInKeys", func(t *testing.T) {
+		path := writeConfig(t, "")
+		t.Setenv("HERALD_REDIS_MODE", "sentinel")
+		t.Setenv("HERALD_REDIS_MASTER_NAME", "mymaster")
+		t.Setenv("HERALD_API_MAX_BODY", "1048576")
+		t.Setenv("HERALD_API_TOKENS", "t1,t2")
+		t.Setenv("HERALD_SENDERS_WEBHOOK_ALLOW_NETWORKS", "127.0.0.0/8,::1/128")
+		t.Setenv("HERALD_SENDERS_WEBHOOK_TIMEOUT", "30")
+		t.Setenv("HERALD_SENDERS_SMS_ACCOUNT_SID", "AC123")
+		t.Setenv("HERALD_TEMPLATES_DIR", "/srv/templates")
+		t.Setenv("HERALD_REDIS_TLS", "true")
+		t.Setenv("HERALD_RETENTION", "24h")
+
+		cfg, err := load(t, path)
+		require.NoError(t, err)
+		require.Equal(t, "sentinel", cfg.Redis.Mode)
+		require.Equal(t, "mymaster", cfg.Redis.MasterName)
+		require.Equal(t, 1048576, cfg.API.MaxBody)
+		require.Equal(t, []Secret{"t1", "t2"}, cfg.API.Tokens)
+		require.Equal(t, []string{"127.0.0.0/8", "::1/128"}, cfg.Senders.Webhook.AllowNetworks)
+		require.Equal(t, 30*time.Second, cfg.Senders.Webhook.Timeout)
+		require.Equal(t, "AC123", cfg.Senders.SMS.AccountSID)
+		require.Equal(t, "/srv/templates", cfg.TemplatesDir)
+		require.True(t, cfg.Redis.TLS)
+		require.Equal(t, 24*time.Hour, cfg.Retention)
+	})
+
+	t.Run("EmptyListFromEnv", func(t *testing.T) {
+		t.Setenv("HERALD_REDIS_ADDRS", "")
+		cfg, err := load(t, writeConfig(t, fileYAML))
+		require.NoError(t, err)
+		require.Empty(t, cfg.Redis.Addrs, "empty: the embedded Redis")
+	})
+
+	t.Run("UnknownVariable", func(t *testing.T) {
+		t.Setenv("HERALD_REDIS_ADDR", "a:1")
+		_, err := load(t, writeConfig(t, ""))
+		requireField(t, err, "HERALD_REDIS_ADDR")
+	})
+
+	t.Run("BadValuesFromEnv", func(t *testing.T) {
+		for _, tt := range []struct{ env, value, field string }{
+			{"HERALD_SHARDS", "many", "shards"},
+			{"HERALD_RETENTION", "-1h", "retention"},
+			{"HERALD_REDIS_TLS", "maybe", "redis.tls"},
+			{"HERALD_DISPATCHER_CONCURRENCY", "0", "dispatcher.concurrency"},
+		} {
+			t.Run(tt.env, func(t *testing.T) {
+				t.Setenv(tt.env, tt.value)
+				_, err := load(t, writeConfig(t, ""))
+				requireField(t, err, tt.field)
+			})
+		}
+	})
+
+	t.Run("ThroughTheRootCommand", func(t *testing.T) {
+		t.Setenv("HERALD_LOG_FORMAT", "json")
+		r := run(t, []string{"--config", writeConfig(t, fileYAML), "--log-level", "info", "probe"}, probeCommand)
+		require.NoError(t, r.err)
+		require.Equal(t, "json", r.base.Config.Log.Format)
+		require.Contains(t, r.logs, `"msg":"probe: info line"`)
+		require.NotContains(t, r.logs, "probe: debug line")
+	})
+}
+
+func TestConfigFile(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ShippedFiles", func(t *testing.T) {
+		t.Parallel()
+
+		cfg, err := load(t, "../../../configs/herald.yaml")
+		require.NoError(t, err)
+		def := ConfigDefault()
+		require.Equal(t, &def, cfg, "configs/herald.yaml shows the defaults")
+
+		cfg, err = load(t, "../../../configs/demo.yaml")
+		require.NoError(t, err)
+		require.Empty(t, cfg.Redis.Addrs)
+		require.NotEmpty(t, cfg.Senders.Webhook.Secret)
+	})
+
+	t.Run("MissingDefaultFileIsFine", func(t *testing.T) {
+		t.Parallel()
+
+		// Tests run in this package's directory, where there is no
+		// configs/herald.yaml.
+		r := run(t, []string{"probe"}, probeCommand)
+		require.NoError(t, r.err)
+		def := ConfigDefault()
+		require.Equal(t, &def, r.base.Config)
+	})
+
+	t.Run("MissingNamedFileIsAnError", func(t *testing.T) {
+		t.Parallel()
+
+		path := filepath.Join(t.TempDir(), "nope.yaml")
+		r := run(t, []string{"--config", path, "probe"}, probeCommand)
+		require.Equal(t, 2, r.code())
+		require.ErrorContains(t, r.err, path)
+		require.ErrorIs(t, r.err, os.ErrNotExist)
+	})
+
+	t.Run("UnknownKey", func(t *testing.T) {
+		t.Parallel()
+
+		r := run(t, []string{"--config", writeConfig(t, "redis:\n  adress: x:1\n"), "probe"}, probeCommand)
+		require.Equal(t, 2, r.code())
+		fe := requireField(t, r.err, "redis.adress")
+		require.Equal(t, "unknown key", fe.Message)
+	})
+
+	t.Run("BadValues", func(t *testing.T) {
+		t.Parallel()
+
+		for yaml, field := range map[string]string{
+			"shards: many\n":                               "shards",
+			"retention: soon\n":                            "retention",
+			"redis: {db: [1]}\n":                           "redis.db",
+			"redis: {addrs: [a:1, {x: 1}]}\n":              "redis.addrs[1]",
+			"senders: {webhook: {timeout: -5}}\n":          "senders.webhook.timeout",
+			"api: {max_body: 1.5e99}\n":                    "api.max_body",
+			"log: {level: [debug]}\n":                      "log.level",
+			"senders: {webhook: {allow_networks: 5}}\n":    "senders.webhook.allow_networks[0]",
+			"senders: {sms: {provider: carrier-pigeon}}\n": "senders.sms.provider",
+		} {
+			_, err := load(t, writeConfig(t, yaml))
+			requireField(t, err, field)
+		}
+	})
+
+	t.Run("BadYAML", func(t *testing.T) {
+		t.Parallel()
+
+		path := writeConfig(t, "redis: [unclosed\n")
+		r := run(t, []string{"--config", path, "probe"}, probeCommand)
+		require.Equal(t, 2, r.code())
+		require.ErrorContains(t, r.err, path)
+	})
+
+	t.Run("DebugFlagWins", func(t *testing.T) {
+		t.Parallel()
+
+		r := run(t, []string{"--config", writeConfig(t, "log: {level: error}\n"), "--debug", "probe"}, probeCommand)
+		require.NoError(t, r.err)
+		require.Contains(t, r.logs, "probe: debug line")
+	})
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+
+	tests := []struct {
+		name   string
+		modify func(*Config)
+		field  string
+	}{
+		{"RedisMode", func(c *Config) { c.Redis.Mode = "replica" }, "redis.mode"},
+		{"SentinelNeedsMaster", func(c *Config) { c.Redis.Mode = RedisModeSentinel }, "redis.master_name"},
+		{"ClusterNeedsAddrs", func(c *Config) { c.Redis.Mode, c.Redis.Addrs = RedisModeCluster, nil }, "redis.addrs"},
+		{"ClusterDB", func(c *Config) { c.Redis.Mode, c.Redis.DB = RedisModeCluster, 2 }, "redis.db"},
+		{"NegativeDB", func(c *Config) { c.Redis.DB = -1 }, "redis.db"},
+		{"RedisAddr", func(c *Config) { c.Redis.Addrs = []string{"a:1", "nohost"} }, "redis.addrs[1]"},
+		{"Namespace", func(c *Config) { c.Namespace = "{herald}" }, "namespace"},
+		{"ShardsZero", func(c *Config) { c.Shards = 0 }, "shards"},
+		{"ShardsTooMany", func(c *Config) { c.Shards = 5000 }, "shards"},
+		{"Retention", func(c *Config) { c.Retention = 0 }, "retention"},
+		{"Batch", func(c *Config) { c.Dispatcher.Batch = 0 }, "dispatcher.batch"},
+		{"Listen", func(c *Config) { c.API.Listen = "8080" }, "api.listen"},
+		{"EmptyToken", func(c *Config) { c.API.Tokens = []Secret{"a", ""} }, "api.tokens[1]"},
+		{"MaxBody", func(c *Config) { c.API.MaxBody = 0 }, "api.max_body"},
+		{"WebhookSecret", func(c *Config) { c.Senders.Webhook.Secret = "whsec_not base64!" }, "senders.webhook.secret"},
+		{"AllowNetworks", func(c *Config) { c.Senders.Webhook.AllowNetworks = []string{"10.0.0.0/8", "internal"} }, "senders.webhook.allow_networks[1]"},
+		{"TwilioNeedsSID", func(c *Config) { c.Senders.SMS.Provider = SMSProviderTwilio }, "senders.sms.account_sid"},
+		{"TwilioNeedsToken", func(c *Config) {
+			c.Senders.SMS.Provider, c.Senders.SMS.AccountSID = SMSProviderTwilio, "AC1"
+		}, "senders.sms.auth_token"},
+		{"SMSURL", func(c *Config) { c.Senders.SMS.URL = "ftp://sms" }, "senders.sms.url"},
+		{"TemplatesDir", func(c *Config) { c.TemplatesDir = "" }, "templates_dir"},
+		{"PoliciesFile", func(c *Config) { c.PoliciesFile = "" }, "policies_file"},
+		{"LogFormat", func(c *Config) { c.Log.Format = "xml" }, "log.format"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+
+			cfg := ConfigDefault()
+			require.NoError(t, cfg.Validate())
+			tt.modify(&cfg)
+			requireField(t, cfg.Validate(), tt.field)
+		})
+	}
+
+	t.Run("EmbeddedRedis", func(t *testing.T) {
+		t.Parallel()
+
+		cfg := ConfigDefault()
+		cfg.Redis.Addrs = []string{}
+		require.NoError(t, cfg.Validate())
+	})
+}
+
+func TestSecretsNeverShown(t *testing.T) {
+	t.Parallel()
+
+	const (
+		password  = "redis-pass-3141"
+		token     = "api-token-2718"
+		secret    = "whsec_c2lnbmluZy1rZXktMTYxOA=="
+		authToken = "twilio-token-1414"
+	)
+	cfg := ConfigDefault()
+	cfg.Redis.Password = password
+	cfg.API.Tokens = []Secret{token}
+	cfg.Senders.Webhook.Secret = secret
+	cfg.Senders.SMS.Provider, cfg.Senders.SMS.AccountSID, cfg.Senders.SMS.AuthToken = SMSProviderTwilio, "AC1", authToken
+	require.NoError(t, cfg.Validate())
+
+	var shown strings.Builder
+	for _, verb := range []string{"%v", "%+v", "%#v", "%s", "%q", "%x", "%d"} {
+		fmt.Fprintf(&shown, verb+"\n", cfg)
+		fmt.Fprintf(&shown, verb+"\n", &cfg)
+	}
+	b, err := json.Marshal(cfg)
+	require.NoError(t, err)
+	shown.Write(b)
+	slog.New(slog.NewTextHandler(&shown, nil)).Info("config", "config", cfg, "ptr", &cfg, "password", cfg.Redis.Password)
+	slog.New(slog.NewJSONHandler(&shown, nil)).Info("config", "config", cfg, "password", cfg.Redis.Password)
+
+	require.Contains(t, shown.String(), redacted)
+	for _, s := range []string{password, token, secret, authToken} {
+		require.NotContains(t, shown.String(), s)
+	}
+
+	// A bad secret's error does not quote it.
+	cfg.Senders.Webhook.Secret = "whsec_!!" + password
+	require.NotContains(t, cfg.Validate().Error(), password)
+}
+
+func TestConfigKeys(t *testing.T) {
+	t.Parallel()
+
+	keys := configKeys()
+	require.Len(t, keys.byEnv, len(keys.lists), "two keys share an environment variable")
+	for env, key := range map[string]string{
+		"HERALD_REDIS_ADDRS":                    "redis.addrs",
+		"HERALD_REDIS_MASTER_NAME":              "redis.master_name",
+		"HERALD_API_MAX_BODY":                   "api.max_body",
+		"HERALD_SENDERS_WEBHOOK_ALLOW_NETWORKS": "senders.webhook.allow_networks",
+		"HERALD_SENDERS_SMS_AUTH_TOKEN":         "senders.sms.auth_token",
+		"HERALD_POLICIES_FILE":                  "policies_file",
+		"HERALD_LOG_LEVEL":                      "log.level",
+	} {
+		require.Equal(t, key, keys.byEnv[env], env)
+	}
+	require.Len(t, keys.byEnv, 26, "the keys of DESIGN.md")
+
+	require.Panics(t, func() { bindFlag(pflag.NewFlagSet("x", pflag.ContinueOnError), "x", "redis.adress") })
+}

@@ -1,0 +1,168 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/knadh/koanf/parsers/yaml"
+	"github.com/knadh/koanf/providers/env/v2"
+	"github.com/knadh/koanf/providers/file"
+	"github.com/knadh/koanf/v2"
+	"github.com/spf13/pflag"
+
+	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/policy"
+)
+
+// envPrefix starts every environment variable Herald reads.
+const envPrefix = "HERALD_"
+
+// configSource says where loadConfig reads.
+type configSource struct {
+	// File is the config file.
+	File string
+	// FileRequired makes a missing File an error: it was named on the
+	// command line rather than taken by default.
+	FileRequired bool
+	// Flags are the command's flags. Those set on the command line and
+	// bound to a key with bindFlag override the file and the environment.
+	Flags *pflag.FlagSet
+}
+
+// loadConfig builds the configuration from its defaults, then the file,
+// then HERALD_* environment variables, then flags, each overriding the one
+// before, and validates it. An unknown key or a bad value is a
+// *notify.FieldError naming the key's path (or, for the environment, the
+// variable).
+func loadConfig(src *configSource) (*Config, error) {
+	k := koanf.New(".")
+	if err := k.Load(file.Provider(src.File), yaml.Parser()); err != nil {
+		if src.FileRequired || !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%s: %w", src.File, err)
+		}
+	}
+
+	keys := configKeys()
+	var unknown []string
+	if err := k.Load(env.Provider(".", env.Opt{
+		Prefix: envPrefix,
+		TransformFunc: func(name, value string) (string, any) {
+			key, ok := keys.byEnv[name]
+			if !ok {
+				unknown = append(unknown, name)
+				return "", nil
+			}
+			if keys.lists[key] {
+				return key, splitList(value)
+			}
+			return key, value
+		},
+	}), nil); err != nil {
+		return nil, fmt.Errorf("environment: %w", err)
+	}
+	if len(unknown) > 0 {
+		slices.Sort(unknown)
+		return nil, notify.Errorf(unknown[0], "is not a config key: want %s followed by a key path, such as %sREDIS_ADDRS", envPrefix, envPrefix)
+	}
+
+	var flagErr error
+	src.Flags.Visit(func(f *pflag.Flag) {
+		key := flagKey(f)
+		if key == "" || flagErr != nil {
+			return
+		}
+		var value any = f.Value.String()
+		if sv, ok := f.Value.(pflag.SliceValue); ok {
+			value = sv.GetSlice()
+		}
+		flagErr = k.Set(key, value)
+	})
+	if flagErr != nil {
+		return nil, fmt.Errorf("flags: %w", flagErr)
+	}
+
+	cfg := ConfigDefault()
+	if err := policy.Decode("", k.Raw(), &cfg); err != nil {
+		return nil, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &cfg, nil
+}
+
+// splitList reads a list from one environment variable: comma-separated,
+// spaces around items ignored, empty meaning an empty list.
+func splitList(s string) []string {
+	out := []string{}
+	for item := range strings.SplitSeq(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
+}
+
+// keySet is every key path of Config, with its environment variable.
+type keySet struct {
+	// byEnv maps HERALD_REDIS_MASTER_NAME to redis.master_name. Matching
+	// the whole name against the known keys is what tells the underscore
+	// inside master_name from the one between redis and master_name.
+	byEnv map[string]string
+	// lists holds the keys whose values are lists.
+	lists map[string]bool
+}
+
+// configKeys lists Config's keys from its koanf tags, so that a key added
+// to Config is at once settable from the environment and by a flag.
+var configKeys = sync.OnceValue(func() keySet {
+	ks := keySet{byEnv: map[string]string{}, lists: map[string]bool{}}
+	var walk func(prefix string, t reflect.Type)
+	walk = func(prefix string, t reflect.Type) {
+		for f := range t.Fields() {
+			key := prefix + f.Tag.Get("koanf")
+			if f.Type.Kind() == reflect.Struct {
+				walk(key+".", f.Type)
+				continue
+			}
+			ks.byEnv[envName(key)] = key
+			ks.lists[key] = f.Type.Kind() == reflect.Slice
+		}
+	}
+	walk("", reflect.TypeFor[Config]())
+	return ks
+})
+
+// envName is the environment variable of a key path: redis.master_name is
+// HERALD_REDIS_MASTER_NAME.
+func envName(key string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
+}
+
+// flagAnnotation marks a flag with the config key it sets.
+const flagAnnotation = "herald_config_key"
+
+// bindFlag makes the flag name of fs, when given on the command line,
+// override the config key: --log-level sets log.level. It panics on a key
+// Config does not have, a programming error.
+func bindFlag(fs *pflag.FlagSet, name, key string) {
+	if configKeys().byEnv[envName(key)] != key {
+		panic(fmt.Sprintf("bindFlag: %q is not a config key", key))
+	}
+	if err := fs.SetAnnotation(name, flagAnnotation, []string{key}); err != nil {
+		panic(fmt.Sprintf("bindFlag: %v", err))
+	}
+}
+
+// flagKey is the config key f was bound to, or "".
+func flagKey(f *pflag.Flag) string {
+	if v := f.Annotations[flagAnnotation]; len(v) == 1 {
+		return v[0]
+	}
+	return ""
+}

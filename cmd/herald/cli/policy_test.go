@@ -1,0 +1,194 @@
+package cli
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/policy"
+)
+
+const shippedPolicies = "../../../configs/policies.yaml"
+
+// rows returns the whitespace-separated fields of each line of out, so
+// tables can be compared without their padding.
+func rows(out string) [][]string {
+	var rs [][]string
+	for line := range strings.Lines(out) {
+		rs = append(rs, strings.Fields(line))
+	}
+	return rs
+}
+
+func TestPolicyCheck(t *testing.T) {
+	t.Parallel()
+
+	t.Run("Table", func(t *testing.T) {
+		t.Parallel()
+
+		r := run(t, []string{"policy", "check", shippedPolicies})
+		require.NoError(t, r.err)
+		require.Contains(t, r.out, "policy default: 9 attempts, the last 24h22m after the first, then dead\n")
+		require.Contains(t, r.out, "policy payment-poll: 7 attempts, the first 5s after the send time, the last 29m55s after the first, then dead\n")
+		require.Contains(t, r.out, `success_body '{"code":"SUCCESS"}'`)
+
+		// The default policy's table, as DESIGN.md works it out.
+		start := strings.Index(r.out, "policy default:")
+		table := rows(r.out[start:])[2:12]
+		require.Equal(t, [][]string{
+			{"ATTEMPT", "WAIT", "SINCE", "FIRST", "ATTEMPT"},
+			{"0", "0s", "0s"},
+			{"1", "0s", "0s"},
+			{"2", "2m", "2m"},
+			{"3", "10m", "12m"},
+			{"4", "10m", "22m"},
+			{"5", "1h", "1h22m"},
+			{"6", "2h", "3h22m"},
+			{"7", "6h", "9h22m"},
+			{"8", "15h", "24h22m"},
+		}, table)
+
+		require.Contains(t, rows(r.out), []string{"payment-poll", "poll", "payment-poll", "-", "-"})
+		require.True(t, strings.HasSuffix(r.out, shippedPolicies+": ok, 5 policies, 6 topics\n"))
+	})
+
+	t.Run("JSON", func(t *testing.T) {
+		t.Parallel()
+
+		r := run(t, []string{"policy", "check", "--json", shippedPolicies})
+		require.NoError(t, r.err)
+		var report struct {
+			Policies []struct {
+				Name        string   `json:"name"`
+				Backoff     []string `json:"backoff"`
+				SuccessBody string   `json:"success_body"`
+				Schedule    []struct {
+					Attempt    int    `json:"attempt"`
+					Wait       string `json:"wait"`
+					SinceFirst string `json:"since_first_attempt"`
+				} `json:"schedule"`
+			} `json:"policies"`
+			Topics map[string]policy.Topic `json:"topics"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(r.out), &report))
+		require.Len(t, report.Policies, 5)
+		p := report.Policies[2]
+		require.Equal(t, "default", p.Name)
+		require.Len(t, p.Schedule, 9)
+		require.Equal(t, "15h0m0s", p.Schedule[8].Wait)
+		require.Equal(t, "24h22m0s", p.Schedule[8].SinceFirst)
+		require.Equal(t, "success", report.Policies[0].SuccessBody)
+		require.Equal(t, []string{"TRADE_SUCCESS", "TRADE_FINISHED", "TRADE_CLOSED"}, report.Topics["payment-poll"].Poll.Values)
+	})
+
+	t.Run("BadFile", func(t *testing.T) {
+		t.Parallel()
+
+		path := filepath.Join(t.TempDir(), "policies.yaml")
+		require.NoError(t, os.WriteFile(path, []byte("policies:\n  merchant-notify:\n    backoff: [0s, 0s, 2mins]\n"), 0o600))
+		r := run(t, []string{"policy", "check", path})
+		require.Equal(t, 2, r.code())
+		require.ErrorContains(t, r.err, path+": policies.merchant-notify.backoff[2]: ")
+		require.Empty(t, r.out)
+	})
+
+	t.Run("MissingFile", func(t *testing.T) {
+		t.Parallel()
+
+		r := run(t, []string{"policy", "check", filepath.Join(t.TempDir(), "nope.yaml")})
+		require.Equal(t, 2, r.code())
+	})
+
+	t.Run("NoFile", func(t *testing.T) {
+		t.Parallel()
+
+		r := run(t, []string{"policy", "check"})
+		require.Equal(t, 2, r.code())
+		require.ErrorContains(t, r.err, "accepts 1 arg")
+	})
+}
+
+func TestShortDuration(t *testing.T) {
+	t.Parallel()
+
+	for d, want := range map[time.Duration]string{
+		0:                               "0s",
+		1500 * time.Millisecond:         "1.5s",
+		2 * time.Minute:                 "2m",
+		90 * time.Second:                "1m30s",
+		time.Hour:                       "1h",
+		24*time.Hour + 22*time.Minute:   "24h22m",
+		time.Hour + 30*time.Second:      "1h0m30s",
+		29*time.Minute + 55*time.Second: "29m55s",
+	} {
+		require.Equal(t, want, shortDuration(notify.Duration(d)), d.String())
+	}
+}
+
+func TestStartPolicies(t *testing.T) {
+	t.Parallel()
+
+	dir := t.TempDir()
+	path := filepath.Join(dir, "policies.yaml")
+	mtime := time.Now().Add(-time.Hour)
+	write := func(content string) {
+		require.NoError(t, os.WriteFile(path, []byte(content), 0o600))
+		// Keep the modification time, so only SIGHUP can notice.
+		require.NoError(t, os.Chtimes(path, mtime, mtime))
+	}
+	write("policies:\n  p: {backoff: [0s, 1m]}\n")
+	cfgPath := writeConfig(t, "policies_file: "+path+"\n")
+
+	started := make(chan *policy.Watcher)
+	release := make(chan struct{})
+	serve := func(c *CLI) *cobra.Command {
+		return withConfig(&cobra.Command{
+			Use: "serve",
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				w, stop, err := c.base.StartPolicies(cmd.Context())
+				if err != nil {
+					return err
+				}
+				defer stop()
+				started <- w
+				<-release
+				return nil
+			},
+		})
+	}
+
+	done := make(chan *result)
+	go func() { done <- run(t, []string{"--config", cfgPath, "serve"}, serve) }()
+	w := <-started
+	require.Equal(t, "1m0s", w.Current().Policies["p"].Backoff[1].String())
+
+	write("policies:\n  p: {backoff: [0s, 2m]}\n")
+	self, err := os.FindProcess(os.Getpid())
+	require.NoError(t, err)
+	require.NoError(t, self.Signal(syscall.SIGHUP))
+	require.Eventually(t, func() bool {
+		return w.Current().Policies["p"].Backoff[1].String() == "2m0s"
+	}, 10*time.Second, 5*time.Millisecond)
+
+	close(release)
+	r := <-done
+	require.NoError(t, r.err)
+
+	t.Run("BadFileIsAUsageError", func(t *testing.T) {
+		t.Parallel()
+
+		bad := filepath.Join(t.TempDir(), "policies.yaml")
+		require.NoError(t, os.WriteFile(bad, []byte("policies:\n  p: {backoff: [0s, 1 minute]}\n"), 0o600))
+		r := run(t, []string{"--config", writeConfig(t, "policies_file: "+bad+"\n"), "serve"}, serve)
+		require.Equal(t, 2, r.code())
+		require.ErrorContains(t, r.err, "policies.p.backoff[1]")
+	})
+}
