@@ -20,8 +20,8 @@ type WatcherConfig struct {
 	// Path is the policies file. Required.
 	Path string
 	// Interval is how often the file's modification time and size are
-	// checked; the file is read again only when one of them changed.
-	// Default WatchIntervalDefault (2s).
+	// checked; the file is read again when one of them changed and then
+	// held until the next check. Default WatchIntervalDefault (2s).
 	Interval time.Duration
 	// Logger receives a line for every reload, applied or refused. Default:
 	// a warn-level text handler on stderr.
@@ -47,8 +47,8 @@ func (c *WatcherConfig) withDefaults() *WatcherConfig {
 
 // Watcher holds the policy Set in force and replaces it when the policies
 // file changes (checked by polling, which also sees files replaced by a
-// rename or a symlink swap, as configuration managers do) or when Reload is
-// called (on SIGHUP). A file that does not load is refused with its field
+// rename or a symlink swap, as configuration managers do; a change is read
+// once it has held for one interval) or when Reload is called (on SIGHUP). A file that does not load is refused with its field
 // path, logged, and the previous Set stays in force, so a typo never takes
 // the policies away from a running dispatcher.
 type Watcher struct {
@@ -61,6 +61,11 @@ type Watcher struct {
 	// seen is the file's stamp at the last read, good or bad: a refused
 	// file is not read and logged again until it changes.
 	seen fileStamp
+	// pending is a new stamp seen at the last check. The file is read only
+	// when the next check finds it unchanged, so a file being written in
+	// place (truncated, then filled) is not read half-written: a truncated
+	// policies file can be valid YAML that drops topics.
+	pending fileStamp
 	// statErr is the last error from looking at the file, logged once
 	// rather than on every tick while the file is missing.
 	statErr string
@@ -142,7 +147,8 @@ func (w *Watcher) run(ctx context.Context) {
 	}
 }
 
-// check reloads the file when its stamp differs from the one last read.
+// check reloads the file when its stamp differs from the one last read
+// and has stayed the same since the previous check.
 func (w *Watcher) check(ctx context.Context) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -156,7 +162,11 @@ func (w *Watcher) check(ctx context.Context) {
 		return
 	}
 	w.statErr = ""
-	if stamp != w.seen {
+	switch {
+	case stamp == w.seen:
+	case stamp != w.pending:
+		w.pending = stamp // still being written, perhaps: look again next tick
+	default:
 		_ = w.reload(ctx, "file changed") // logged and reported by reload
 	}
 }

@@ -78,24 +78,33 @@ func TestWatcher(t *testing.T) {
 		return w, bundle
 	}
 
-	// write replaces the file's content and moves its modification time
-	// forward by a whole second, so the change is seen whatever the file
-	// system's timestamp resolution.
+	// write replaces the file as configuration managers do, by renaming a
+	// finished file over it, with a modification time a whole second
+	// later, so the change is seen whatever the file system's timestamp
+	// resolution.
 	write := func(t *testing.T, bundle *testBundle, content string) {
 		t.Helper()
-		require.NoError(t, os.WriteFile(bundle.path, []byte(content), 0o600))
+		tmp := bundle.path + ".tmp"
+		require.NoError(t, os.WriteFile(tmp, []byte(content), 0o600))
 		bundle.mtime = bundle.mtime.Add(time.Second)
-		require.NoError(t, os.Chtimes(bundle.path, bundle.mtime, bundle.mtime))
+		require.NoError(t, os.Chtimes(tmp, bundle.mtime, bundle.mtime))
+		require.NoError(t, os.Rename(tmp, bundle.path))
 	}
 
-	waitReload := func(t *testing.T, bundle *testBundle) reloadResult {
+	// waitReload returns the first reload that failed (wantErr) or
+	// succeeded (!wantErr), skipping others.
+	waitReload := func(t *testing.T, bundle *testBundle, wantErr bool) reloadResult {
 		t.Helper()
-		select {
-		case r := <-bundle.reloaded:
-			return r
-		case <-time.After(10 * time.Second):
-			require.FailNow(t, "no reload within 10s")
-			return reloadResult{}
+		deadline := time.After(10 * time.Second)
+		for {
+			select {
+			case r := <-bundle.reloaded:
+				if (r.err != nil) == wantErr {
+					return r
+				}
+			case <-deadline:
+				require.FailNow(t, "no such reload within 10s")
+			}
 		}
 	}
 
@@ -124,8 +133,7 @@ func TestWatcher(t *testing.T) {
 		w.Start(t.Context())
 		write(t, bundle, goodYAML2)
 
-		r := waitReload(t, bundle)
-		require.NoError(t, r.err)
+		r := waitReload(t, bundle, false)
 		require.Same(t, r.set, w.Current())
 		require.Len(t, w.Current().Policies["p"].Backoff, 3)
 		require.Contains(t, w.Current().Policies, "q")
@@ -140,7 +148,7 @@ func TestWatcher(t *testing.T) {
 		w.Start(t.Context())
 		write(t, bundle, badYAML)
 
-		r := waitReload(t, bundle)
+		r := waitReload(t, bundle, true)
 		var fe *notify.FieldError
 		require.ErrorAs(t, r.err, &fe)
 		require.Equal(t, "policies.p.backoff[1]", fe.Field)
@@ -151,8 +159,7 @@ func TestWatcher(t *testing.T) {
 		// The bad file is not read again until it changes; fixing it
 		// applies the fix.
 		write(t, bundle, goodYAML2)
-		r = waitReload(t, bundle)
-		require.NoError(t, r.err)
+		waitReload(t, bundle, false)
 		require.Len(t, w.Current().Policies["p"].Backoff, 3)
 	})
 
@@ -170,8 +177,36 @@ func TestWatcher(t *testing.T) {
 		require.Same(t, before, w.Current())
 
 		write(t, bundle, goodYAML2)
-		r := waitReload(t, bundle)
-		require.NoError(t, r.err)
+		waitReload(t, bundle, false)
+	})
+
+	t.Run("ReadsOnlySettledChanges", func(t *testing.T) {
+		t.Parallel()
+
+		// Not started: the test makes each check itself.
+		w, bundle := setup(t)
+		before := w.Current()
+
+		// Truncated, as by a write in place: valid YAML, but not yet the
+		// file. A check notices it and waits.
+		write(t, bundle, "")
+		w.check(t.Context())
+		require.Same(t, before, w.Current())
+
+		// Filled in before the next check: still moving, so it waits.
+		write(t, bundle, goodYAML2)
+		w.check(t.Context())
+		require.Same(t, before, w.Current())
+		require.Empty(t, bundle.reloaded)
+
+		// Unchanged since the last check: read.
+		w.check(t.Context())
+		require.NoError(t, waitReload(t, bundle, false).err)
+		require.Len(t, w.Current().Policies["p"].Backoff, 3)
+
+		// Nothing new: nothing read.
+		w.check(t.Context())
+		require.Empty(t, bundle.reloaded)
 	})
 
 	t.Run("ReloadOnRequest", func(t *testing.T) {
@@ -184,12 +219,12 @@ func TestWatcher(t *testing.T) {
 		var fe *notify.FieldError
 		require.ErrorAs(t, w.Reload(t.Context()), &fe)
 		require.Same(t, before, w.Current())
-		require.Error(t, waitReload(t, bundle).err)
+		waitReload(t, bundle, true)
 
 		write(t, bundle, goodYAML2)
 		require.NoError(t, w.Reload(t.Context()))
 		require.Len(t, w.Current().Policies["p"].Backoff, 3)
-		require.NoError(t, waitReload(t, bundle).err)
+		waitReload(t, bundle, false)
 	})
 
 	t.Run("StartStop", func(t *testing.T) {
