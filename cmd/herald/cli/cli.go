@@ -8,14 +8,14 @@
 //
 // # Adding a command
 //
-// Put each noun in its own file with a method on *CLI that builds the
+// Put each noun in its own file with a method on *app that builds the
 // cobra command, and add it to the tree in rootCommand. A command that
 // needs the configuration wraps its definition in withConfig; by the time
 // its RunE runs, Base.Config is loaded and validated and Base.Logger
 // follows its log section. Flags that override a config key are bound with
 // bindFlag:
 //
-//	func (c *CLI) serveCommand() *cobra.Command {
+//	func (c *app) serveCommand() *cobra.Command {
 //		cmd := withConfig(&cobra.Command{
 //			Use:  "serve",
 //			Args: cobra.NoArgs,
@@ -25,7 +25,10 @@
 //					return err
 //				}
 //				defer stop()
-//				// ... build the store, dispatcher and API from c.base.Config.
+//				// ... build the store, dispatcher and API from
+//				// c.base.Config, logging to c.base.Logger, taking
+//				// policies.Current as their policy source, and print
+//				// to c.base.Out.
 //			},
 //		})
 //		cmd.Flags().String("listen", "", "address the API listens on (api.listen)")
@@ -62,25 +65,13 @@ type Deps struct {
 // until it finishes or ctx ends. Map its error to an exit status with
 // ExitCode.
 func Execute(ctx context.Context, deps Deps, args []string) error {
-	c := newCLI(deps)
+	c := newApp(deps)
 	return c.execute(ctx, c.rootCommand(), args)
 }
 
-func newCLI(deps Deps) *CLI { return &CLI{base: Base{Out: deps.Out}, deps: deps} }
-
-func (c *CLI) execute(ctx context.Context, root *cobra.Command, args []string) error {
-	root.SetArgs(args)
-	cmd, err := root.ExecuteContextC(ctx)
-	if err != nil && !c.started {
-		// cobra refused the command line before any command ran.
-		return &UsageError{Err: fmt.Errorf("%w (see '%s --help')", err, cmd.CommandPath())}
-	}
-	return err
-}
-
-// CLI builds the command tree and holds what its commands share. It lives
+// app builds the command tree and holds what its commands share. It lives
 // for one Execute.
-type CLI struct {
+type app struct {
 	deps Deps
 	// base is filled in by setup before any command runs.
 	base Base
@@ -92,6 +83,18 @@ type CLI struct {
 	configFile string
 	logLevel   string
 	debug      bool
+}
+
+func newApp(deps Deps) *app { return &app{base: Base{Out: deps.Out}, deps: deps} }
+
+func (c *app) execute(ctx context.Context, root *cobra.Command, args []string) error {
+	root.SetArgs(args)
+	cmd, err := root.ExecuteContextC(ctx)
+	if err != nil && !c.started {
+		// cobra refused the command line before any command ran.
+		return &UsageError{Err: fmt.Errorf("%w (see '%s --help')", err, cmd.CommandPath())}
+	}
+	return err
 }
 
 // Base is what every command runs with.
@@ -144,7 +147,7 @@ func withConfig(cmd *cobra.Command) *cobra.Command {
 	return cmd
 }
 
-func (c *CLI) rootCommand() *cobra.Command {
+func (c *app) rootCommand() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "herald",
 		Short: "Herald dispatches notifications on retry policies",
@@ -176,7 +179,7 @@ HERALD_REDIS_ADDRS=a:6379,b:6379 or HERALD_API_LISTEN=:8080), then flags.`,
 
 // setup runs before every command: it loads the configuration for the
 // commands that need it and chooses the log handler.
-func (c *CLI) setup(cmd *cobra.Command, _ []string) error {
+func (c *app) setup(cmd *cobra.Command, _ []string) error {
 	c.started = true
 	logCfg := LogConfig{Level: c.logLevel, Format: "text"}
 	if cmd.Annotations[configAnnotation] != "" {

@@ -24,10 +24,10 @@ func (r *result) code() int { return ExitCode(r.err) }
 // run runs the herald command line in-process. extra builds more commands
 // into the tree, as rootCommand builds the real ones, so tests can stand in
 // for the commands that use the configuration.
-func run(t *testing.T, args []string, extra ...func(*CLI) *cobra.Command) *result {
+func run(t *testing.T, args []string, extra ...func(*app) *cobra.Command) *result {
 	t.Helper()
 	var out, logs bytes.Buffer
-	c := newCLI(Deps{Out: &out, Err: &logs})
+	c := newApp(Deps{Out: &out, Err: &logs})
 	root := c.rootCommand()
 	for _, build := range extra {
 		root.AddCommand(build(c))
@@ -38,7 +38,7 @@ func run(t *testing.T, args []string, extra ...func(*CLI) *cobra.Command) *resul
 
 // probeCommand needs the configuration, as serve will, and logs one line
 // at each level.
-func probeCommand(c *CLI) *cobra.Command {
+func probeCommand(c *app) *cobra.Command {
 	return withConfig(&cobra.Command{
 		Use:  "probe",
 		Args: cobra.NoArgs,

@@ -37,7 +37,7 @@ func requireField(t *testing.T, err error, field string) *notify.FieldError {
 // load runs loadConfig on a file with the root's flags parsed from args.
 func load(t *testing.T, path string, args ...string) (*Config, error) {
 	t.Helper()
-	c := newCLI(Deps{Out: &bytes.Buffer{}, Err: &bytes.Buffer{}})
+	c := newApp(Deps{Out: &bytes.Buffer{}, Err: &bytes.Buffer{}})
 	fs := c.rootCommand().PersistentFlags()
 	require.NoError(t, fs.Parse(args))
 	return loadConfig(&configSource{File: path, FileRequired: true, Flags: fs})

@@ -20,7 +20,7 @@ import (
 	"github.com/heraldhq/herald/policy"
 )
 
-func (c *CLI) policyCommand() *cobra.Command {
+func (c *app) policyCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "policy",
 		Short: "Work with policies files",

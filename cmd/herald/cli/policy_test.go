@@ -149,7 +149,7 @@ func TestStartPolicies(t *testing.T) {
 
 	started := make(chan *policy.Watcher)
 	release := make(chan struct{})
-	serve := func(c *CLI) *cobra.Command {
+	serve := func(c *app) *cobra.Command {
 		return withConfig(&cobra.Command{
 			Use: "serve",
 			RunE: func(cmd *cobra.Command, _ []string) error {

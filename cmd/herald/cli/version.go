@@ -37,7 +37,7 @@ func readVersion() versionInfo {
 	return v
 }
 
-func (c *CLI) versionCommand() *cobra.Command {
+func (c *app) versionCommand() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "version",
