@@ -12,6 +12,7 @@ import (
 
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/notify/httpsend"
+	"github.com/heraldhq/herald/notify/sms"
 	"github.com/heraldhq/herald/notify/webhook"
 	"github.com/heraldhq/herald/schedule"
 	"github.com/heraldhq/herald/store"
@@ -20,7 +21,7 @@ import (
 // Defaults of Config that no package below the CLI owns. The others are
 // store.NamespaceDefault, store.ShardsDefault, store.RetentionDefault,
 // schedule.ConcurrencyDefault, schedule.BatchDefault,
-// notify.MaxPayloadDefault and webhook.TimeoutDefault.
+// notify.MaxPayloadDefault, webhook.TimeoutDefault and sms.ProviderDefault.
 const (
 	// ConfigFileDefault is read when --config is not given; unlike a file
 	// named with --config, it may be missing.
@@ -41,12 +42,6 @@ const (
 	RedisModeStandalone = "standalone"
 	RedisModeSentinel   = "sentinel"
 	RedisModeCluster    = "cluster"
-)
-
-// SMS providers.
-const (
-	SMSProviderHTTP   = "http"
-	SMSProviderTwilio = "twilio"
 )
 
 // Config is Herald's configuration: the keys of configs/herald.yaml, which
@@ -141,7 +136,7 @@ type WebhookConfig struct {
 	AllowNetworks []string `koanf:"allow_networks"`
 }
 
-// SMSConfig configures the SMS sender.
+// SMSConfig configures the SMS sender; see sms.Config.
 type SMSConfig struct {
 	// Provider is http (a JSON POST to URL) or twilio. Default http.
 	Provider string `koanf:"provider"`
@@ -152,7 +147,7 @@ type SMSConfig struct {
 	// twilio.
 	AccountSID string `koanf:"account_sid"`
 	AuthToken  Secret `koanf:"auth_token"`
-	// From is the sending number or sender id.
+	// From is the sending number or sender id; required for twilio.
 	From string `koanf:"from"`
 }
 
@@ -174,7 +169,7 @@ func ConfigDefault() Config {
 		Retention:    store.RetentionDefault,
 		Dispatcher:   DispatcherConfig{Concurrency: schedule.ConcurrencyDefault, Batch: schedule.BatchDefault},
 		API:          APIConfig{Listen: ListenDefault, Tokens: []Secret{}, MaxBody: notify.MaxPayloadDefault},
-		Senders:      SendersConfig{Webhook: WebhookConfig{Timeout: webhook.TimeoutDefault, AllowNetworks: []string{}}, SMS: SMSConfig{Provider: SMSProviderHTTP}},
+		Senders:      SendersConfig{Webhook: WebhookConfig{Timeout: webhook.TimeoutDefault, AllowNetworks: []string{}}, SMS: SMSConfig{Provider: sms.ProviderDefault}},
 		TemplatesDir: TemplatesDirDefault,
 		PoliciesFile: PoliciesFileDefault,
 		Log:          LogConfig{Level: "info", Format: "text"},
@@ -250,13 +245,15 @@ func (c *Config) Validate() error {
 
 func (s *SMSConfig) validate() error {
 	switch s.Provider {
-	case SMSProviderHTTP:
-	case SMSProviderTwilio:
-		if s.AccountSID == "" {
+	case sms.ProviderHTTP:
+	case sms.ProviderTwilio:
+		switch {
+		case s.AccountSID == "":
 			return notify.Errorf("senders.sms.account_sid", "is required for twilio")
-		}
-		if s.AuthToken == "" {
+		case s.AuthToken == "":
 			return notify.Errorf("senders.sms.auth_token", "is required for twilio")
+		case s.From == "":
+			return notify.Errorf("senders.sms.from", "is required for twilio")
 		}
 	default:
 		return notify.Errorf("senders.sms.provider", "must be http or twilio, not %q", s.Provider)

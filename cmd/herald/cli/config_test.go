@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/notify/sms"
 )
 
 // writeConfig writes a config file into a temporary directory.
@@ -254,10 +255,13 @@ func TestConfigValidate(t *testing.T) {
 		{"MaxBody", func(c *Config) { c.API.MaxBody = 0 }, "api.max_body"},
 		{"WebhookSecret", func(c *Config) { c.Senders.Webhook.Secret = "whsec_not base64!" }, "senders.webhook.secret"},
 		{"AllowNetworks", func(c *Config) { c.Senders.Webhook.AllowNetworks = []string{"10.0.0.0/8", "internal"} }, "senders.webhook.allow_networks[1]"},
-		{"TwilioNeedsSID", func(c *Config) { c.Senders.SMS.Provider = SMSProviderTwilio }, "senders.sms.account_sid"},
+		{"TwilioNeedsSID", func(c *Config) { c.Senders.SMS.Provider = sms.ProviderTwilio }, "senders.sms.account_sid"},
 		{"TwilioNeedsToken", func(c *Config) {
-			c.Senders.SMS.Provider, c.Senders.SMS.AccountSID = SMSProviderTwilio, "AC1"
+			c.Senders.SMS.Provider, c.Senders.SMS.AccountSID = sms.ProviderTwilio, "AC1"
 		}, "senders.sms.auth_token"},
+		{"TwilioNeedsFrom", func(c *Config) {
+			c.Senders.SMS.Provider, c.Senders.SMS.AccountSID, c.Senders.SMS.AuthToken = sms.ProviderTwilio, "AC1", "tok"
+		}, "senders.sms.from"},
 		{"SMSURL", func(c *Config) { c.Senders.SMS.URL = "ftp://sms" }, "senders.sms.url"},
 		{"TemplatesDir", func(c *Config) { c.TemplatesDir = "" }, "templates_dir"},
 		{"PoliciesFile", func(c *Config) { c.PoliciesFile = "" }, "policies_file"},
@@ -296,7 +300,8 @@ func TestSecretsNeverShown(t *testing.T) {
 	cfg.Redis.Password = password
 	cfg.API.Tokens = []Secret{token}
 	cfg.Senders.Webhook.Secret = secret
-	cfg.Senders.SMS.Provider, cfg.Senders.SMS.AccountSID, cfg.Senders.SMS.AuthToken = SMSProviderTwilio, "AC1", authToken
+	cfg.Senders.SMS.Provider, cfg.Senders.SMS.AccountSID, cfg.Senders.SMS.AuthToken = sms.ProviderTwilio, "AC1", authToken
+	cfg.Senders.SMS.From = "+14155550100"
 	require.NoError(t, cfg.Validate())
 
 	var shown strings.Builder
