@@ -339,7 +339,7 @@ func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan
 			if got == 0 {
 				return
 			}
-			quotas := splitQuotas(due, got, d.cfg.Batch, rotate)
+			quotas := SplitQuotas(due, got, d.cfg.Batch, rotate)
 			rotate++
 			items, hs, err := d.store.Reserve(ctx, queue, quotas)
 			d.release(got - len(items))
@@ -401,10 +401,11 @@ func quotaOf(quotas []store.Quota, shard int) int {
 	return 0
 }
 
-// splitQuotas shares n worker slots among the due shards, at most batch per
-// shard; when there are fewer slots than shards, a rotating start keeps any
-// shard from starving.
-func splitQuotas(due []int, n, batch, rotate int) []store.Quota {
+// SplitQuotas shares n reservations among the due shards, at most batch per
+// shard; when there are fewer than shards, a rotating start keeps any shard
+// from starving. The dispatcher and pull consumers (notify/client) share it,
+// so both spread a reservation over the shards the same way.
+func SplitQuotas(due []int, n, batch, rotate int) []store.Quota {
 	if n < len(due) {
 		out := make([]store.Quota, n)
 		for i := range out {

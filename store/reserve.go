@@ -86,6 +86,29 @@ func (s *Store) Reserve(ctx context.Context, queue string, quotas []Quota) ([]*n
 	return out, heads, nil
 }
 
+// Heads returns, for every shard, when the earliest notification of queue
+// is due (Due zero when the shard's queue is empty), in one pipeline. Pull
+// consumers, which keep no state between requests, use it to reserve only
+// from shards with due work and to sleep until the next due time.
+func (s *Store) Heads(ctx context.Context, queue string) ([]Head, error) {
+	pipe := s.client.Pipeline()
+	cmds := make([]*redis.ZSliceCmd, s.keys.shards)
+	for shard := range cmds {
+		cmds[shard] = pipe.ZRangeWithScores(ctx, s.keys.due(shard, queue), 0, 0)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("read heads of %s: %w", queue, err)
+	}
+	heads := make([]Head, len(cmds))
+	for shard, c := range cmds {
+		heads[shard].Shard = shard
+		if zs := c.Val(); len(zs) > 0 {
+			heads[shard].Due = fromMS(int64(zs[0].Score))
+		}
+	}
+	return heads, nil
+}
+
 func (s *Store) listReply(c *scriptCall) ([]any, error) {
 	v, err := c.cmd.Result()
 	if err != nil {

@@ -190,6 +190,31 @@ func TestReserveOnlyWhatIsDue(t *testing.T) {
 	require.Empty(t, b.reserveAll(t), "a reserved notification is not handed out twice")
 }
 
+func TestHeads(t *testing.T) {
+	t.Parallel()
+	b := setup(t, store.Config{})
+	queue := store.PullQueue("jobs")
+	heads, err := b.store.Heads(context.Background(), queue)
+	require.NoError(t, err)
+	require.Len(t, heads, b.store.Shards())
+	for i, h := range heads {
+		require.Equal(t, i, h.Shard)
+		require.True(t, h.Due.IsZero(), "an empty queue has no head")
+	}
+	later := b.enqueue(t, b.newNotification(t, "later", time.Hour, 0))
+	sooner := b.enqueue(t, b.newNotification(t, "sooner", time.Minute, 0))
+	heads, err = b.store.Heads(context.Background(), queue)
+	require.NoError(t, err)
+	var dues []time.Time
+	for _, h := range heads {
+		if !h.Due.IsZero() {
+			dues = append(dues, h.Due)
+		}
+	}
+	require.Subset(t, []time.Time{*later.NextAttemptAt, *sooner.NextAttemptAt}, dues)
+	require.Contains(t, dues, *sooner.NextAttemptAt, "the earliest is every shard's head")
+}
+
 func TestFinish(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
