@@ -1,0 +1,278 @@
+// Package client is Herald's Go client: it enqueues, cancels and reads
+// notifications, and reserves and acknowledges pull work, against Redis
+// directly, without an HTTP hop. The HTTP API is built on it, so a Go service
+// and a worker in any other language get the same validation, the same topic
+// and policy defaults and the same answers.
+//
+// # Enqueue
+//
+// Enqueue resolves a notify.Request with the current policies (the topic's
+// defaults, then the policy's, see policy.Set.Resolve) and stores it. The
+// status tells what happened: store.Created for a new id, store.Existing for
+// the same id and content (nothing changed), store.Replaced when Replace
+// rescheduled it. Other content under an existing id is notify.ErrConflict;
+// a replace of a reserved notification is notify.ErrReserved. A bad request
+// is a *notify.FieldError naming the field.
+//
+//	c, err := client.New(&client.Config{Store: st, PoliciesFunc: watcher.Current})
+//	n, status, err := c.Enqueue(ctx, &notify.Request{
+//		ID: "appt-42-reminder", Topic: "appointment-reminder",
+//		Target: "+14155550100", SendAt: &remindAt,
+//	})
+//
+// # Pull
+//
+// Consumers of a pull topic Reserve due notifications (waiting up to a given
+// time for one to become due), then Ack or Nack each with the receipt it came
+// with. A receipt stops holding once the reservation's ttr has run out and
+// the dispatcher's reaper has counted the attempt as failed, or once the
+// notification is cancelled: Ack and Nack then return
+// notify.ErrStaleReceipt, so a slow consumer never finishes someone else's
+// attempt. Nack decides the next step with the same rules as the dispatcher
+// (schedule.NextStep).
+package client
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/policy"
+	"github.com/heraldhq/herald/schedule"
+	"github.com/heraldhq/herald/store"
+)
+
+// Defaults and limits of Config and of Reserve.
+const (
+	// PollIntervalDefault is the longest a waiting Reserve goes without
+	// asking Redis, a safety net for wake-ups lost while disconnected.
+	PollIntervalDefault = time.Second
+	// MaxReserve bounds the notifications one Reserve call hands out.
+	MaxReserve = 100
+)
+
+// Observer is told what a client did; metrics.Metrics implements it. Calls
+// come from many goroutines and must not block.
+type Observer interface {
+	// AttemptFinished and StoreError are as for the dispatcher: acks and
+	// nacks of pull consumers are attempts too.
+	schedule.Observer
+	// Enqueued reports a notification that was stored (store.Created or
+	// store.Replaced) or found already stored (store.Existing).
+	Enqueued(n *notify.Notification, status store.EnqueueStatus)
+}
+
+// Config configures a Client.
+type Config struct {
+	// Store is the notifications' state. Required.
+	Store *store.Store
+	// PoliciesFunc returns the current policies and topics (it may change on
+	// reload). Default: the built-in default policy and no topics.
+	PoliciesFunc func() *policy.Set
+	// MaxPayload bounds a payload in bytes. Default
+	// notify.MaxPayloadDefault (256 KiB).
+	MaxPayload int
+	// PollInterval is the longest a waiting Reserve goes without asking
+	// Redis. Default PollIntervalDefault (1s).
+	PollInterval time.Duration
+	// Observer is told about enqueues, attempts and store errors. Optional.
+	Observer Observer
+}
+
+// WithDefaults returns a copy of c with zero fields set to their defaults.
+func (c *Config) WithDefaults() *Config {
+	out := *c
+	out.MaxPayload = cmp.Or(out.MaxPayload, notify.MaxPayloadDefault)
+	out.PollInterval = cmp.Or(out.PollInterval, PollIntervalDefault)
+	if out.PoliciesFunc == nil {
+		set, _ := policy.NewSet(nil, nil)
+		out.PoliciesFunc = func() *policy.Set { return set }
+	}
+	if out.Observer == nil {
+		out.Observer = nopObserver{}
+	}
+	return &out
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Store == nil:
+		return errors.New("client: Store is required")
+	case c.MaxPayload < 0 || c.PollInterval < 0:
+		return errors.New("client: MaxPayload and PollInterval must not be negative")
+	}
+	return nil
+}
+
+type nopObserver struct{}
+
+func (nopObserver) AttemptFinished(*notify.Notification, notify.Attempt, store.Action, time.Duration) {
+}
+func (nopObserver) StoreError(string, error)                           {}
+func (nopObserver) Enqueued(*notify.Notification, store.EnqueueStatus) {}
+
+// Client enqueues and consumes notifications. It is safe for concurrent use;
+// Close it to stop listening for wake-ups.
+type Client struct {
+	cfg   *Config
+	store *store.Store
+	obs   Observer
+	hub   *hub
+	// rotate turns the start of quota splitting on each reservation, so
+	// that small reservations do not always favour the first due shard.
+	rotate atomic.Int64
+}
+
+// New returns a client for cfg.
+func New(cfg *Config) (*Client, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Client{cfg: cfg, store: cfg.Store, obs: cfg.Observer, hub: newHub(cfg.Store)}, nil
+}
+
+// Close ends the wake-up subscription that waiting Reserve calls share.
+// Reserve still works after Close, polling every PollInterval. A second
+// Close does nothing.
+func (c *Client) Close() error {
+	c.hub.close()
+	return nil
+}
+
+// Enqueue resolves and stores one notification; see EnqueueBatch. The
+// returned record is the stored one: the new record, or for store.Existing,
+// notify.ErrConflict and notify.ErrReserved the record already stored.
+func (c *Client) Enqueue(ctx context.Context, req *notify.Request) (*notify.Notification, store.EnqueueStatus, error) {
+	res, err := c.EnqueueBatch(ctx, []*notify.Request{req})
+	if err != nil {
+		return nil, 0, err
+	}
+	return res[0].Notification, res[0].Status, res[0].Err
+}
+
+// EnqueueBatch resolves up to store.MaxBatch requests with the current
+// policies and stores the valid ones in one pipeline. The results follow the
+// requests' order; a request that does not resolve has a *notify.FieldError
+// in its result and is not stored. The returned error is for the whole batch:
+// too many requests, or Redis unreachable.
+func (c *Client) EnqueueBatch(ctx context.Context, reqs []*notify.Request) ([]store.EnqueueResult, error) {
+	if len(reqs) > store.MaxBatch {
+		return nil, notify.Errorf("notifications", "has %d entries, more than %d", len(reqs), store.MaxBatch)
+	}
+	set := c.cfg.PoliciesFunc()
+	now := c.store.Now()
+	results := make([]store.EnqueueResult, len(reqs))
+	todo := make([]store.EnqueueRequest, 0, len(reqs))
+	index := make([]int, 0, len(reqs))
+	for i, req := range reqs {
+		n, err := set.Resolve(req, now, c.cfg.MaxPayload)
+		if err != nil {
+			results[i].Err = err
+			continue
+		}
+		todo = append(todo, store.EnqueueRequest{Notification: n, Replace: req.Replace})
+		index = append(index, i)
+	}
+	if len(todo) == 0 {
+		return results, nil
+	}
+	stored, err := c.store.EnqueueBatch(ctx, todo)
+	if err != nil {
+		c.storeError("enqueue", err)
+		return nil, err
+	}
+	for j, r := range stored {
+		if r.Notification != nil {
+			r.Notification.Receipt = ""
+		}
+		results[index[j]] = r
+		if r.Err == nil {
+			c.obs.Enqueued(r.Notification, r.Status)
+		} else {
+			c.storeError("enqueue", r.Err)
+		}
+	}
+	return results, nil
+}
+
+// Get returns a notification with its payload and history. The receipt of
+// a reserved notification is left out: only the consumer that reserved it
+// holds it.
+func (c *Client) Get(ctx context.Context, id string) (*notify.Notification, error) {
+	n, err := c.store.Get(ctx, id)
+	if err != nil {
+		c.storeError("get", err)
+		return nil, err
+	}
+	n.Receipt = ""
+	return n, nil
+}
+
+// Cancel cancels a scheduled or reserved notification and returns its
+// record; a cancelled one is returned unchanged. It is notify.ErrNotFound
+// for an unknown id and notify.ErrFinished once the notification has
+// succeeded or is dead.
+func (c *Client) Cancel(ctx context.Context, id string) (*notify.Notification, error) {
+	n, err := c.store.Cancel(ctx, id)
+	if err != nil {
+		c.storeError("cancel", err)
+		return nil, err
+	}
+	n.Receipt = ""
+	return n, nil
+}
+
+// ListDead returns a page of up to limit dead notifications (of every topic
+// when topic is empty) and the cursor of the next page, "" on the last; pass
+// "" to start. See store.Store.ListDead.
+func (c *Client) ListDead(ctx context.Context, topic string, limit int, cursor string) ([]*notify.Notification, string, error) {
+	items, next, err := c.store.ListDead(ctx, topic, limit, cursor)
+	c.storeError("dead", err)
+	return items, next, err
+}
+
+// Replay moves the dead notifications f selects back to their queue, due
+// now: with reset their whole backoff array runs again, without it each gets
+// one more attempt. With dryRun it only counts them.
+func (c *Client) Replay(ctx context.Context, f store.DeadFilter, reset, dryRun bool) (matched, replayed int, err error) {
+	matched, replayed, err = c.store.Replay(ctx, f, reset, dryRun)
+	c.storeError("replay", err)
+	return matched, replayed, err
+}
+
+// Purge deletes the dead notifications f selects for good. With dryRun it
+// only counts them.
+func (c *Client) Purge(ctx context.Context, f store.DeadFilter, dryRun bool) (matched, purged int, err error) {
+	matched, purged, err = c.store.Purge(ctx, f, dryRun)
+	c.storeError("purge", err)
+	return matched, purged, err
+}
+
+// Stats returns the counts of every topic.
+func (c *Client) Stats(ctx context.Context) (map[string]store.TopicStats, error) {
+	stats, err := c.store.Stats(ctx)
+	c.storeError("stats", err)
+	return stats, err
+}
+
+// storeError reports err to the observer unless it is nil or an answer (a
+// sentinel or a validation error) rather than a failure to reach Redis.
+func (c *Client) storeError(op string, err error) {
+	if err == nil {
+		return
+	}
+	var fe *notify.FieldError
+	for _, answer := range []error{notify.ErrNotFound, notify.ErrConflict, notify.ErrReserved, notify.ErrFinished, notify.ErrStaleReceipt} {
+		if errors.Is(err, answer) {
+			return
+		}
+	}
+	if errors.As(err, &fe) || errors.Is(err, context.Canceled) {
+		return
+	}
+	c.obs.StoreError(op, err)
+}

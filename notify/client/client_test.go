@@ -1,0 +1,141 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/internal/redistest"
+	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/notify/client"
+	"github.com/heraldhq/herald/policy"
+	"github.com/heraldhq/herald/store"
+)
+
+// server is the package's redis-server; tests isolate by namespace.
+var server *redistest.Server
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "herald-client-redis")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	server, err = redistest.StartDir(dir, redistest.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "client tests:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	server.Stop()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func setup(t *testing.T) *client.Client {
+	t.Helper()
+	st, err := store.New(&store.Config{Client: server.Client(t), Namespace: redistest.Namespace(t), Shards: 4})
+	require.NoError(t, err)
+	set, err := policy.NewSet(map[string]policy.Policy{
+		"twice": {Backoff: []notify.Duration{0, 0}},
+	}, map[string]policy.Topic{
+		"appointment-reminder": {Channel: notify.ChannelPull, Policy: "twice"},
+	})
+	require.NoError(t, err)
+	c, err := client.New(&client.Config{Store: st, PoliciesFunc: func() *policy.Set { return set }})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func TestEnqueueAppliesTopicDefaults(t *testing.T) {
+	t.Parallel()
+	c := setup(t)
+	ctx := context.Background()
+	remindAt := time.Now().Add(time.Hour)
+	n, status, err := c.Enqueue(ctx, &notify.Request{ID: "appt-42", Topic: "appointment-reminder", SendAt: &remindAt})
+	require.NoError(t, err)
+	require.Equal(t, store.Created, status)
+	require.Equal(t, notify.ChannelPull, n.Channel)
+	require.Equal(t, "twice", n.Policy)
+	require.Len(t, n.Backoff, 2)
+
+	_, _, err = c.Enqueue(ctx, &notify.Request{ID: "appt-42", Topic: "appointment-reminder"})
+	require.ErrorIs(t, err, notify.ErrConflict)
+
+	moved := remindAt.Add(time.Hour)
+	n, status, err = c.Enqueue(ctx, &notify.Request{ID: "appt-42", Topic: "appointment-reminder", SendAt: &moved, Replace: true})
+	require.NoError(t, err)
+	require.Equal(t, store.Replaced, status)
+	require.WithinDuration(t, moved, n.SendAt, time.Millisecond)
+
+	n, err = c.Cancel(ctx, "appt-42")
+	require.NoError(t, err)
+	require.Equal(t, notify.StateCancelled, n.State)
+}
+
+func TestEnqueueBatchValidatesEachItem(t *testing.T) {
+	t.Parallel()
+	c := setup(t)
+	res, err := c.EnqueueBatch(context.Background(), []*notify.Request{
+		{ID: "ok", Topic: "appointment-reminder"},
+		{ID: "bad", Topic: "appointment-reminder", Backoff: []notify.Duration{0, -1}},
+	})
+	require.NoError(t, err)
+	require.Equal(t, store.Created, res[0].Status)
+	var fe *notify.FieldError
+	require.ErrorAs(t, res[1].Err, &fe)
+	require.Equal(t, "backoff[1]", fe.Field)
+
+	_, err = c.EnqueueBatch(context.Background(), make([]*notify.Request, store.MaxBatch+1))
+	require.ErrorAs(t, err, &fe)
+	require.Equal(t, "notifications", fe.Field)
+}
+
+func TestPullNackPermanentIsDead(t *testing.T) {
+	t.Parallel()
+	c := setup(t)
+	ctx := context.Background()
+	_, _, err := c.Enqueue(ctx, &notify.Request{ID: "job", Topic: "appointment-reminder"})
+	require.NoError(t, err)
+	items, err := c.Reserve(ctx, "appointment-reminder", 10, time.Second)
+	require.NoError(t, err)
+	require.Len(t, items, 1)
+
+	got, err := c.Get(ctx, "job")
+	require.NoError(t, err)
+	require.Equal(t, notify.StateReserved, got.State)
+	require.Empty(t, got.Receipt, "Get leaves the receipt to the consumer that holds it")
+
+	require.ErrorIs(t, c.Ack(ctx, "job", "not-the-receipt"), notify.ErrStaleReceipt)
+	require.NoError(t, c.Nack(ctx, "job", items[0].Receipt, notify.Permanent(errors.New("patient unknown"))))
+	got, err = c.Get(ctx, "job")
+	require.NoError(t, err)
+	require.Equal(t, notify.StateDead, got.State, "a permanent failure skips the rest of the array")
+	require.Equal(t, notify.OutcomePermanent, got.History[0].Outcome)
+
+	dead, next, err := c.ListDead(ctx, "appointment-reminder", 10, "")
+	require.NoError(t, err)
+	require.Empty(t, next)
+	require.Len(t, dead, 1)
+}
+
+func TestReserveArguments(t *testing.T) {
+	t.Parallel()
+	c := setup(t)
+	var fe *notify.FieldError
+	_, err := c.Reserve(context.Background(), "Bad!", 1, 0)
+	require.ErrorAs(t, err, &fe)
+	require.Equal(t, "topic", fe.Field)
+	_, err = c.Reserve(context.Background(), "jobs", client.MaxReserve+1, 0)
+	require.ErrorAs(t, err, &fe)
+	require.Equal(t, "max", fe.Field)
+	items, err := c.Reserve(context.Background(), "jobs", 1, 0)
+	require.NoError(t, err)
+	require.Empty(t, items)
+}

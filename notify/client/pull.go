@@ -1,0 +1,238 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/schedule"
+	"github.com/heraldhq/herald/store"
+)
+
+// ErrNacked is the error recorded for a Nack that gave none.
+var ErrNacked = errors.New("nacked")
+
+// Reserve reserves up to limit due notifications of a pull topic, earliest
+// first. When none is due it waits up to wait for one to become due and
+// returns as soon as one does; it returns an empty slice when the wait ends
+// first. Each notification comes with a Receipt and a Deadline (now + its
+// ttr) before which it must be acknowledged or failed.
+//
+// A waiting Reserve sleeps until the earliest due time it knows of, wakes
+// early when an enqueue, a retry or a replay makes something due sooner, and
+// asks Redis at least every PollInterval.
+func (c *Client) Reserve(ctx context.Context, topic string, limit int, wait time.Duration) ([]*notify.Notification, error) {
+	switch {
+	case !notify.ValidTopic(topic):
+		return nil, notify.Errorf("topic", "must match [a-z0-9._-]{1,64}")
+	case limit < 1 || limit > MaxReserve:
+		return nil, notify.Errorf("max", "must be between 1 and %d", MaxReserve)
+	case wait < 0:
+		return nil, notify.Errorf("wait", "must not be negative")
+	}
+	queue := store.PullQueue(topic)
+	var wakes <-chan store.Wake
+	if wait > 0 {
+		// Listen before the first look, so that nothing enqueued between the
+		// look and the sleep goes unnoticed.
+		ch := c.hub.add(queue)
+		defer c.hub.remove(queue, ch)
+		wakes = ch
+	}
+	end := time.Now().Add(wait)
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		items, next, err := c.reserveDue(ctx, queue, limit)
+		if err != nil || len(items) > 0 {
+			return items, err
+		}
+		left := time.Until(end)
+		if left <= 0 {
+			return []*notify.Notification{}, nil
+		}
+		sleep := min(left, c.cfg.PollInterval)
+		if !next.IsZero() {
+			sleep = min(sleep, max(next.Sub(c.store.Now()), 0))
+		}
+		timer.Reset(sleep)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-timer.C:
+		case <-wakes: // Reset above discards a stale tick (Go 1.23 timers)
+		}
+	}
+}
+
+// reserveDue looks at the heads of queue's shards and reserves up to limit
+// notifications from those with due work. next is the earliest due time
+// still ahead (zero when every shard is empty).
+func (c *Client) reserveDue(ctx context.Context, queue string, limit int) (items []*notify.Notification, next time.Time, err error) {
+	heads, err := c.store.Heads(ctx, queue)
+	if err != nil {
+		c.storeError("reserve", err)
+		return nil, time.Time{}, err
+	}
+	now := c.store.Now()
+	var due []int
+	for _, h := range heads {
+		switch {
+		case h.Due.IsZero():
+		case !h.Due.After(now):
+			due = append(due, h.Shard)
+		case next.IsZero() || h.Due.Before(next):
+			next = h.Due
+		}
+	}
+	if len(due) == 0 {
+		return nil, next, nil
+	}
+	quotas := schedule.SplitQuotas(due, limit, limit, int(c.rotate.Add(1)))
+	items, after, err := c.store.Reserve(ctx, queue, quotas)
+	if err != nil {
+		c.storeError("reserve", err)
+		return nil, time.Time{}, err
+	}
+	for _, h := range after {
+		if !h.Due.IsZero() && (next.IsZero() || h.Due.Before(next)) {
+			next = h.Due
+		}
+	}
+	return items, next, nil
+}
+
+// Ack records that the attempt of reservation receipt succeeded. It is
+// notify.ErrStaleReceipt when the receipt no longer holds the reservation
+// and notify.ErrNotFound for an unknown id.
+func (c *Client) Ack(ctx context.Context, id, receipt string) error {
+	return c.finish(ctx, id, receipt, nil)
+}
+
+// Nack records that the attempt of reservation receipt failed with cause.
+// The next step follows the notification's backoff array and policy, as for
+// a push attempt: wrap cause with notify.Permanent to send the notification
+// straight to the dead-letter set, or with notify.Retry to ask for a later
+// retry (honoured when the policy honours Retry-After). A nil cause is
+// recorded as ErrNacked. Errors are as for Ack.
+func (c *Client) Nack(ctx context.Context, id, receipt string, cause error) error {
+	if cause == nil {
+		cause = ErrNacked
+	}
+	return c.finish(ctx, id, receipt, cause)
+}
+
+// finish ends a consumer's attempt: nil cause acks, any other fails.
+func (c *Client) finish(ctx context.Context, id, receipt string, cause error) error {
+	if !notify.ValidID(id) {
+		return notify.ErrNotFound
+	}
+	if receipt == "" {
+		return notify.Errorf("receipt", "is required")
+	}
+	n, err := c.store.Get(ctx, id)
+	if err != nil {
+		c.storeError("finish", err)
+		return err
+	}
+	if n.State != notify.StateReserved || n.Receipt != receipt {
+		return notify.ErrStaleReceipt
+	}
+	p := c.cfg.PoliciesFunc().PolicyFor(n)
+	now := c.store.Now()
+	started := now
+	if n.Deadline != nil {
+		started = n.Deadline.Add(-time.Duration(n.TTR))
+	}
+	f := schedule.NextStep(&p, n, started, now, notify.Response{}, cause)
+	errs, err := c.store.Finish(ctx, []store.Finish{f})
+	if err != nil {
+		c.storeError("finish", err)
+		return err
+	}
+	if errs[0] != nil {
+		return errs[0]
+	}
+	var lateness time.Duration
+	if n.NextAttemptAt != nil {
+		lateness = started.Sub(*n.NextAttemptAt)
+	}
+	c.obs.AttemptFinished(n, f.Attempt, f.Action, lateness)
+	return nil
+}
+
+// hub shares one wake-up subscription among the waiting Reserve calls of a
+// client: it starts with the first waiter and runs until close.
+type hub struct {
+	store *store.Store
+
+	mu      sync.Mutex // guards the fields below
+	waiters map[string]map[chan store.Wake]struct{}
+	started bool
+	closed  bool
+	stop    context.CancelFunc
+	done    chan struct{}
+}
+
+func newHub(st *store.Store) *hub {
+	return &hub{store: st, waiters: map[string]map[chan store.Wake]struct{}{}, done: make(chan struct{})}
+}
+
+// add registers a waiter for queue's wake-ups. Its channel holds one
+// wake-up: a waiter that has not yet looked again needs no second one.
+func (h *hub) add(queue string) chan store.Wake {
+	ch := make(chan store.Wake, 1)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.waiters[queue] == nil {
+		h.waiters[queue] = map[chan store.Wake]struct{}{}
+	}
+	h.waiters[queue][ch] = struct{}{}
+	if !h.started && !h.closed {
+		h.started = true
+		ctx, stop := context.WithCancel(context.Background())
+		h.stop = stop
+		wakes, _ := h.store.Subscribe(ctx)
+		go h.fanOut(wakes)
+	}
+	return ch
+}
+
+func (h *hub) remove(queue string, ch chan store.Wake) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.waiters[queue], ch)
+	if len(h.waiters[queue]) == 0 {
+		delete(h.waiters, queue)
+	}
+}
+
+// fanOut passes each wake-up to the waiters of its queue until the
+// subscription ends.
+func (h *hub) fanOut(wakes <-chan store.Wake) {
+	defer close(h.done)
+	for w := range wakes {
+		h.mu.Lock()
+		for ch := range h.waiters[w.Queue] {
+			select {
+			case ch <- w:
+			default:
+			}
+		}
+		h.mu.Unlock()
+	}
+}
+
+func (h *hub) close() {
+	h.mu.Lock()
+	started := h.started && !h.closed
+	h.closed = true
+	stop := h.stop
+	h.mu.Unlock()
+	if started {
+		stop()
+		<-h.done
+	}
+}
