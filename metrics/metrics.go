@@ -1,0 +1,205 @@
+// Package metrics exposes Herald's Prometheus metrics. It is the only package
+// that imports the Prometheus client: the dispatcher and the Go client report
+// through their Observer interfaces, which Metrics implements, and the queue
+// gauges are read from the store when Prometheus scrapes, so they are true
+// across every dispatcher and API process sharing the Redis.
+//
+// Metrics uses its own registry, never the global one, so that two instances
+// (or tests) do not collide; serve it with Handler.
+package metrics
+
+import (
+	"cmp"
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/notify/client"
+	"github.com/heraldhq/herald/schedule"
+	"github.com/heraldhq/herald/store"
+)
+
+// Metric names. Counters end in _total and durations in _seconds.
+const (
+	// EnqueuedTotal counts enqueues by topic and result (created, replaced,
+	// existing).
+	EnqueuedTotal = "herald_enqueued_total"
+	// AttemptsTotal counts finished attempts by topic, channel and outcome
+	// (success, retry, permanent, ttr_expired, released).
+	AttemptsTotal = "herald_attempts_total"
+	// DeadTotal counts notifications moved to the dead-letter set, by topic
+	// and channel.
+	DeadTotal = "herald_dead_total"
+	// AttemptDurationSeconds is how long attempts ran, by topic and channel.
+	AttemptDurationSeconds = "herald_attempt_duration_seconds"
+	// LatenessSeconds is how late attempts started (start minus due time),
+	// by topic and channel.
+	LatenessSeconds = "herald_lateness_seconds"
+	// RedisErrorsTotal counts failed store calls by operation (reserve,
+	// finish, reap, sweep, enqueue, get, cancel, stats).
+	RedisErrorsTotal = "herald_redis_errors_total"
+	// ScheduledNotifications, ReservedNotifications and DeadNotifications
+	// are the per-topic gauges read from the store at scrape time.
+	ScheduledNotifications = "herald_scheduled_notifications"
+	ReservedNotifications  = "herald_reserved_notifications"
+	DeadNotifications      = "herald_dead_notifications"
+)
+
+// Defaults of Config.
+const (
+	// ScrapeTimeoutDefault bounds the store read behind the queue gauges.
+	ScrapeTimeoutDefault = 5 * time.Second
+)
+
+var (
+	// durationBuckets span a fast webhook to the default 30s ttr.
+	durationBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+	// latenessBuckets span "on time" to an outage-sized backlog.
+	latenessBuckets = []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 5, 30, 120, 600}
+)
+
+// Config configures Metrics.
+type Config struct {
+	// Store feeds the queue gauges at scrape time. Optional: without it the
+	// gauges are left out (a process that only dispatches may leave them to
+	// the API's process).
+	Store *store.Store
+	// ScrapeTimeout bounds the store read behind the gauges. Default
+	// ScrapeTimeoutDefault (5s).
+	ScrapeTimeout time.Duration
+}
+
+// Metrics counts what Herald does and serves it to Prometheus.
+type Metrics struct {
+	registry    *prometheus.Registry
+	enqueued    *prometheus.CounterVec
+	attempts    *prometheus.CounterVec
+	dead        *prometheus.CounterVec
+	duration    *prometheus.HistogramVec
+	lateness    *prometheus.HistogramVec
+	redisErrors *prometheus.CounterVec
+}
+
+var (
+	_ schedule.Observer = (*Metrics)(nil)
+	_ client.Observer   = (*Metrics)(nil)
+)
+
+// New returns Metrics with its own registry, which also holds the Go runtime
+// and process collectors.
+func New(cfg *Config) *Metrics {
+	m := &Metrics{
+		registry: prometheus.NewRegistry(),
+		enqueued: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: EnqueuedTotal, Help: "Notifications enqueued, by topic and result (created, replaced, existing).",
+		}, []string{"topic", "result"}),
+		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: AttemptsTotal, Help: "Finished attempts, by topic, channel and outcome.",
+		}, []string{"topic", "channel", "outcome"}),
+		dead: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: DeadTotal, Help: "Notifications moved to the dead-letter set, by topic and channel.",
+		}, []string{"topic", "channel"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: AttemptDurationSeconds, Help: "How long attempts ran, by topic and channel.", Buckets: durationBuckets,
+		}, []string{"topic", "channel"}),
+		lateness: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: LatenessSeconds, Help: "How late attempts started after their due time, by topic and channel.", Buckets: latenessBuckets,
+		}, []string{"topic", "channel"}),
+		redisErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: RedisErrorsTotal, Help: "Failed store calls, by operation.",
+		}, []string{"op"}),
+	}
+	m.registry.MustRegister(m.enqueued, m.attempts, m.dead, m.duration, m.lateness, m.redisErrors,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if cfg.Store != nil {
+		timeout := cmp.Or(cfg.ScrapeTimeout, ScrapeTimeoutDefault)
+		m.registry.MustRegister(&queueCollector{store: cfg.Store, timeout: timeout, errors: m.redisErrors})
+	}
+	return m
+}
+
+// Handler serves the metrics in the Prometheus exposition format. A failing
+// collector is reported in herald_redis_errors_total rather than failing the
+// scrape, so the counters stay visible during a Redis outage.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+}
+
+// Registry returns the registry, for callers that add their own collectors.
+func (m *Metrics) Registry() *prometheus.Registry { return m.registry }
+
+// Enqueued implements client.Observer.
+func (m *Metrics) Enqueued(n *notify.Notification, status store.EnqueueStatus) {
+	result := "existing"
+	switch status {
+	case store.Created:
+		result = "created"
+	case store.Replaced:
+		result = "replaced"
+	}
+	m.enqueued.WithLabelValues(n.Topic, result).Inc()
+}
+
+// AttemptFinished implements schedule.Observer. The lateness of an attempt
+// the reaper ends (ttr_expired) is unknown and left out.
+func (m *Metrics) AttemptFinished(n *notify.Notification, a notify.Attempt, action store.Action, lateness time.Duration) {
+	m.attempts.WithLabelValues(n.Topic, n.Channel, string(a.Outcome)).Inc()
+	m.duration.WithLabelValues(n.Topic, n.Channel).Observe(a.FinishedAt.Sub(a.StartedAt).Seconds())
+	if a.Outcome != notify.OutcomeTTRExpired {
+		m.lateness.WithLabelValues(n.Topic, n.Channel).Observe(max(lateness, 0).Seconds())
+	}
+	if action == store.ActionDead {
+		m.dead.WithLabelValues(n.Topic, n.Channel).Inc()
+	}
+}
+
+// StoreError implements schedule.Observer.
+func (m *Metrics) StoreError(op string, _ error) {
+	m.redisErrors.WithLabelValues(op).Inc()
+}
+
+// queueCollector reads the per-topic gauges from the store at scrape time.
+type queueCollector struct {
+	store   *store.Store
+	timeout time.Duration
+	errors  *prometheus.CounterVec
+}
+
+var (
+	scheduledDesc = prometheus.NewDesc(ScheduledNotifications, "Notifications waiting for an attempt, by topic.", []string{"topic"}, nil)
+	reservedDesc  = prometheus.NewDesc(ReservedNotifications, "Notifications with an attempt running, by topic.", []string{"topic"}, nil)
+	deadDesc      = prometheus.NewDesc(DeadNotifications, "Notifications in the dead-letter set, by topic.", []string{"topic"}, nil)
+)
+
+var _ prometheus.Collector = (*queueCollector)(nil)
+
+// Describe implements prometheus.Collector.
+func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- scheduledDesc
+	ch <- reservedDesc
+	ch <- deadDesc
+}
+
+// Collect implements prometheus.Collector.
+func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	stats, err := c.store.Stats(ctx)
+	if err != nil {
+		// The gauges are left out of this scrape rather than reported as
+		// zero; the failure shows in the error counter (from the next
+		// scrape on: the registry collects concurrently).
+		c.errors.WithLabelValues("stats").Inc()
+		return
+	}
+	for topic, s := range stats {
+		ch <- prometheus.MustNewConstMetric(scheduledDesc, prometheus.GaugeValue, float64(s.Scheduled), topic)
+		ch <- prometheus.MustNewConstMetric(reservedDesc, prometheus.GaugeValue, float64(s.Reserved), topic)
+		ch <- prometheus.MustNewConstMetric(deadDesc, prometheus.GaugeValue, float64(s.Dead), topic)
+	}
+}

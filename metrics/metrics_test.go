@@ -1,0 +1,90 @@
+package metrics_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/internal/redistest"
+	"github.com/heraldhq/herald/metrics"
+	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/policy"
+	"github.com/heraldhq/herald/store"
+)
+
+// scrape returns the exposition text of m.
+func scrape(t *testing.T, m *metrics.Metrics) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	require.Equal(t, http.StatusOK, rec.Code)
+	body, err := io.ReadAll(rec.Body)
+	require.NoError(t, err)
+	return string(body)
+}
+
+func TestObserverCounts(t *testing.T) {
+	t.Parallel()
+	m := metrics.New(&metrics.Config{})
+	n := &notify.Notification{ID: "a", Topic: "orders", Channel: notify.ChannelWebhook}
+	start := time.Now()
+	m.Enqueued(n, store.Created)
+	m.Enqueued(n, store.Existing)
+	m.AttemptFinished(n, notify.Attempt{StartedAt: start, FinishedAt: start.Add(30 * time.Millisecond), Outcome: notify.OutcomeRetry},
+		store.ActionRetry, 2*time.Millisecond)
+	m.AttemptFinished(n, notify.Attempt{StartedAt: start, FinishedAt: start.Add(time.Second), Outcome: notify.OutcomePermanent},
+		store.ActionDead, 0)
+	m.StoreError("reserve", errors.New("connection refused"))
+
+	text := scrape(t, m)
+	for _, line := range []string{
+		`herald_enqueued_total{result="created",topic="orders"} 1`,
+		`herald_enqueued_total{result="existing",topic="orders"} 1`,
+		`herald_attempts_total{channel="webhook",outcome="retry",topic="orders"} 1`,
+		`herald_attempts_total{channel="webhook",outcome="permanent",topic="orders"} 1`,
+		`herald_dead_total{channel="webhook",topic="orders"} 1`,
+		`herald_attempt_duration_seconds_count{channel="webhook",topic="orders"} 2`,
+		`herald_lateness_seconds_bucket{channel="webhook",topic="orders",le="0.005"} 2`,
+		`herald_redis_errors_total{op="reserve"} 1`,
+	} {
+		require.Contains(t, text, line+"\n")
+	}
+	require.NotContains(t, text, metrics.ScheduledNotifications, "no store, no gauges")
+}
+
+func TestQueueGauges(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	st, err := store.New(&store.Config{Client: srv.Client(t), Namespace: redistest.Namespace(t), Shards: 2})
+	require.NoError(t, err)
+	set, err := policy.NewSet(nil, nil)
+	require.NoError(t, err)
+	for _, id := range []string{"a", "b"} {
+		n, err := set.Resolve(&notify.Request{ID: id, Topic: "jobs", Channel: notify.ChannelPull}, time.Now(), 0)
+		require.NoError(t, err)
+		_, _, err = st.Enqueue(context.Background(), n, false)
+		require.NoError(t, err)
+	}
+	m := metrics.New(&metrics.Config{Store: st})
+	text := scrape(t, m)
+	require.Contains(t, text, `herald_scheduled_notifications{topic="jobs"} 2`+"\n")
+	require.Contains(t, text, `herald_reserved_notifications{topic="jobs"} 0`+"\n")
+	require.Contains(t, text, `herald_dead_notifications{topic="jobs"} 0`+"\n")
+
+	t.Run("RedisDownKeepsTheRest", func(t *testing.T) {
+		srv.Stop()
+		text := scrape(t, m)
+		require.NotContains(t, text, metrics.ScheduledNotifications+"{")
+		// Collectors run concurrently, so the failure counts from the next
+		// scrape on.
+		require.Contains(t, scrape(t, m), `herald_redis_errors_total{op="stats"}`)
+		require.True(t, strings.Contains(text, "go_goroutines"), "runtime metrics still served")
+	})
+}
