@@ -1,0 +1,207 @@
+package schedule_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/internal/redistest"
+	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/policy"
+	"github.com/heraldhq/herald/schedule"
+	"github.com/heraldhq/herald/store"
+)
+
+// tripCounter counts what a client sends: commands, and round trips (a
+// pipeline is one).
+type tripCounter struct{ trips, cmds atomic.Int64 }
+
+func (c *tripCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *tripCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.trips.Add(1)
+		c.cmds.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (c *tripCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.trips.Add(1)
+		c.cmds.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+// benchBundle is a store on the package server with a fresh namespace and a
+// counting client.
+type benchBundle struct {
+	store    *store.Store
+	policies *policy.Set
+	counter  *tripCounter
+}
+
+func setupBench(b *testing.B) *benchBundle {
+	b.Helper()
+	client := redis.NewClient(&redis.Options{Addr: server.Addr, PoolSize: 128})
+	b.Cleanup(func() { _ = client.Close() })
+	counter := &tripCounter{}
+	client.AddHook(counter)
+	st, err := store.New(&store.Config{Client: client, Namespace: redistest.Namespace(b)})
+	require.NoError(b, err)
+	set, err := policy.NewSet(nil, nil)
+	require.NoError(b, err)
+	return &benchBundle{store: st, policies: set, counter: counter}
+}
+
+func (bb *benchBundle) resolve(b *testing.B, id string, delay time.Duration) *notify.Notification {
+	d := notify.Duration(delay)
+	n, err := bb.policies.Resolve(&notify.Request{ID: id, Topic: "bench", Channel: notify.ChannelWebhook,
+		Target: "https://merchant.test/notify", Payload: []byte(`{"order":"2026112200001","amount":"10.00"}`),
+		Backoff: []notify.Duration{0, 0}, Delay: &d}, time.Now(), 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return n
+}
+
+// enqueueAll stores count notifications due after delays[i], in batches.
+func (bb *benchBundle) enqueueAll(b *testing.B, count int, delay func(i int) time.Duration) {
+	b.Helper()
+	for start := 0; start < count; start += store.MaxBatch {
+		var reqs []store.EnqueueRequest
+		for i := start; i < min(start+store.MaxBatch, count); i++ {
+			reqs = append(reqs, store.EnqueueRequest{Notification: bb.resolve(b, fmt.Sprintf("n%d", i), delay(i))})
+		}
+		res, err := bb.store.EnqueueBatch(context.Background(), reqs)
+		require.NoError(b, err)
+		for _, r := range res {
+			require.NoError(b, r.Err)
+		}
+	}
+}
+
+func BenchmarkEnqueue(b *testing.B) {
+	for _, bc := range []struct {
+		name  string
+		batch int
+	}{{"Single", 1}, {"Batch100", 100}} {
+		b.Run(bc.name, func(b *testing.B) {
+			bb := setupBench(b)
+			var seq atomic.Int64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					reqs := make([]store.EnqueueRequest, bc.batch)
+					for i := range reqs {
+						reqs[i].Notification = bb.resolve(b, fmt.Sprintf("n%d", seq.Add(1)), time.Hour)
+					}
+					if _, err := bb.store.EnqueueBatch(context.Background(), reqs); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			total := float64(b.N * bc.batch)
+			b.ReportMetric(total/b.Elapsed().Seconds(), "notifications/s")
+			b.ReportMetric(float64(bb.counter.trips.Load())/total, "trips/notification")
+		})
+	}
+}
+
+// waitSucceeded polls the stats (with an uncounted client) until count
+// notifications of topic bench succeeded.
+func waitSucceeded(b *testing.B, ns string, count int64) {
+	b.Helper()
+	client := redis.NewClient(&redis.Options{Addr: server.Addr})
+	defer client.Close()
+	st, err := store.New(&store.Config{Client: client, Namespace: ns})
+	require.NoError(b, err)
+	deadline := time.Now().Add(5 * time.Minute)
+	for time.Now().Before(deadline) {
+		s, err := st.Stats(context.Background())
+		require.NoError(b, err)
+		if s["bench"].SucceededTotal >= count {
+			return
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	b.Fatalf("not drained within 5 minutes")
+}
+
+func startBenchDispatcher(b *testing.B, bb *benchBundle, sender notify.Sender) *schedule.Dispatcher {
+	b.Helper()
+	d, err := schedule.New(&schedule.Config{Store: bb.store, Senders: map[string]notify.Sender{notify.ChannelWebhook: sender},
+		Concurrency: 64, PoliciesFunc: func() *policy.Set { return bb.policies }})
+	require.NoError(b, err)
+	require.NoError(b, d.Start(context.Background()))
+	<-d.Ready()
+	return d
+}
+
+// BenchmarkDrain measures how fast one dispatcher (concurrency 64) empties a
+// backlog of due notifications with a no-op sender; ns/op is per
+// notification.
+func BenchmarkDrain(b *testing.B) {
+	bb := setupBench(b)
+	bb.enqueueAll(b, b.N, func(int) time.Duration { return 0 })
+	noop := notify.SenderFunc(func(context.Context, *notify.Notification) (notify.Response, error) {
+		return notify.Response{StatusCode: 200}, nil
+	})
+	trips, cmds := bb.counter.trips.Load(), bb.counter.cmds.Load()
+	b.ResetTimer()
+	d := startBenchDispatcher(b, bb, noop)
+	waitSucceeded(b, bb.store.Namespace(), int64(b.N))
+	b.StopTimer()
+	d.Stop()
+	n := float64(b.N)
+	b.ReportMetric(n/b.Elapsed().Seconds(), "notifications/s")
+	b.ReportMetric(float64(bb.counter.trips.Load()-trips)/n, "trips/notification")
+	b.ReportMetric(float64(bb.counter.cmds.Load()-cmds)/n, "cmds/notification")
+}
+
+// BenchmarkLateness spreads 10,000 notifications over 5s and measures how
+// late each attempt starts after its due time (p50, p99, max) and how many
+// start early (must be 0).
+func BenchmarkLateness(b *testing.B) {
+	const count, spread = 10_000, 5 * time.Second
+	for range b.N {
+		bb := setupBench(b)
+		lead := time.Second // enqueue everything before the first is due
+		bb.enqueueAll(b, count, func(i int) time.Duration { return lead + spread*time.Duration(i)/count })
+		var mu sync.Mutex
+		lateness := make([]time.Duration, 0, count)
+		rec := notify.SenderFunc(func(_ context.Context, n *notify.Notification) (notify.Response, error) {
+			late := time.Since(*n.NextAttemptAt)
+			mu.Lock()
+			lateness = append(lateness, late)
+			mu.Unlock()
+			return notify.Response{}, nil
+		})
+		d := startBenchDispatcher(b, bb, rec)
+		waitSucceeded(b, bb.store.Namespace(), count)
+		d.Stop()
+		slices.Sort(lateness)
+		early := 0
+		for _, l := range lateness {
+			if l < 0 {
+				early++
+			}
+		}
+		pct := func(p float64) float64 { return lateness[int(p*float64(len(lateness)-1))].Seconds() * 1000 }
+		b.ReportMetric(pct(0.50), "p50-ms")
+		b.ReportMetric(pct(0.99), "p99-ms")
+		b.ReportMetric(pct(1), "max-ms")
+		b.ReportMetric(float64(early), "early")
+	}
+}
