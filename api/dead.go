@@ -1,0 +1,211 @@
+package api
+
+import (
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/store"
+)
+
+type deadPage struct {
+	Notifications []*notify.Notification `json:"notifications"`
+	// NextCursor fetches the next page; empty on the last.
+	NextCursor string `json:"next_cursor"`
+}
+
+// listDead handles GET /v1/dead?topic=&limit=&cursor=: a page of dead
+// notifications (every topic when none is given), ListLimitDefault at a
+// time unless limit says otherwise (at most store.MaxBatch).
+func (s *Server) listDead(w http.ResponseWriter, r *http.Request) {
+	q, err := query(r, "topic", "limit", "cursor")
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	limit := ListLimitDefault
+	if v := q.Get("limit"); v != "" {
+		if limit, err = strconv.Atoi(v); err != nil || limit < 1 || limit > store.MaxBatch {
+			s.fail(w, r, notify.Errorf("limit", "must be an integer between 1 and %d", store.MaxBatch))
+			return
+		}
+	}
+	topic := q.Get("topic")
+	if topic != "" && !notify.ValidTopic(topic) {
+		s.fail(w, r, notify.Errorf("topic", "must match [a-z0-9._-]{1,64}"))
+		return
+	}
+	ctx, cancel := s.storeContext(r)
+	defer cancel()
+	items, next, err := s.client.ListDead(ctx, topic, limit, q.Get("cursor"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if items == nil {
+		items = []*notify.Notification{}
+	}
+	writeJSON(w, http.StatusOK, deadPage{Notifications: items, NextCursor: next})
+}
+
+// replayRequest is the body of POST /v1/dead/replay: ids, or a topic with an
+// optional window of the time of death (since inclusive, until exclusive).
+type replayRequest struct {
+	IDs   []string   `json:"ids,omitempty"`
+	Topic string     `json:"topic,omitempty"`
+	Since *time.Time `json:"since,omitempty"`
+	Until *time.Time `json:"until,omitempty"`
+	// ResetAttempts runs the whole backoff array again; without it each
+	// notification gets one more attempt.
+	ResetAttempts bool `json:"reset_attempts,omitempty"`
+	// DryRun counts what would be replayed and changes nothing.
+	DryRun bool `json:"dry_run,omitempty"`
+}
+
+type replayResponse struct {
+	Matched  int `json:"matched"`
+	Replayed int `json:"replayed"`
+}
+
+type purgeResponse struct {
+	Matched int `json:"matched"`
+	Purged  int `json:"purged"`
+}
+
+// replay handles POST /v1/dead/replay.
+func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
+	var req replayRequest
+	if err := readJSON(w, r, s.cfg.MaxBody, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	f := store.DeadFilter{IDs: req.IDs, Topic: req.Topic}
+	if req.Since != nil {
+		f.Since = *req.Since
+	}
+	if req.Until != nil {
+		f.Until = *req.Until
+	}
+	ctx, cancel := s.storeContext(r)
+	defer cancel()
+	matched, replayed, err := s.client.Replay(ctx, f, req.ResetAttempts, req.DryRun)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, replayResponse{Matched: matched, Replayed: replayed})
+}
+
+// purge handles DELETE /v1/dead?ids=&topic=&since=&until=&dry_run=: the
+// replay filters, as query parameters since a DELETE carries no body. ids
+// may repeat or be comma-separated (ids never contain a comma).
+func (s *Server) purge(w http.ResponseWriter, r *http.Request) {
+	q, err := query(r, "ids", "topic", "since", "until", "dry_run")
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	f := store.DeadFilter{Topic: q.Get("topic")}
+	for _, v := range q["ids"] {
+		for id := range strings.SplitSeq(v, ",") {
+			if id != "" {
+				f.IDs = append(f.IDs, id)
+			}
+		}
+	}
+	var dryRun bool
+	if v := q.Get("dry_run"); v != "" {
+		if dryRun, err = strconv.ParseBool(v); err != nil {
+			s.fail(w, r, notify.Errorf("dry_run", "must be true or false"))
+			return
+		}
+	}
+	if f.Since, err = queryTime(q, "since"); err == nil {
+		f.Until, err = queryTime(q, "until")
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	ctx, cancel := s.storeContext(r)
+	defer cancel()
+	matched, purged, err := s.client.Purge(ctx, f, dryRun)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, purgeResponse{Matched: matched, Purged: purged})
+}
+
+// queryTime reads an RFC 3339 time parameter; absent is the zero time.
+func queryTime(q url.Values, name string) (time.Time, error) {
+	v := q.Get(name)
+	if v == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, notify.Errorf(name, "must be an RFC 3339 time such as 2026-01-02T15:04:05Z")
+	}
+	return t, nil
+}
+
+type statsResponse struct {
+	Topics map[string]store.TopicStats `json:"topics"`
+	// Totals sums the topics.
+	Totals store.TopicStats `json:"totals"`
+}
+
+// stats handles GET /v1/stats.
+func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := s.storeContext(r)
+	defer cancel()
+	topics, err := s.client.Stats(ctx)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var totals store.TopicStats
+	for _, t := range topics {
+		totals.Scheduled += t.Scheduled
+		totals.Reserved += t.Reserved
+		totals.Dead += t.Dead
+		totals.SucceededTotal += t.SucceededTotal
+		totals.FailedAttemptsTotal += t.FailedAttemptsTotal
+	}
+	writeJSON(w, http.StatusOK, statsResponse{Topics: topics, Totals: totals})
+}
+
+type statusResponse struct {
+	Status string `json:"status"`
+}
+
+// healthz handles GET /healthz: the process is up.
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, statusResponse{Status: "ok"})
+}
+
+// readyz handles GET /readyz: 200 when Redis answers within Timeout, 503
+// otherwise.
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := s.storeContext(r)
+	defer cancel()
+	if err := s.cfg.ReadyFunc(ctx); err != nil {
+		s.log.WarnContext(ctx, "api: not ready", "error", err)
+		writeError(w, http.StatusServiceUnavailable, CodeUnavailable, "the store is unreachable")
+		return
+	}
+	writeJSON(w, http.StatusOK, statusResponse{Status: "ready"})
+}
+
+// metrics handles GET /metrics with Config.Metrics.
+func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Metrics == nil {
+		writeError(w, http.StatusNotFound, CodeNotFound, "metrics are not enabled")
+		return
+	}
+	s.cfg.Metrics.ServeHTTP(w, r)
+}

@@ -1,0 +1,157 @@
+package api_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/api"
+	"github.com/heraldhq/herald/notify"
+)
+
+type deadPage struct {
+	Notifications []notify.Notification `json:"notifications"`
+	NextCursor    string                `json:"next_cursor"`
+}
+
+type counts struct {
+	Matched  int `json:"matched"`
+	Replayed int `json:"replayed"`
+	Purged   int `json:"purged"`
+}
+
+// kill enqueues count notifications of topic single (one attempt) and nacks
+// each, so that they are dead.
+func (b *testBundle) kill(t *testing.T, prefix string, count int) {
+	t.Helper()
+	for i := range count {
+		must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications",
+			map[string]any{"id": fmt.Sprintf("%s%d", prefix, i), "topic": "single"})
+	}
+	for left := count; left > 0; {
+		res := must[reserved](t, b, http.StatusOK, "POST", "/v1/topics/single/reserve?max=100", nil)
+		for _, n := range res.Notifications {
+			must[any](t, b, http.StatusNoContent, "POST", "/v1/notifications/"+n.ID+"/nack",
+				map[string]string{"receipt": n.Receipt, "error": "merchant gone"})
+			left--
+		}
+	}
+}
+
+func TestDeadLetters(t *testing.T) {
+	t.Parallel()
+	b := setup(t, api.Config{})
+	b.kill(t, "d", 5)
+
+	t.Run("ListPages", func(t *testing.T) {
+		seen := map[string]bool{}
+		cursor := ""
+		for pages := 1; ; pages++ {
+			page := must[deadPage](t, b, http.StatusOK, "GET", "/v1/dead?topic=single&limit=2&cursor="+url.QueryEscape(cursor), nil)
+			for _, n := range page.Notifications {
+				require.Equal(t, notify.StateDead, n.State)
+				require.Len(t, n.History, 1)
+				require.Equal(t, "merchant gone", n.History[0].Error)
+				seen[n.ID] = true
+			}
+			if page.NextCursor == "" {
+				require.Equal(t, 3, pages)
+				break
+			}
+			cursor = page.NextCursor
+		}
+		require.Len(t, seen, 5)
+		all := must[deadPage](t, b, http.StatusOK, "GET", "/v1/dead", nil)
+		require.Len(t, all.Notifications, 5, "every topic by default")
+		none := must[map[string]any](t, b, http.StatusOK, "GET", "/v1/dead?topic=jobs", nil)
+		require.Equal(t, map[string]any{"notifications": []any{}, "next_cursor": ""}, none)
+	})
+	t.Run("ListArguments", func(t *testing.T) {
+		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "limit", "GET", "/v1/dead?limit=0", nil)
+		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "limit", "GET", "/v1/dead?limit=1001", nil)
+		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "topic", "GET", "/v1/dead?topic=NO", nil)
+		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "cursor", "GET", "/v1/dead?cursor=garbage", nil)
+		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "topics", "GET", "/v1/dead?topics=single", nil)
+	})
+	t.Run("ReplayByIDs", func(t *testing.T) {
+		dry := must[counts](t, b, http.StatusOK, "POST", "/v1/dead/replay", map[string]any{"ids": []string{"d0", "d1", "nope"}, "dry_run": true})
+		require.Equal(t, counts{Matched: 2}, dry)
+		got := must[counts](t, b, http.StatusOK, "POST", "/v1/dead/replay", map[string]any{"ids": []string{"d0", "d1"}, "reset_attempts": true})
+		require.Equal(t, counts{Matched: 2, Replayed: 2}, got)
+		rec := must[notify.Notification](t, b, http.StatusOK, "GET", "/v1/notifications/d0", nil)
+		require.Equal(t, notify.StateScheduled, rec.State)
+		require.Equal(t, 0, rec.Attempts, "reset_attempts runs the array again")
+	})
+	t.Run("ReplayArguments", func(t *testing.T) {
+		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "topic", "POST", "/v1/dead/replay", `{}`)
+		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "ids", "POST", "/v1/dead/replay", `{"ids":["a"],"topic":"single"}`)
+		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "since", "POST", "/v1/dead/replay", `{"topic":"single","since":"yesterday"}`)
+		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "ids[1]", "POST", "/v1/dead/replay", `{"ids":["a",7]}`)
+		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "until", "POST", "/v1/dead/replay",
+			`{"topic":"single","since":"2030-01-02T00:00:00Z","until":"2030-01-01T00:00:00Z"}`)
+	})
+	t.Run("PurgeByTopicAndWindow", func(t *testing.T) {
+		future := url.QueryEscape(time.Now().Add(time.Hour).Format(time.RFC3339))
+		dry := must[counts](t, b, http.StatusOK, "DELETE", "/v1/dead?topic=single&dry_run=true&until="+future, nil)
+		require.Equal(t, counts{Matched: 3}, dry)
+		none := must[counts](t, b, http.StatusOK, "DELETE", "/v1/dead?topic=single&since="+future, nil)
+		require.Equal(t, counts{}, none)
+		got := must[counts](t, b, http.StatusOK, "DELETE", "/v1/dead?ids=d2,d3&ids=d4", nil)
+		require.Equal(t, counts{Matched: 3, Purged: 3}, got)
+		b.requireError(t, http.StatusNotFound, api.CodeNotFound, "", "GET", "/v1/notifications/d2", nil)
+	})
+	t.Run("PurgeArguments", func(t *testing.T) {
+		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "topic", "DELETE", "/v1/dead", nil)
+		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "dry_run", "DELETE", "/v1/dead?topic=single&dry_run=maybe", nil)
+		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "since", "DELETE", "/v1/dead?topic=single&since=now", nil)
+		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "reset_attempts", "DELETE", "/v1/dead?topic=single&reset_attempts=1", nil)
+	})
+}
+
+func TestStats(t *testing.T) {
+	t.Parallel()
+	b := setup(t, api.Config{})
+	b.kill(t, "x", 2)
+	b.enqueueJobs(t, 3)
+	must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications", map[string]any{"topic": "orders"})
+	res := must[reserved](t, b, http.StatusOK, "POST", "/v1/topics/jobs/reserve", nil)
+	require.Len(t, res.Notifications, 1)
+
+	raw := must[map[string]any](t, b, http.StatusOK, "GET", "/v1/stats", nil)
+	require.Contains(t, raw, "topics")
+	require.Contains(t, raw, "totals")
+	stats := must[statsBody](t, b, http.StatusOK, "GET", "/v1/stats", nil)
+	require.EqualValues(t, 2, stats.Topics["jobs"].Scheduled)
+	require.EqualValues(t, 1, stats.Topics["jobs"].Reserved)
+	require.EqualValues(t, 2, stats.Topics["single"].Dead)
+	require.EqualValues(t, 2, stats.Topics["single"].FailedAttemptsTotal)
+	require.EqualValues(t, 1, stats.Topics["orders"].Scheduled)
+	require.EqualValues(t, 3, stats.Totals.Scheduled)
+	require.EqualValues(t, 1, stats.Totals.Reserved)
+	require.EqualValues(t, 2, stats.Totals.Dead)
+}
+
+func TestHealthReadyMetrics(t *testing.T) {
+	t.Parallel()
+	b := setup(t, api.Config{})
+	require.Equal(t, map[string]string{"status": "ok"}, must[map[string]string](t, b, http.StatusOK, "GET", "/healthz", nil))
+	require.Equal(t, map[string]string{"status": "ready"}, must[map[string]string](t, b, http.StatusOK, "GET", "/readyz", nil))
+
+	b.enqueueJobs(t, 2)
+	status, body := b.do(t, "GET", "/metrics", nil)
+	require.Equal(t, http.StatusOK, status)
+	text := string(body)
+	require.Contains(t, text, `herald_enqueued_total{result="created",topic="jobs"} 2`)
+	require.Contains(t, text, `herald_scheduled_notifications{topic="jobs"} 2`)
+
+	res := must[reserved](t, b, http.StatusOK, "POST", "/v1/topics/jobs/reserve", nil)
+	must[any](t, b, http.StatusNoContent, "POST", "/v1/notifications/"+res.Notifications[0].ID+"/ack",
+		map[string]string{"receipt": res.Notifications[0].Receipt})
+	_, body = b.do(t, "GET", "/metrics", nil)
+	require.Contains(t, string(body), `herald_attempts_total{channel="pull",outcome="success",topic="jobs"} 1`)
+	require.Contains(t, string(body), `herald_lateness_seconds_count{channel="pull",topic="jobs"} 1`)
+}

@@ -1,0 +1,43 @@
+// Package api is Herald's HTTP API: JSON under /v1 for producers, pull
+// consumers and operators, plus /healthz, /readyz and /metrics. openapi.yaml
+// beside this file documents every route, and a test keeps it equal to the
+// route table the server is built from.
+//
+// The API is a thin layer over notify/client: enqueue, cancel, get, reserve,
+// ack and nack go through the same client a Go service uses without HTTP,
+// so both resolve topic and policy defaults and validate identically.
+//
+// # Running
+//
+// New builds a Server, an http.Handler; Serve runs it on a listener until a
+// context ends and then shuts down gracefully:
+//
+//	srv, err := api.New(&api.Config{
+//		Store:        st,
+//		PoliciesFunc: watcher.Current,
+//		Tokens:       cfg.API.Tokens,
+//		Metrics:      m.Handler(),
+//		Observer:     m,
+//	})
+//	l, err := net.Listen("tcp", cfg.API.Listen)
+//	err = srv.Serve(ctx, l)
+//
+// # Limits
+//
+// A request body over Config.MaxBody is 413, and so is a batch body over
+// Config.MaxBatchBody; each notification's payload is held to MaxBody in a
+// batch too. A batch holds at most 1000 notifications (400 above). Every
+// request's store calls are bounded by Config.Timeout, so a Redis that is
+// down or stuck costs a 503, never a hung client.
+//
+// # Errors
+//
+// Every error answer has the body
+//
+//	{"error": {"code": "invalid_argument", "message": "backoff[2]: ...", "field": "backoff[2]"}}
+//
+// with 400 (invalid_argument: a bad body, query parameter or value, named in
+// field), 401 (unauthenticated), 404 (not_found), 405
+// (method_not_allowed), 409 (conflict, reserved, finished, stale_receipt),
+// 413 (too_large) or 503 (unavailable: Redis unreachable; try again).
+package api

@@ -1,0 +1,91 @@
+package api
+
+import (
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.yaml.in/yaml/v3"
+)
+
+// openAPI is the part of openapi.yaml the tests check.
+type openAPI struct {
+	OpenAPI    string                          `yaml:"openapi"`
+	Paths      map[string]map[string]yaml.Node `yaml:"paths"`
+	Components map[string]map[string]yaml.Node `yaml:"components"`
+	Security   []map[string][]string           `yaml:"security"`
+}
+
+type operation struct {
+	Security *[]map[string][]string `yaml:"security"`
+}
+
+func loadOpenAPI(t *testing.T) (*openAPI, []byte) {
+	t.Helper()
+	raw, err := os.ReadFile("openapi.yaml")
+	require.NoError(t, err)
+	var doc openAPI
+	require.NoError(t, yaml.Unmarshal(raw, &doc))
+	require.True(t, strings.HasPrefix(doc.OpenAPI, "3."), "an OpenAPI 3 document")
+	return &doc, raw
+}
+
+// TestOpenAPIMatchesRoutes keeps openapi.yaml true: it documents exactly
+// the routes the server registers, and exactly the open ones skip the
+// bearer token.
+func TestOpenAPIMatchesRoutes(t *testing.T) {
+	t.Parallel()
+	doc, _ := loadOpenAPI(t)
+	var documented, served []string
+	open := map[string]bool{}
+	for path, item := range doc.Paths {
+		for method, node := range item {
+			if method == "parameters" {
+				continue
+			}
+			op := strings.ToUpper(method) + " " + path
+			documented = append(documented, op)
+			var o operation
+			require.NoError(t, node.Decode(&o), op)
+			open[op] = o.Security != nil && len(*o.Security) == 0
+		}
+	}
+	for _, rt := range routes {
+		served = append(served, rt.pattern())
+		require.Equal(t, rt.open, open[rt.pattern()], "%s: open in the router and the document alike", rt.pattern())
+	}
+	slices.Sort(documented)
+	slices.Sort(served)
+	require.Equal(t, served, documented, "openapi.yaml and the route table disagree")
+	require.NotEmpty(t, doc.Security, "routes need a token unless they say otherwise")
+}
+
+// TestOpenAPIRefsResolve checks that every $ref names a component the
+// document defines.
+func TestOpenAPIRefsResolve(t *testing.T) {
+	t.Parallel()
+	doc, raw := loadOpenAPI(t)
+	var root yaml.Node
+	require.NoError(t, yaml.Unmarshal(raw, &root))
+	var refs []string
+	var walk func(n *yaml.Node)
+	walk = func(n *yaml.Node) {
+		for i := 0; i < len(n.Content); i++ {
+			c := n.Content[i]
+			if n.Kind == yaml.MappingNode && i%2 == 0 && c.Value == "$ref" {
+				refs = append(refs, n.Content[i+1].Value)
+			}
+			walk(c)
+		}
+	}
+	walk(&root)
+	require.NotEmpty(t, refs)
+	for _, ref := range refs {
+		parts := strings.Split(strings.TrimPrefix(ref, "#/components/"), "/")
+		require.Len(t, parts, 2, ref)
+		_, ok := doc.Components[parts[0]][parts[1]]
+		require.True(t, ok, "%s is not defined", ref)
+	}
+}

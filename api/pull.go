@@ -1,0 +1,130 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/notify/client"
+)
+
+type reserveResponse struct {
+	// Notifications are records with their receipt and deadline; their
+	// history is left out (it is empty).
+	Notifications []*notify.Notification `json:"notifications"`
+}
+
+// reserve handles POST /v1/topics/{topic}/reserve?max=N&wait=D: up to max
+// (default 1) due notifications of a pull topic, waiting up to wait (default
+// 0, cut to MaxWait) for one to become due. A wait that ends, or a server
+// shutting down, answers 200 with an empty list.
+func (s *Server) reserve(w http.ResponseWriter, r *http.Request) {
+	q, err := query(r, "max", "wait")
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	limit := 1
+	if v := q.Get("max"); v != "" {
+		if limit, err = strconv.Atoi(v); err != nil {
+			s.fail(w, r, notify.Errorf("max", "must be an integer between 1 and %d", client.MaxReserve))
+			return
+		}
+	}
+	var wait time.Duration
+	if v := q.Get("wait"); v != "" {
+		if wait, err = notify.ParseDuration(v); err != nil {
+			s.fail(w, r, notify.Errorf("wait", "%v", err))
+			return
+		}
+	}
+	wait = min(wait, s.cfg.MaxWait)
+	ctx, cancel := context.WithTimeout(r.Context(), wait+s.cfg.Timeout)
+	defer cancel()
+	stop := context.AfterFunc(s.closing, cancel)
+	defer stop()
+	items, err := s.client.Reserve(ctx, r.PathValue("topic"), limit, wait)
+	if errors.Is(err, context.Canceled) && s.closing.Err() != nil && r.Context().Err() == nil {
+		items, err = []*notify.Notification{}, nil
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, reserveResponse{Notifications: items})
+}
+
+type ackRequest struct {
+	Receipt string `json:"receipt"`
+}
+
+type nackRequest struct {
+	Receipt string `json:"receipt"`
+	// Error is recorded in the attempt's history.
+	Error string `json:"error,omitempty"`
+	// RetryAfter asks for the next attempt no earlier than this; the
+	// policy decides whether it is honoured (honor_retry_after).
+	RetryAfter *notify.Duration `json:"retry_after,omitempty"`
+}
+
+// ack handles POST /v1/notifications/{id}/ack: 204 when the attempt is
+// recorded as a success, 409 when the receipt no longer holds the
+// reservation.
+func (s *Server) ack(w http.ResponseWriter, r *http.Request) {
+	var req ackRequest
+	if err := readJSON(w, r, s.cfg.MaxBody, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	ctx, cancel := s.storeContext(r)
+	defer cancel()
+	if err := s.client.Ack(ctx, r.PathValue("id"), req.Receipt); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// nack handles POST /v1/notifications/{id}/nack: the attempt failed, and
+// the notification is retried on its backoff array or, once that is spent,
+// dead. 204, or 409 as for ack.
+func (s *Server) nack(w http.ResponseWriter, r *http.Request) {
+	var req nackRequest
+	if err := readJSON(w, r, s.cfg.MaxBody, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	cause := client.ErrNacked
+	if req.Error != "" {
+		cause = errors.New(req.Error)
+	}
+	if req.RetryAfter != nil {
+		cause = notify.Retry(cause, time.Duration(*req.RetryAfter))
+	}
+	ctx, cancel := s.storeContext(r)
+	defer cancel()
+	if err := s.client.Nack(ctx, r.PathValue("id"), req.Receipt, cause); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// query returns r's query parameters and refuses any not in allowed, so
+// that a misspelt filter is an error rather than a silently wider operation
+// (a purge of more than was meant).
+func query(r *http.Request, allowed ...string) (url.Values, error) {
+	q := r.URL.Query()
+	for _, k := range slices.Sorted(maps.Keys(q)) {
+		if !slices.Contains(allowed, k) {
+			return nil, notify.Errorf(k, "is not a known query parameter")
+		}
+	}
+	return q, nil
+}

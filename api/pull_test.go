@@ -1,0 +1,269 @@
+package api_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/api"
+	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/policy"
+	"github.com/heraldhq/herald/schedule"
+	"github.com/heraldhq/herald/store"
+)
+
+func TestReserveArguments(t *testing.T) {
+	t.Parallel()
+	b := setup(t, api.Config{})
+	tests := []struct {
+		name, path, field string
+	}{
+		{"MaxZero", "/v1/topics/jobs/reserve?max=0", "max"},
+		{"MaxTooLarge", "/v1/topics/jobs/reserve?max=101", "max"},
+		{"MaxNotANumber", "/v1/topics/jobs/reserve?max=all", "max"},
+		{"BadWait", "/v1/topics/jobs/reserve?wait=forever", "wait"},
+		{"UnknownParameter", "/v1/topics/jobs/reserve?limit=5", "limit"},
+		{"BadTopic", "/v1/topics/Jobs!/reserve", "topic"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, tt.field, "POST", tt.path, nil)
+		})
+	}
+	t.Run("NothingDue", func(t *testing.T) {
+		res := must[map[string][]any](t, b, http.StatusOK, "POST", "/v1/topics/jobs/reserve?max=5", nil)
+		require.Equal(t, map[string][]any{"notifications": {}}, res)
+	})
+}
+
+func TestReserveLongPoll(t *testing.T) {
+	t.Parallel()
+	b := setup(t, api.Config{})
+
+	t.Run("WakesOnEnqueue", func(t *testing.T) {
+		type answer struct {
+			res reserved
+			err error
+		}
+		done := make(chan answer, 1)
+		start := time.Now()
+		go func() {
+			res, err := expect[reserved](b, http.StatusOK, "POST", "/v1/topics/jobs/reserve?wait=10s", nil)
+			done <- answer{res, err}
+		}()
+		// The poll is waiting once the enqueue lands after it; either way it
+		// must hand the notification out long before its wait ends.
+		must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications", map[string]any{"id": "now", "topic": "jobs"})
+		a := <-done
+		require.NoError(t, a.err)
+		res := a.res
+		require.Len(t, res.Notifications, 1)
+		require.Equal(t, "now", res.Notifications[0].ID)
+		require.Less(t, time.Since(start), 5*time.Second)
+	})
+	t.Run("SleepsUntilDue", func(t *testing.T) {
+		must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications", map[string]any{"id": "soon", "topic": "jobs", "delay": "0.3"})
+		start := time.Now()
+		res := must[reserved](t, b, http.StatusOK, "POST", "/v1/topics/jobs/reserve?wait=10s", nil)
+		require.Len(t, res.Notifications, 1)
+		n := res.Notifications[0]
+		require.Equal(t, "soon", n.ID)
+		require.False(t, time.Now().Before(*n.NextAttemptAt), "handed out before it was due")
+		require.Less(t, time.Since(start), 2*time.Second, "the poll sleeps until the due time, not its whole wait")
+	})
+	t.Run("EndsAfterWait", func(t *testing.T) {
+		start := time.Now()
+		res := must[reserved](t, b, http.StatusOK, "POST", "/v1/topics/jobs/reserve?wait=200ms", nil)
+		require.Empty(t, res.Notifications)
+		require.GreaterOrEqual(t, time.Since(start), 200*time.Millisecond)
+	})
+}
+
+func TestAckNack(t *testing.T) {
+	t.Parallel()
+	b := setup(t, api.Config{})
+	reserveOne := func(t *testing.T, topic string) notify.Notification {
+		t.Helper()
+		var res reserved
+		require.Eventually(t, func() bool {
+			res = must[reserved](t, b, http.StatusOK, "POST", "/v1/topics/"+topic+"/reserve", nil)
+			return len(res.Notifications) == 1
+		}, 5*time.Second, 10*time.Millisecond)
+		n := res.Notifications[0]
+		require.Equal(t, notify.StateReserved, n.State)
+		require.NotEmpty(t, n.Receipt)
+		require.NotNil(t, n.Deadline)
+		return n
+	}
+
+	t.Run("NackRetriesOnTheBackoffArrayThenDies", func(t *testing.T) {
+		must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications", map[string]any{"id": "flaky", "topic": "jobs"})
+		for attempt := range 3 {
+			n := reserveOne(t, "jobs")
+			require.Equal(t, attempt, n.Attempts)
+			must[any](t, b, http.StatusNoContent, "POST", "/v1/notifications/flaky/nack",
+				map[string]string{"receipt": n.Receipt, "error": fmt.Sprintf("upstream down %d", attempt)})
+		}
+		rec := must[notify.Notification](t, b, http.StatusOK, "GET", "/v1/notifications/flaky", nil)
+		require.Equal(t, notify.StateDead, rec.State, "three entries in the array, three failures")
+		require.Len(t, rec.History, 3)
+		for i, a := range rec.History {
+			require.Equal(t, i, a.Attempt)
+			require.Equal(t, notify.OutcomeRetry, a.Outcome)
+			require.Equal(t, fmt.Sprintf("upstream down %d", i), a.Error)
+		}
+	})
+	t.Run("NackHonoursRetryAfterWhenThePolicyDoes", func(t *testing.T) {
+		must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications",
+			map[string]any{"id": "later", "topic": "jobs", "policy": "patient"})
+		n := reserveOne(t, "jobs")
+		before := time.Now()
+		must[any](t, b, http.StatusNoContent, "POST", "/v1/notifications/later/nack",
+			map[string]any{"receipt": n.Receipt, "retry_after": "10m"})
+		rec := must[notify.Notification](t, b, http.StatusOK, "GET", "/v1/notifications/later", nil)
+		require.Equal(t, notify.StateScheduled, rec.State)
+		require.WithinDuration(t, before.Add(10*time.Minute), *rec.NextAttemptAt, 5*time.Second)
+		require.Equal(t, "nacked (retry after 10m0s)", rec.History[0].Error)
+	})
+	t.Run("AckIsOnceOnly", func(t *testing.T) {
+		must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications", map[string]any{"id": "once", "topic": "jobs"})
+		n := reserveOne(t, "jobs")
+		must[any](t, b, http.StatusNoContent, "POST", "/v1/notifications/once/ack", map[string]string{"receipt": n.Receipt})
+		b.requireError(t, http.StatusConflict, api.CodeStaleReceipt, "", "POST", "/v1/notifications/once/ack",
+			map[string]string{"receipt": n.Receipt})
+		b.requireError(t, http.StatusConflict, api.CodeStaleReceipt, "", "POST", "/v1/notifications/once/nack",
+			map[string]string{"receipt": n.Receipt})
+	})
+	t.Run("BadBodies", func(t *testing.T) {
+		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "receipt", "POST", "/v1/notifications/once/ack", `{}`)
+		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "error", "POST", "/v1/notifications/once/ack",
+			`{"receipt":"r","error":"ack takes no error"}`)
+		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "retry_after", "POST", "/v1/notifications/once/nack",
+			`{"receipt":"r","retry_after":"later"}`)
+		b.requireError(t, http.StatusNotFound, api.CodeNotFound, "", "POST", "/v1/notifications/nobody/ack", `{"receipt":"r"}`)
+	})
+}
+
+// TestConcurrentConsumers runs 8 HTTP consumers over 2,000 notifications:
+// none is handed to two consumers at once, and every one is acked exactly
+// once.
+func TestConcurrentConsumers(t *testing.T) {
+	t.Parallel()
+	b := setup(t, api.Config{})
+	const total, consumers = 2000, 8
+	b.enqueueJobs(t, total)
+
+	var (
+		mu     sync.Mutex
+		holder = map[string]int{} // id -> consumer holding it now
+		acked  = map[string]int{} // id -> acks
+		done   atomic.Int64
+	)
+	var wg sync.WaitGroup
+	errs := make(chan error, total)
+	consume := func(c int) error {
+		for done.Load() < total {
+			res, err := expect[reserved](b, http.StatusOK, "POST", "/v1/topics/jobs/reserve?max=25&wait=200ms", nil)
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			for _, n := range res.Notifications {
+				if other, ok := holder[n.ID]; ok {
+					errs <- fmt.Errorf("%s handed to consumer %d while consumer %d holds it", n.ID, c, other)
+				}
+				holder[n.ID] = c
+			}
+			mu.Unlock()
+			for _, n := range res.Notifications {
+				if _, err := expect[any](b, http.StatusNoContent, "POST", "/v1/notifications/"+n.ID+"/ack",
+					map[string]string{"receipt": n.Receipt}); err != nil {
+					return err
+				}
+				mu.Lock()
+				delete(holder, n.ID)
+				acked[n.ID]++
+				mu.Unlock()
+				done.Add(1)
+			}
+		}
+		return nil
+	}
+	for c := range consumers {
+		wg.Go(func() {
+			if err := consume(c); err != nil {
+				errs <- err
+				done.Store(total) // stop the others
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	require.Len(t, acked, total)
+	for id, n := range acked {
+		require.Equal(t, 1, n, "%s acked %d times", id, n)
+	}
+	stats := must[statsBody](t, b, http.StatusOK, "GET", "/v1/stats", nil)
+	require.Equal(t, store.TopicStats{SucceededTotal: total}, stats.Topics["jobs"])
+}
+
+// TestTTRExpiryRedelivers lets a reservation run out under a running
+// dispatcher, whose reaper serves every queue: the notification is handed
+// out again as its next attempt, and the first consumer's receipt is stale.
+func TestTTRExpiryRedelivers(t *testing.T) {
+	t.Parallel()
+	b := setup(t, api.Config{})
+	d, err := schedule.New(&schedule.Config{
+		Store: b.store,
+		// The dispatcher delivers push channels; none are enqueued here, it
+		// runs for its reaper.
+		Senders: map[string]notify.Sender{notify.ChannelWebhook: notify.SenderFunc(func(context.Context, *notify.Notification) (notify.Response, error) {
+			return notify.Response{}, errors.New("no webhooks in this test")
+		})},
+		PoliciesFunc: func() *policy.Set { return b.policies },
+		ReapInterval: 20 * time.Millisecond,
+		ReapGrace:    10 * time.Millisecond,
+		Observer:     b.metrics,
+		Logger:       testLogger(t),
+	})
+	require.NoError(t, err)
+	require.NoError(t, d.Start(context.Background()))
+	t.Cleanup(d.Stop)
+
+	must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications",
+		map[string]any{"id": "slow", "topic": "jobs", "ttr": "200ms"})
+	first := must[reserved](t, b, http.StatusOK, "POST", "/v1/topics/jobs/reserve", nil)
+	require.Len(t, first.Notifications, 1)
+	require.Equal(t, 0, first.Notifications[0].Attempts)
+
+	// The reaper fails attempt 0 (ttr expired); attempt 1 is due 50ms later.
+	second := must[reserved](t, b, http.StatusOK, "POST", "/v1/topics/jobs/reserve?wait=5s", nil)
+	require.Len(t, second.Notifications, 1)
+	n := second.Notifications[0]
+	require.Equal(t, "slow", n.ID)
+	require.Equal(t, 1, n.Attempts)
+	require.NotEqual(t, first.Notifications[0].Receipt, n.Receipt)
+
+	b.requireError(t, http.StatusConflict, api.CodeStaleReceipt, "", "POST", "/v1/notifications/slow/ack",
+		map[string]string{"receipt": first.Notifications[0].Receipt})
+	must[any](t, b, http.StatusNoContent, "POST", "/v1/notifications/slow/ack", map[string]string{"receipt": n.Receipt})
+
+	rec := must[notify.Notification](t, b, http.StatusOK, "GET", "/v1/notifications/slow", nil)
+	require.Equal(t, notify.StateSucceeded, rec.State)
+	require.Len(t, rec.History, 2)
+	require.Equal(t, notify.OutcomeTTRExpired, rec.History[0].Outcome)
+	require.Equal(t, notify.OutcomeSuccess, rec.History[1].Outcome)
+}

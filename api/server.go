@@ -1,0 +1,331 @@
+package api
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/heraldhq/herald/notify/client"
+	"github.com/heraldhq/herald/policy"
+	"github.com/heraldhq/herald/store"
+)
+
+// Defaults of Config.
+const (
+	// MaxBodyDefault bounds a request body, and so a payload, in bytes.
+	MaxBodyDefault = 256 << 10
+	// MaxBatchBodyDefault bounds a batch body in bytes: room for 1000
+	// notifications of about 16 KiB each. Each item's payload is still held
+	// to MaxBody.
+	MaxBatchBodyDefault = 16 << 20
+	// TimeoutDefault bounds the store calls of one request.
+	TimeoutDefault = 10 * time.Second
+	// MaxWaitDefault caps a reservation's long poll.
+	MaxWaitDefault = 30 * time.Second
+	// ShutdownTimeoutDefault is how long Serve waits for requests in flight
+	// when its context ends.
+	ShutdownTimeoutDefault = 10 * time.Second
+	// ListLimitDefault is the page size of the dead list when none is asked.
+	ListLimitDefault = 100
+)
+
+// Config configures a Server.
+type Config struct {
+	// Store is the notifications' state. Required.
+	Store *store.Store
+	// PoliciesFunc returns the current policies and topics (it may change on
+	// reload). Default: the built-in default policy and no topics.
+	PoliciesFunc func() *policy.Set
+	// Tokens are the bearer tokens that may call /v1. Empty: no
+	// authentication. /healthz, /readyz and /metrics are always open.
+	Tokens []string
+	// MaxBody bounds a request body in bytes (413 above it), and so each
+	// notification's payload, in a batch too. Default MaxBodyDefault
+	// (256 KiB).
+	MaxBody int64
+	// MaxBatchBody bounds the body of a batch enqueue in bytes. Default
+	// MaxBatchBodyDefault (16 MiB), and never less than MaxBody.
+	MaxBatchBody int64
+	// Timeout bounds the store calls of one request, so that a Redis that
+	// stops answering costs a 503 rather than a hung client. A long poll
+	// gets its wait on top. Default TimeoutDefault (10s).
+	Timeout time.Duration
+	// MaxWait caps the wait of a reservation; a longer one is cut to it.
+	// Default MaxWaitDefault (30s).
+	MaxWait time.Duration
+	// ShutdownTimeout is how long Serve waits for requests in flight when
+	// its context ends. Default ShutdownTimeoutDefault (10s).
+	ShutdownTimeout time.Duration
+	// Metrics serves GET /metrics (metrics.Metrics.Handler). Nil: 404.
+	Metrics http.Handler
+	// Observer is told about enqueues, pull attempts and store errors
+	// (metrics.Metrics). Optional.
+	Observer client.Observer
+	// ReadyFunc reports whether the server can serve, for GET /readyz.
+	// Default: the store's Ping.
+	ReadyFunc func(ctx context.Context) error
+	// Logger receives one line per request (method, path, status, time; no
+	// headers, so no tokens) and the detail of 5xx answers. Default: a
+	// warn-level text handler on stderr.
+	Logger *slog.Logger
+}
+
+// WithDefaults returns a copy of c with zero fields set to their defaults.
+func (c *Config) WithDefaults() *Config {
+	out := *c
+	out.MaxBody = cmp.Or(out.MaxBody, MaxBodyDefault)
+	out.MaxBatchBody = max(cmp.Or(out.MaxBatchBody, MaxBatchBodyDefault), out.MaxBody)
+	out.Timeout = cmp.Or(out.Timeout, TimeoutDefault)
+	out.MaxWait = cmp.Or(out.MaxWait, MaxWaitDefault)
+	out.ShutdownTimeout = cmp.Or(out.ShutdownTimeout, ShutdownTimeoutDefault)
+	if out.ReadyFunc == nil && out.Store != nil {
+		out.ReadyFunc = out.Store.Ping
+	}
+	if out.Logger == nil {
+		out.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	return &out
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Store == nil:
+		return errors.New("api: Store is required")
+	case c.MaxBody < 1 || c.Timeout < 0 || c.MaxWait < 0 || c.ShutdownTimeout < 0:
+		return errors.New("api: MaxBody must be positive, and the durations not negative")
+	}
+	for _, t := range c.Tokens {
+		if t == "" {
+			return errors.New("api: a token must not be empty")
+		}
+	}
+	return nil
+}
+
+// Server is Herald's HTTP API, an http.Handler. Mount it at the root of a
+// server, or run it with Serve; Close it when done with it.
+type Server struct {
+	cfg     *Config
+	client  *client.Client
+	store   *store.Store
+	log     *slog.Logger
+	handler http.Handler
+	// tokens are SHA-256 sums of the configured tokens: comparing sums of
+	// equal length keeps the comparison's time independent of the tokens'
+	// lengths too.
+	tokens [][sha256.Size]byte
+
+	// closing ends when Close is called; waiting reservations watch it so
+	// that a shutdown does not wait out their long polls.
+	closing   context.Context
+	close     context.CancelFunc
+	closeOnce sync.Once
+}
+
+// New returns the API server for cfg.
+func New(cfg *Config) (*Server, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	c, err := client.New(&client.Config{
+		Store:        cfg.Store,
+		PoliciesFunc: cfg.PoliciesFunc,
+		MaxPayload:   int(cfg.MaxBody),
+		Observer:     cfg.Observer,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, client: c, store: cfg.Store, log: cfg.Logger}
+	s.closing, s.close = context.WithCancel(context.Background())
+	for _, t := range cfg.Tokens {
+		s.tokens = append(s.tokens, sha256.Sum256([]byte(t)))
+	}
+	mux := http.NewServeMux()
+	for _, rt := range routes {
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { rt.handle(s, w, r) })
+		if rt.open {
+			mux.Handle(rt.pattern(), h)
+		} else {
+			mux.Handle(rt.pattern(), s.authenticate(h))
+		}
+	}
+	s.handler = s.logRequests(s.unmatched(mux))
+	return s, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+
+// Serve serves the API on l until ctx ends, then stops taking requests, ends
+// waiting reservations with what they have, waits up to ShutdownTimeout for
+// the requests in flight, and closes the server. It returns nil after a
+// clean shutdown.
+func (s *Server) Serve(ctx context.Context, l net.Listener) error {
+	srv := &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       time.Minute,
+		// Room for the longest long poll and the store calls around it.
+		WriteTimeout: s.cfg.MaxWait + 2*s.cfg.Timeout,
+		IdleTimeout:  2 * time.Minute,
+		ErrorLog:     slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(l) }()
+	select {
+	case err := <-served:
+		s.Close()
+		return err
+	case <-ctx.Done():
+	}
+	s.log.InfoContext(ctx, "api: shutting down")
+	s.Close()
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	defer cancel()
+	err := srv.Shutdown(shutdownCtx)
+	if serr := <-served; !errors.Is(serr, http.ErrServerClosed) {
+		err = cmp.Or(err, serr)
+	}
+	return err
+}
+
+// Close ends waiting reservations (they answer with what they have) and the
+// client's wake-up subscription. Requests after Close are still served, but
+// reservations no longer wait. A second Close does nothing.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		s.close()
+		_ = s.client.Close()
+	})
+	return nil
+}
+
+// storeContext bounds the store calls of a request by Timeout.
+func (s *Server) storeContext(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), s.cfg.Timeout)
+}
+
+// authenticate lets a request through when no tokens are configured or when
+// it carries one of them as a bearer token, and answers 401 otherwise. Every
+// configured token is compared, in constant time, whatever matches.
+func (s *Server) authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if len(s.tokens) == 0 {
+			next.ServeHTTP(w, r)
+			return
+		}
+		auth := r.Header.Get("Authorization")
+		const scheme = "bearer "
+		match := 0
+		if len(auth) > len(scheme) && strings.EqualFold(auth[:len(scheme)], scheme) {
+			sum := sha256.Sum256([]byte(auth[len(scheme):]))
+			for _, t := range s.tokens {
+				match |= subtle.ConstantTimeCompare(sum[:], t[:])
+			}
+		}
+		if match != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="herald"`)
+			writeError(w, http.StatusUnauthorized, CodeUnauthenticated, "a valid bearer token is required")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// unmatched answers requests that match no route in the API's error shape:
+// 404 for an unknown path, 405 (with Allow) for a known path and another
+// method. The mux would answer them in plain text.
+func (s *Server) unmatched(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h, pattern := mux.Handler(r)
+		if pattern != "" {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		probe := &statusRecorder{header: http.Header{}}
+		h.ServeHTTP(probe, r)
+		if probe.status == http.StatusMethodNotAllowed {
+			w.Header().Set("Allow", probe.header.Get("Allow"))
+			writeError(w, http.StatusMethodNotAllowed, CodeMethodNotAllowed, r.Method+" is not allowed on "+r.URL.Path)
+			return
+		}
+		writeError(w, http.StatusNotFound, CodeNotFound, "no route for "+r.Method+" "+r.URL.Path)
+	})
+}
+
+// statusRecorder keeps the status and headers the mux's fallback handlers
+// write and discards their plain-text bodies.
+type statusRecorder struct {
+	header http.Header
+	status int
+}
+
+func (p *statusRecorder) Header() http.Header         { return p.header }
+func (p *statusRecorder) Write(b []byte) (int, error) { return len(b), nil }
+func (p *statusRecorder) WriteHeader(status int)      { p.status = status }
+
+// logRequests logs one line per request and turns a handler's panic into a
+// 500, so that one bad request never takes down the connection's others.
+func (s *Server) logRequests(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		defer func() {
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					panic(p)
+				}
+				s.log.ErrorContext(r.Context(), "api: handler panicked", "method", r.Method, "path", r.URL.Path,
+					"panic", p, "stack", string(debug.Stack()))
+				if sw.status == 0 {
+					writeError(sw, http.StatusInternalServerError, CodeInternal, "internal error")
+				}
+			}
+			level := slog.LevelInfo
+			if sw.status >= http.StatusInternalServerError {
+				level = slog.LevelWarn
+			}
+			s.log.Log(r.Context(), level, "api: request", "method", r.Method, "path", r.URL.Path, "route", r.Pattern,
+				"status", sw.status, "bytes", sw.bytes, "duration_ms", time.Since(start).Milliseconds(), "remote", r.RemoteAddr)
+		}()
+		next.ServeHTTP(sw, r)
+	})
+}
+
+// statusWriter records a response's status and size for the request log.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+}
+
+func (w *statusWriter) WriteHeader(status int) {
+	if w.status == 0 {
+		w.status = status
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes += int64(n)
+	return n, err
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -1,0 +1,168 @@
+package api_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/api"
+	"github.com/heraldhq/herald/internal/redistest"
+	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/store"
+)
+
+func TestAuth(t *testing.T) {
+	t.Parallel()
+	b := setup(t, api.Config{Tokens: []string{"s3cret-one", "s3cret-two"}})
+	send := func(t *testing.T, method, path, auth string) *http.Response {
+		t.Helper()
+		req, err := http.NewRequest(method, b.http.URL+path, nil)
+		require.NoError(t, err)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := b.http.Client().Do(req)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = resp.Body.Close() })
+		return resp
+	}
+	tests := []struct {
+		name, method, path, auth string
+		want                     int
+	}{
+		{"NoToken", "GET", "/v1/stats", "", http.StatusUnauthorized},
+		{"WrongToken", "GET", "/v1/stats", "Bearer s3cret", http.StatusUnauthorized},
+		{"LongerToken", "GET", "/v1/stats", "Bearer s3cret-one-and-more", http.StatusUnauthorized},
+		{"NotBearer", "GET", "/v1/stats", "Basic czNjcmV0LW9uZQ==", http.StatusUnauthorized},
+		{"FirstToken", "GET", "/v1/stats", "Bearer s3cret-one", http.StatusOK},
+		{"SecondToken", "GET", "/v1/stats", "Bearer s3cret-two", http.StatusOK},
+		{"SchemeIsCaseInsensitive", "GET", "/v1/stats", "bearer s3cret-two", http.StatusOK},
+		{"GuardsEveryV1Route", "POST", "/v1/notifications", "", http.StatusUnauthorized},
+		{"UnknownIDIsNotLeakedBeforeAuth", "GET", "/v1/notifications/x", "", http.StatusUnauthorized},
+		{"HealthIsOpen", "GET", "/healthz", "", http.StatusOK},
+		{"ReadyIsOpen", "GET", "/readyz", "", http.StatusOK},
+		{"MetricsIsOpen", "GET", "/metrics", "", http.StatusOK},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp := send(t, tt.method, tt.path, tt.auth)
+			require.Equal(t, tt.want, resp.StatusCode)
+			if tt.want == http.StatusUnauthorized {
+				require.Equal(t, `Bearer realm="herald"`, resp.Header.Get("WWW-Authenticate"))
+			}
+		})
+	}
+	// With a token the same request gets through to its answer.
+	b.requireError(t, http.StatusNotFound, api.CodeNotFound, "", "GET", "/v1/notifications/x", nil)
+}
+
+func TestMinimalConfig(t *testing.T) {
+	t.Parallel()
+	st, err := store.New(&store.Config{Client: sharedServer(t).Client(t), Namespace: redistest.Namespace(t)})
+	require.NoError(t, err)
+	srv, err := api.New(&api.Config{Store: st, Logger: testLogger(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Close() })
+	b := &testBundle{api: srv, store: st}
+	b.http = httptest.NewServer(srv)
+	t.Cleanup(b.http.Close)
+	rec := must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications", map[string]any{"topic": "x", "channel": "pull"})
+	require.Equal(t, "default", rec.Policy, "the built-in default policy")
+	b.requireError(t, http.StatusNotFound, api.CodeNotFound, "", "GET", "/metrics", nil)
+
+	_, err = api.New(&api.Config{})
+	require.Error(t, err, "a store is required")
+	_, err = api.New(&api.Config{Store: st, Tokens: []string{""}})
+	require.Error(t, err, "an empty token would let anyone in")
+}
+
+// TestRedisOutage stops the API's Redis: every route that needs it answers
+// 503 promptly, health and metrics keep answering, and the API recovers
+// when Redis is back.
+func TestRedisOutage(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	opts := srv.Options()
+	opts.DialerRetries = 1 // a refused dial fails at once
+	rdb := redis.NewClient(opts)
+	t.Cleanup(func() { _ = rdb.Close() })
+	b := setupOn(t, rdb, api.Config{Timeout: 2 * time.Second})
+	must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications", map[string]any{"id": "before", "topic": "jobs"})
+
+	srv.Stop()
+	routes := []struct{ method, path, body string }{
+		{"POST", "/v1/notifications", `{"topic":"jobs"}`},
+		{"POST", "/v1/notifications/batch", `{"notifications":[{"topic":"jobs"}]}`},
+		{"GET", "/v1/notifications/before", ""},
+		{"DELETE", "/v1/notifications/before", ""},
+		{"POST", "/v1/topics/jobs/reserve?wait=1s", ""},
+		{"POST", "/v1/notifications/before/ack", `{"receipt":"r"}`},
+		{"POST", "/v1/notifications/before/nack", `{"receipt":"r"}`},
+		{"GET", "/v1/dead", ""},
+		{"POST", "/v1/dead/replay", `{"topic":"jobs"}`},
+		{"DELETE", "/v1/dead?topic=jobs", ""},
+		{"GET", "/v1/stats", ""},
+		{"GET", "/readyz", ""},
+	}
+	for _, rt := range routes {
+		start := time.Now()
+		var body any
+		if rt.body != "" {
+			body = rt.body
+		}
+		b.requireError(t, http.StatusServiceUnavailable, api.CodeUnavailable, "", rt.method, rt.path, body)
+		require.Less(t, time.Since(start), 10*time.Second, "%s %s must not hang", rt.method, rt.path)
+	}
+	must[map[string]string](t, b, http.StatusOK, "GET", "/healthz", nil)
+	status, _ := b.do(t, "GET", "/metrics", nil)
+	require.Equal(t, http.StatusOK, status)
+
+	require.NoError(t, srv.Restart())
+	require.Eventually(t, func() bool {
+		status, _ := b.do(t, "GET", "/readyz", nil)
+		return status == http.StatusOK
+	}, 10*time.Second, 50*time.Millisecond)
+	must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications", map[string]any{"id": "after", "topic": "jobs"})
+}
+
+// TestServeShutsDownGracefully ends Serve's context while a long poll
+// waits: the poll answers at once with nothing, and Serve returns nil.
+func TestServeShutsDownGracefully(t *testing.T) {
+	t.Parallel()
+	b := setup(t, api.Config{})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- b.api.Serve(ctx, l) }()
+
+	polled := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		resp, err := http.Post("http://"+l.Addr().String()+"/v1/topics/jobs/reserve?wait=30s", "application/json", nil)
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				err = errors.New(resp.Status)
+			}
+		}
+		polled <- err
+	}()
+	// A waiting poll has subscribed to the namespace's wake-ups.
+	rdb := sharedServer(t).Client(t)
+	require.Eventually(t, func() bool {
+		n, err := rdb.PubSubNumSub(context.Background(), b.store.Namespace()+":wake").Result()
+		return err == nil && n[b.store.Namespace()+":wake"] == 1
+	}, 5*time.Second, 5*time.Millisecond)
+	cancel()
+	require.NoError(t, <-polled)
+	require.NoError(t, <-served)
+	require.Less(t, time.Since(start), 10*time.Second, "the long poll did not hold up the shutdown")
+}
