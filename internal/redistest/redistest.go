@@ -221,3 +221,59 @@ func Namespace(tb testing.TB) string {
 	name := strings.NewReplacer("/", "-", " ", "_").Replace(tb.Name())
 	return fmt.Sprintf("t%d-%s", nsSeq.Add(1), name)
 }
+
+// Cluster is a Redis Cluster of masters only, each a Server.
+type Cluster struct {
+	Nodes []*Server
+}
+
+// StartCluster starts a cluster of masters nodes (3 or more) for tb, with the
+// slots spread evenly, and waits until it serves requests.
+func StartCluster(tb testing.TB, masters int) *Cluster {
+	tb.Helper()
+	if _, err := exec.LookPath("redis-cli"); err != nil {
+		tb.Fatalf("redistest: redis-cli not found on PATH (it comes with redis-server): %v", err)
+	}
+	c := &Cluster{}
+	args := []string{"--cluster", "create"}
+	for range masters {
+		s := Start(tb, Options{Args: []string{
+			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000",
+		}})
+		c.Nodes = append(c.Nodes, s)
+		args = append(args, s.Addr)
+	}
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
+		tb.Fatalf("redistest: create cluster: %v: %s", err, lastLines(string(out), 5))
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for _, s := range c.Nodes {
+		for !s.clusterOK() {
+			if time.Now().After(deadline) {
+				tb.Fatalf("redistest: cluster node %s not ready within 20s", s.Addr)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return c
+}
+
+func (s *Server) clusterOK() bool {
+	c := redis.NewClient(s.Options())
+	defer c.Close()
+	info, err := c.ClusterInfo(context.Background()).Result()
+	return err == nil && strings.Contains(info, "cluster_state:ok")
+}
+
+// Client returns a cluster client, closed at tb's cleanup.
+func (c *Cluster) Client(tb testing.TB) *redis.ClusterClient {
+	tb.Helper()
+	addrs := make([]string, len(c.Nodes))
+	for i, s := range c.Nodes {
+		addrs[i] = s.Addr
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, DialTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
+	tb.Cleanup(func() { _ = cc.Close() })
+	return cc
+}
