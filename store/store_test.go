@@ -271,7 +271,7 @@ func TestFinish(t *testing.T) {
 		b := setup(t, store.Config{})
 		b.enqueue(t, b.newNotification(t, "a", 0, 0))
 		n := b.reserveAll(t)[0]
-		_, err := b.store.Finish(ctx, []store.Finish{finish(store.ActionRelease, n, time.Now())})
+		_, err := b.store.Finish(ctx, []store.Finish{finish(store.ActionRelease, n, time.Now().Add(-time.Millisecond))})
 		require.NoError(t, err)
 		again := b.reserveAll(t)
 		require.Len(t, again, 1)
