@@ -83,12 +83,12 @@ type testBundle struct {
 
 // setup serves an API over a fresh namespace of the shared server. Fields
 // set in cfg are kept.
-func setup(t *testing.T, cfg api.Config) *testBundle {
+func setup(t testing.TB, cfg api.Config) *testBundle {
 	t.Helper()
 	return setupOn(t, sharedServer(t).Client(t), cfg)
 }
 
-func setupOn(t *testing.T, rdb redis.UniversalClient, cfg api.Config) *testBundle {
+func setupOn(t testing.TB, rdb redis.UniversalClient, cfg api.Config) *testBundle {
 	t.Helper()
 	st, err := store.New(&store.Config{Client: rdb, Namespace: redistest.Namespace(t), Shards: 4, Logger: testLogger(t)})
 	require.NoError(t, err)
