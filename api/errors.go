@@ -68,10 +68,11 @@ func classify(err error) (int, Error) {
 	return http.StatusServiceUnavailable, Error{Code: CodeUnavailable, Message: "the store is unavailable; try again"}
 }
 
-// fail writes err's response and logs what a client does not see.
+// fail writes err's response and logs what a client does not see; a
+// client that has gone away is not a store failure and is not logged.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	status, body := classify(err)
-	if status >= http.StatusInternalServerError {
+	if status >= http.StatusInternalServerError && r.Context().Err() == nil {
 		s.log.WarnContext(r.Context(), "api: store call failed", "method", r.Method, "path", r.URL.Path, "error", err)
 	}
 	writeJSON(w, status, errorBody{body})

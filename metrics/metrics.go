@@ -130,9 +130,6 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 }
 
-// Registry returns the registry, for callers that add their own collectors.
-func (m *Metrics) Registry() *prometheus.Registry { return m.registry }
-
 // Enqueued implements client.Observer.
 func (m *Metrics) Enqueued(n *notify.Notification, status store.EnqueueStatus) {
 	result := "existing"

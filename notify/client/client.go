@@ -30,6 +30,11 @@
 // notify.ErrStaleReceipt, so a slow consumer never finishes someone else's
 // attempt. Nack decides the next step with the same rules as the dispatcher
 // (schedule.NextStep).
+//
+// Expired reservations are taken back by the reaper of any running
+// schedule.Dispatcher (it serves every queue of the namespace), so a
+// deployment with pull topics runs at least one dispatcher even when it
+// delivers no push channel.
 package client
 
 import (
