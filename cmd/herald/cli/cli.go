@@ -36,6 +36,15 @@
 //		return cmd
 //	}
 //
+// # Wiring
+//
+// Commands build what they run on from Base.Config in one place, wiring.go:
+// c.base.wire connects to Redis (standalone, Sentinel, Cluster, or an
+// embedded in-process Redis when redis.addrs is empty and the command
+// allows it) and opens the store; the wiring then builds the client,
+// templates, senders, dispatcher and API as the command needs them.
+// Commands that only read or change notifications use c.openClient.
+//
 // # Exit status
 //
 // 0 when the command succeeded; 2 for a usage or configuration error (an
@@ -51,6 +60,8 @@ import (
 	"log/slog"
 
 	"github.com/spf13/cobra"
+
+	"github.com/heraldhq/herald/notify"
 )
 
 // Deps are what the commands take from their process. Tests pass buffers.
@@ -79,13 +90,19 @@ type app struct {
 	// returns before that are usage errors.
 	started bool
 
+	// terminal reports whether output goes to a terminal, where progress
+	// bars are drawn; tests stand in for one.
+	terminal func(io.Writer) bool
+
 	// The root's persistent flags.
 	configFile string
 	logLevel   string
 	debug      bool
 }
 
-func newApp(deps Deps) *app { return &app{base: Base{Out: deps.Out}, deps: deps} }
+func newApp(deps Deps) *app {
+	return &app{base: Base{Out: deps.Out}, deps: deps, terminal: isTerminal}
+}
 
 func (c *app) execute(ctx context.Context, root *cobra.Command, args []string) error {
 	root.SetArgs(args)
@@ -120,6 +137,16 @@ func (e *UsageError) Error() string { return e.Err.Error() }
 
 // Unwrap returns the mistake.
 func (e *UsageError) Unwrap() error { return e.Err }
+
+// usageIfField makes a *notify.FieldError, a bad value the caller gave, a
+// *UsageError; other errors are returned as they are.
+func usageIfField(err error) error {
+	var fe *notify.FieldError
+	if errors.As(err, &fe) {
+		return &UsageError{Err: err}
+	}
+	return err
+}
 
 // ExitCode maps the error of Execute to the process's exit status: 0 for
 // nil, 2 for a *UsageError, 1 for anything else.
@@ -173,7 +200,8 @@ HERALD_REDIS_ADDRS=a:6379,b:6379 or HERALD_API_LISTEN=:8080), then flags.`,
 	bindFlag(pf, "log-level", "log.level")
 	pf.BoolVar(&c.debug, "debug", false, "log at debug level, whatever else says")
 
-	root.AddCommand(c.versionCommand(), c.policyCommand())
+	root.AddCommand(c.serveCommand(), c.enqueueCommand(), c.statusCommand(), c.cancelCommand(),
+		c.statsCommand(), c.dlqCommand(), c.policyCommand(), c.versionCommand())
 	return root
 }
 

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -28,12 +29,18 @@ func run(t *testing.T, args []string, extra ...func(*app) *cobra.Command) *resul
 	t.Helper()
 	var out, logs bytes.Buffer
 	c := newApp(Deps{Out: &out, Err: &logs})
+	err := execute(t.Context(), c, args, extra...)
+	return &result{out: out.String(), logs: logs.String(), err: err, base: c.base}
+}
+
+// execute runs the command line on c until it finishes or ctx ends, for
+// tests that set c up themselves or run a command in the background.
+func execute(ctx context.Context, c *app, args []string, extra ...func(*app) *cobra.Command) error {
 	root := c.rootCommand()
 	for _, build := range extra {
 		root.AddCommand(build(c))
 	}
-	err := c.execute(t.Context(), root, args)
-	return &result{out: out.String(), logs: logs.String(), err: err, base: c.base}
+	return c.execute(ctx, root, args)
 }
 
 // probeCommand needs the configuration, as serve will, and logs one line

@@ -201,6 +201,9 @@ func (c *Config) Validate() error {
 			return notify.Errorf(fmt.Sprintf("redis.addrs[%d]", i), "must be host:port, not %q", a)
 		}
 	}
+	if r.Mode == RedisModeStandalone && len(r.Addrs) > 1 {
+		return notify.Errorf("redis.addrs", "lists %d addresses, but standalone mode takes one: set redis.mode to sentinel or cluster for more", len(r.Addrs))
+	}
 	switch {
 	case !namespaceRe.MatchString(c.Namespace):
 		return notify.Errorf("namespace", "must match [A-Za-z0-9._:-]{1,64}")

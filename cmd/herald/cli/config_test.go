@@ -67,6 +67,7 @@ log:
 
 		t.Setenv("HERALD_API_LISTEN", "env:2")
 		t.Setenv("HERALD_REDIS_ADDRS", "a:1, b:2")
+		t.Setenv("HERALD_REDIS_MODE", "cluster")
 		t.Setenv("HERALD_LOG_LEVEL", "error")
 		cfg, err = load(t, path)
 		require.NoError(t, err)
@@ -245,6 +246,7 @@ func TestConfigValidate(t *testing.T) {
 		{"ClusterDB", func(c *Config) { c.Redis.Mode, c.Redis.DB = RedisModeCluster, 2 }, "redis.db"},
 		{"NegativeDB", func(c *Config) { c.Redis.DB = -1 }, "redis.db"},
 		{"RedisAddr", func(c *Config) { c.Redis.Addrs = []string{"a:1", "nohost"} }, "redis.addrs[1]"},
+		{"StandaloneTakesOneAddr", func(c *Config) { c.Redis.Addrs = []string{"a:1", "b:2"} }, "redis.addrs"},
 		{"Namespace", func(c *Config) { c.Namespace = "{herald}" }, "namespace"},
 		{"ShardsZero", func(c *Config) { c.Shards = 0 }, "shards"},
 		{"ShardsTooMany", func(c *Config) { c.Shards = 5000 }, "shards"},

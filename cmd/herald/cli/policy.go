@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -46,9 +45,7 @@ policies.merchant-notify.backoff[2].`,
 			}
 			report := newCheckReport(args[0], s)
 			if asJSON {
-				enc := json.NewEncoder(c.base.Out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(report)
+				return printJSON(c.base.Out, report)
 			}
 			return report.print(c.base.Out)
 		},

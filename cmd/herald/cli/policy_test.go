@@ -149,9 +149,9 @@ func TestStartPolicies(t *testing.T) {
 
 	started := make(chan *policy.Watcher)
 	release := make(chan struct{})
-	serve := func(c *app) *cobra.Command {
+	watch := func(c *app) *cobra.Command {
 		return withConfig(&cobra.Command{
-			Use: "serve",
+			Use: "watch",
 			RunE: func(cmd *cobra.Command, _ []string) error {
 				w, stop, err := c.base.StartPolicies(cmd.Context())
 				if err != nil {
@@ -166,7 +166,7 @@ func TestStartPolicies(t *testing.T) {
 	}
 
 	done := make(chan *result)
-	go func() { done <- run(t, []string{"--config", cfgPath, "serve"}, serve) }()
+	go func() { done <- run(t, []string{"--config", cfgPath, "watch"}, watch) }()
 	w := <-started
 	require.Equal(t, "1m0s", w.Current().Policies["p"].Backoff[1].String())
 
@@ -187,7 +187,7 @@ func TestStartPolicies(t *testing.T) {
 
 		bad := filepath.Join(t.TempDir(), "policies.yaml")
 		require.NoError(t, os.WriteFile(bad, []byte("policies:\n  p: {backoff: [0s, 1 minute]}\n"), 0o600))
-		r := run(t, []string{"--config", writeConfig(t, "policies_file: "+bad+"\n"), "serve"}, serve)
+		r := run(t, []string{"--config", writeConfig(t, "policies_file: "+bad+"\n"), "watch"}, watch)
 		require.Equal(t, 2, r.code())
 		require.ErrorContains(t, r.err, "policies.p.backoff[1]")
 	})

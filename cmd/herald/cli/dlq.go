@@ -1,0 +1,318 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/notify/client"
+	"github.com/heraldhq/herald/store"
+)
+
+// replayChunk is how many notifications one step of a replay with a
+// progress bar moves: the bar advances once per chunk.
+const replayChunk = 500
+
+func (c *app) dlqCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "dlq",
+		Short: "List, replay or purge dead notifications",
+		Long: `A notification is dead when its last attempt failed, or an attempt failed
+permanently (a 4xx its policy does not retry, a bad target, a template that
+does not render). Dead notifications stay, with their history, until replayed
+or purged. The filters are those of the HTTP API: --ids, or --topic with an
+optional window of the time of death (--since inclusive, --until exclusive).`,
+	}
+	cmd.AddCommand(c.dlqListCommand(), c.dlqReplayCommand(), c.dlqPurgeCommand())
+	return cmd
+}
+
+// deadFilterFlags are the filters replay and purge take.
+type deadFilterFlags struct {
+	ids          []string
+	topic        string
+	since, until string
+}
+
+func (f *deadFilterFlags) register(fs *pflag.FlagSet) {
+	fs.StringSliceVar(&f.ids, "ids", nil, "notification ids, comma-separated or repeated")
+	fs.StringVar(&f.topic, "topic", "", "every dead notification of this topic (in the --since/--until window)")
+	fs.StringVar(&f.since, "since", "", "died at or after: an RFC 3339 time, or a duration ago such as 24h")
+	fs.StringVar(&f.until, "until", "", "died before: an RFC 3339 time, or a duration ago")
+}
+
+// filter returns the store's filter; a bad time is a *UsageError. The
+// store checks the rest, as it does for the API.
+func (f *deadFilterFlags) filter(now time.Time) (store.DeadFilter, error) {
+	out := store.DeadFilter{IDs: f.ids, Topic: f.topic}
+	for _, t := range []struct {
+		flag, value string
+		dst         *time.Time
+	}{{"since", f.since, &out.Since}, {"until", f.until, &out.Until}} {
+		if t.value == "" {
+			continue
+		}
+		if at, err := time.Parse(time.RFC3339Nano, t.value); err == nil {
+			*t.dst = at
+			continue
+		}
+		d, err := notify.ParseDuration(t.value)
+		if err != nil {
+			return out, &UsageError{Err: fmt.Errorf("--%s: %q is neither an RFC 3339 time nor a duration", t.flag, t.value)}
+		}
+		*t.dst = now.Add(-d)
+	}
+	return out, nil
+}
+
+// onDead runs do, a replay or a purge, on the dead notifications f
+// selects. A bad filter is a usage error.
+func (c *app) onDead(cmd *cobra.Command, f *deadFilterFlags, do func(cl *client.Client, filter store.DeadFilter) error) error {
+	filter, err := f.filter(time.Now())
+	if err != nil {
+		return err
+	}
+	cl, done, err := c.openClient(cmd, false)
+	if err != nil {
+		return err
+	}
+	defer done()
+	return usageIfField(do(cl, filter))
+}
+
+// replayResult and purgeResult are what replay and purge print with
+// --json: the API's answers.
+type replayResult struct {
+	Matched  int `json:"matched"`
+	Replayed int `json:"replayed"`
+}
+
+type purgeResult struct {
+	Matched int `json:"matched"`
+	Purged  int `json:"purged"`
+}
+
+// printCount prints the outcome of a replay or purge (verb) that matched
+// and changed done notifications.
+func printCount(out io.Writer, dryRun bool, verb string, matched, done int) error {
+	if dryRun {
+		_, err := fmt.Fprintf(out, "dry run: %d dead notifications match; none %s\n", matched, verb)
+		return err
+	}
+	_, err := fmt.Fprintf(out, "%d matched, %d %s\n", matched, done, verb)
+	return err
+}
+
+func (c *app) dlqListCommand() *cobra.Command {
+	var (
+		topic, cursor string
+		limit         int
+		asJSON        bool
+	)
+	cmd := withConfig(&cobra.Command{
+		Use:   "list",
+		Short: "List dead notifications",
+		Long: `List prints dead notifications, oldest death first within each topic: id,
+topic, channel, target, attempts made, when it died and the last error. It
+stops after --limit; the next page starts at the cursor it prints.`,
+		Example: "  herald dlq list --topic order-notify\n  herald dlq list --json --limit 1000",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if limit < 1 {
+				return &UsageError{Err: fmt.Errorf("--limit must be at least 1")}
+			}
+			cl, done, err := c.openClient(cmd, false)
+			if err != nil {
+				return err
+			}
+			defer done()
+			var items []*notify.Notification
+			for {
+				page, next, err := cl.ListDead(cmd.Context(), topic, min(limit-len(items), store.MaxBatch), cursor)
+				if err != nil {
+					return usageIfField(err)
+				}
+				items, cursor = append(items, page...), next
+				if cursor == "" || len(items) >= limit {
+					break
+				}
+			}
+			if asJSON {
+				return printJSON(c.base.Out, struct {
+					Notifications []*notify.Notification `json:"notifications"`
+					NextCursor    string                 `json:"next_cursor"`
+				}{Notifications: append([]*notify.Notification{}, items...), NextCursor: cursor})
+			}
+			return printDead(c.base.Out, items, cursor)
+		},
+	})
+	f := cmd.Flags()
+	f.StringVar(&topic, "topic", "", "only this topic (default: every topic)")
+	f.IntVar(&limit, "limit", 100, "print at most this many")
+	f.StringVar(&cursor, "cursor", "", "start where a previous list stopped")
+	f.BoolVar(&asJSON, "json", false, "print JSON, as GET /v1/dead answers")
+	return cmd
+}
+
+// printDead prints dead notifications as a table, and the cursor of the
+// next page when there is one.
+func printDead(out io.Writer, items []*notify.Notification, cursor string) error {
+	if len(items) == 0 {
+		_, err := fmt.Fprintln(out, "no dead notifications")
+		return err
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tTOPIC\tCHANNEL\tTARGET\tATTEMPTS\tDIED\tLAST ERROR")
+	for _, n := range items {
+		last := ""
+		if len(n.History) > 0 {
+			last = n.History[len(n.History)-1].Error
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", n.ID, n.Topic, n.Channel, dash(truncate(n.Target, 50)),
+			n.Attempts, formatTime(n.UpdatedAt), dash(truncate(strings.Join(strings.Fields(last), " "), 60)))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if cursor != "" {
+		_, err := fmt.Fprintf(out, "\nmore: herald dlq list --cursor %s\n", cursor)
+		return err
+	}
+	return nil
+}
+
+func (c *app) dlqReplayCommand() *cobra.Command {
+	var (
+		f             deadFilterFlags
+		reset, dryRun bool
+		asJSON        bool
+	)
+	cmd := withConfig(&cobra.Command{
+		Use:   "replay",
+		Short: "Send dead notifications again",
+		Long: `Replay moves dead notifications back to their queue, due now. Each gets one
+more attempt and is dead again if it fails; with --reset-attempts its whole
+backoff array runs again. Their history is kept. --dry-run only counts them.
+On a terminal, a replay of many shows a progress bar.`,
+		Example: `  herald dlq replay --ids order-1001,order-1002
+  herald dlq replay --topic order-notify --since 2h --reset-attempts
+  herald dlq replay --topic order-notify --since 2026-03-01T00:00:00Z --dry-run`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return c.onDead(cmd, &f, func(cl *client.Client, filter store.DeadFilter) error {
+				var r replayResult
+				var err error
+				if r.Matched, r.Replayed, err = c.replay(cmd.Context(), cl, filter, reset, dryRun); err != nil {
+					return err
+				}
+				if asJSON {
+					return printJSON(c.base.Out, r)
+				}
+				return printCount(c.base.Out, dryRun, "replayed", r.Matched, r.Replayed)
+			})
+		},
+	})
+	f.register(cmd.Flags())
+	cmd.Flags().BoolVar(&reset, "reset-attempts", false, "run the whole backoff array again, not one more attempt")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "count what would be replayed; change nothing")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON, as POST /v1/dead/replay answers")
+	return cmd
+}
+
+// replay replays what f selects in one call, or, when stdout is a terminal
+// and more than a chunk matches, a chunk at a time under a progress bar.
+func (c *app) replay(ctx context.Context, cl *client.Client, f store.DeadFilter, reset, dryRun bool) (matched, replayed int, err error) {
+	// Without exactly one of ids and topic the store names the mistake.
+	if dryRun || !c.terminal(c.base.Out) || (len(f.IDs) > 0) == (f.Topic != "") {
+		return cl.Replay(ctx, f, reset, dryRun)
+	}
+	ids, err := deadIDs(ctx, cl, f)
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(ids) <= replayChunk {
+		return cl.Replay(ctx, f, reset, false)
+	}
+	bar := &progressBar{out: c.base.Out, label: "replaying", total: len(ids)}
+	bar.set(0)
+	defer bar.finish()
+	for chunk := range slices.Chunk(ids, replayChunk) {
+		m, r, err := cl.Replay(ctx, store.DeadFilter{IDs: chunk}, reset, false)
+		matched, replayed = matched+m, replayed+r
+		if err != nil {
+			return matched, replayed, err
+		}
+		bar.set(matched)
+	}
+	return matched, replayed, nil
+}
+
+// deadIDs lists the ids f selects: its IDs, or the dead notifications of
+// its topic that died in its window (Since inclusive, Until exclusive, now
+// when open), as the store's Replay selects them.
+func deadIDs(ctx context.Context, cl *client.Client, f store.DeadFilter) ([]string, error) {
+	if len(f.IDs) > 0 {
+		return f.IDs, nil
+	}
+	until := f.Until
+	if until.IsZero() {
+		until = time.Now()
+	}
+	var ids []string
+	for cursor := ""; ; {
+		page, next, err := cl.ListDead(ctx, f.Topic, store.MaxBatch, cursor)
+		if err != nil {
+			return nil, err
+		}
+		for _, n := range page {
+			// A dead record was last updated when it died.
+			if !n.UpdatedAt.Before(f.Since) && n.UpdatedAt.Before(until) {
+				ids = append(ids, n.ID)
+			}
+		}
+		if cursor = next; cursor == "" {
+			return ids, nil
+		}
+	}
+}
+
+func (c *app) dlqPurgeCommand() *cobra.Command {
+	var (
+		f      deadFilterFlags
+		dryRun bool
+		asJSON bool
+	)
+	cmd := withConfig(&cobra.Command{
+		Use:   "purge",
+		Short: "Delete dead notifications for good",
+		Long: `Purge deletes dead notifications and their history; they cannot be replayed
+afterwards. Try the same filters with --dry-run first: it only counts.`,
+		Example: "  herald dlq purge --topic order-notify --until 720h --dry-run\n  herald dlq purge --ids order-1001",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return c.onDead(cmd, &f, func(cl *client.Client, filter store.DeadFilter) error {
+				var r purgeResult
+				var err error
+				if r.Matched, r.Purged, err = cl.Purge(cmd.Context(), filter, dryRun); err != nil {
+					return err
+				}
+				if asJSON {
+					return printJSON(c.base.Out, r)
+				}
+				return printCount(c.base.Out, dryRun, "purged", r.Matched, r.Purged)
+			})
+		},
+	})
+	f.register(cmd.Flags())
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "count what would be purged; change nothing")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON, as DELETE /v1/dead answers")
+	return cmd
+}

@@ -1,0 +1,118 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/notify"
+)
+
+func TestDLQ(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ListReplayPurge", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, "")
+		e.dead(t, "d1", "d2", "d3")
+
+		r := e.run(t, "dlq", "list")
+		require.NoError(t, r.err)
+		require.Regexp(t, `ID\s+TOPIC\s+CHANNEL\s+TARGET\s+ATTEMPTS\s+DIED\s+LAST ERROR`, r.out)
+		require.Regexp(t, regexp.MustCompile(`(?m)^d1\s+jobs\s+pull\s+-\s+1\s+\S+Z\s+consumer failed$`), r.out)
+
+		r = e.run(t, "dlq", "list", "--limit", "2", "--json")
+		require.NoError(t, r.err)
+		var page struct {
+			Notifications []notify.Notification `json:"notifications"`
+			NextCursor    string                `json:"next_cursor"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(r.out), &page))
+		require.Len(t, page.Notifications, 2)
+		require.NotEmpty(t, page.NextCursor)
+		r = e.run(t, "dlq", "list", "--cursor", page.NextCursor)
+		require.NoError(t, r.err)
+		require.Len(t, regexp.MustCompile(`(?m)^d\d `).FindAllString(r.out, -1), 1, r.out)
+
+		r = e.run(t, "dlq", "replay", "--topic", "jobs", "--since", "1h", "--dry-run")
+		require.NoError(t, r.err)
+		require.Equal(t, "dry run: 3 dead notifications match; none replayed\n", r.out)
+
+		r = e.run(t, "dlq", "replay", "--ids", "d1", "--reset-attempts", "--json")
+		require.NoError(t, r.err)
+		require.JSONEq(t, `{"matched": 1, "replayed": 1}`, r.out)
+		r = e.run(t, "status", "d1", "--json")
+		require.NoError(t, r.err)
+		var n notify.Notification
+		require.NoError(t, json.Unmarshal([]byte(r.out), &n))
+		require.Equal(t, notify.StateScheduled, n.State)
+		require.Zero(t, n.Attempts, "reset")
+		require.Len(t, n.History, 1, "history kept")
+
+		r = e.run(t, "dlq", "replay", "--topic", "jobs", "--until", time.Now().Add(-time.Hour).Format(time.RFC3339))
+		require.NoError(t, r.err)
+		require.Equal(t, "0 matched, 0 replayed\n", r.out)
+
+		r = e.run(t, "dlq", "purge", "--topic", "jobs", "--dry-run", "--json")
+		require.NoError(t, r.err)
+		require.JSONEq(t, `{"matched": 2, "purged": 0}`, r.out)
+		r = e.run(t, "dlq", "purge", "--ids", "d2,d3")
+		require.NoError(t, r.err)
+		require.Equal(t, "2 matched, 2 purged\n", r.out)
+		r = e.run(t, "dlq", "list")
+		require.NoError(t, r.err)
+		require.Equal(t, "no dead notifications\n", r.out)
+	})
+
+	t.Run("BadFilters", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, "")
+		for _, tc := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"replay"}, "topic: give ids, or a topic"},
+			{[]string{"replay", "--topic", "jobs", "--since", "yesterday"}, "--since"},
+			{[]string{"purge", "--ids", "a", "--topic", "jobs"}, "ids: give ids or a topic, not both"},
+			{[]string{"purge", "--topic", "jobs", "--since", "1h", "--until", "2h"}, "until: must be after since"},
+			{[]string{"list", "--limit", "0"}, "--limit"},
+			{[]string{"list", "--cursor", "garbage"}, "cursor: is not a cursor"},
+		} {
+			r := e.run(t, append([]string{"dlq"}, tc.args...)...)
+			require.Equal(t, 2, r.code(), "%v: %v", tc.args, r.err)
+			require.ErrorContains(t, r.err, tc.want)
+		}
+	})
+
+	t.Run("ProgressOnTerminal", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, "")
+		ids := make([]string, replayChunk+1)
+		for i := range ids {
+			ids[i] = fmt.Sprintf("p%d", i)
+		}
+		e.dead(t, ids...)
+
+		var out bytes.Buffer
+		c := newApp(Deps{Out: &out, Err: io.Discard})
+		c.terminal = func(io.Writer) bool { return true }
+		require.NoError(t, execute(t.Context(), c, []string{"--config", e.config, "dlq", "replay", "--topic", "jobs"}))
+		require.Contains(t, out.String(), "\rreplaying [..............................] 0/501")
+		require.Contains(t, out.String(), "\rreplaying [#############################.] 500/501")
+		require.Contains(t, out.String(), "\rreplaying [##############################] 501/501\n")
+		require.Contains(t, out.String(), "501 matched, 501 replayed\n")
+
+		r := e.run(t, "stats", "--json")
+		require.NoError(t, r.err)
+		var got statsReport
+		require.NoError(t, json.Unmarshal([]byte(r.out), &got))
+		require.EqualValues(t, 0, got.Topics["jobs"].Dead)
+		require.EqualValues(t, 501, got.Topics["jobs"].Scheduled)
+	})
+}

@@ -1,0 +1,178 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/internal/redistest"
+	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/notify/client"
+	"github.com/heraldhq/herald/policy"
+	"github.com/heraldhq/herald/store"
+)
+
+// server is the package's redis-server; tests isolate by namespace.
+var server *redistest.Server
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "herald-cli-redis")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	server, err = redistest.StartDir(dir, redistest.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "cli tests:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	server.Stop()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// repoPath returns the absolute path of a file of the repository, so that
+// configs written by tests work from the package's directory.
+func repoPath(t *testing.T, rel string) string {
+	t.Helper()
+	p, err := filepath.Abs(filepath.Join("..", "..", "..", rel))
+	require.NoError(t, err)
+	return p
+}
+
+// testEnv is a config file for one test: the package's server (or what
+// redisYAML says), a namespace of the test's own, the demo's short
+// policies, and a guard that lets loopback receivers through.
+type testEnv struct {
+	config    string
+	namespace string
+}
+
+// newEnv writes the config file; redisYAML replaces the redis section
+// when set.
+func newEnv(t *testing.T, redisYAML string) *testEnv {
+	t.Helper()
+	if redisYAML == "" {
+		redisYAML = fmt.Sprintf("redis: {addrs: [%q]}", server.Addr)
+	}
+	e := &testEnv{namespace: redistest.Namespace(t)}
+	e.config = writeConfig(t, fmt.Sprintf(`%s
+namespace: %s
+shards: 4
+api: {listen: "127.0.0.1:0"}
+senders:
+  webhook: {allow_networks: ["127.0.0.0/8"], timeout: 2s}
+policies_file: %s
+templates_dir: %s
+log: {level: warn}
+`, redisYAML, e.namespace, repoPath(t, "configs/demo-policies.yaml"), repoPath(t, "templates")))
+	return e
+}
+
+// run runs herald with the env's config.
+func (e *testEnv) run(t *testing.T, args ...string) *result {
+	t.Helper()
+	return run(t, append([]string{"--config", e.config}, args...))
+}
+
+// client returns a Go client on the env's namespace, for setting up what a
+// command then reads.
+func (e *testEnv) client(t *testing.T) *client.Client {
+	t.Helper()
+	st, err := store.New(&store.Config{Client: server.Client(t), Namespace: e.namespace, Shards: 4})
+	require.NoError(t, err)
+	set, err := policy.Load(repoPath(t, "configs/demo-policies.yaml"))
+	require.NoError(t, err)
+	cl, err := client.New(&client.Config{Store: st, PoliciesFunc: func() *policy.Set { return set }})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cl.Close() })
+	return cl
+}
+
+// dead makes dead pull notifications of topic jobs with the given ids: each
+// has a one-attempt array, is reserved, and fails.
+func (e *testEnv) dead(t *testing.T, ids ...string) {
+	t.Helper()
+	ctx := context.Background()
+	cl := e.client(t)
+	reqs := make([]*notify.Request, len(ids))
+	for i, id := range ids {
+		reqs[i] = &notify.Request{ID: id, Topic: "jobs", Payload: []byte(`{"n":1}`), Backoff: []notify.Duration{0}}
+	}
+	for chunk := range slices.Chunk(reqs, store.MaxBatch) {
+		res, err := cl.EnqueueBatch(ctx, chunk)
+		require.NoError(t, err)
+		for _, r := range res {
+			require.NoError(t, r.Err)
+		}
+	}
+	for failed := 0; failed < len(ids); {
+		got, err := cl.Reserve(ctx, "jobs", client.MaxReserve, time.Second)
+		require.NoError(t, err)
+		require.NotEmpty(t, got)
+		for _, n := range got {
+			require.NoError(t, cl.Nack(ctx, n.ID, n.Receipt, errors.New("consumer failed")))
+			failed++
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer that a command in the background writes
+// while the test reads.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// waitFor waits until cond holds, failing the test after d.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			require.FailNow(t, "timed out waiting for "+what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// lineWith returns the first line of s containing sub, or "".
+func lineWith(s, sub string) string {
+	for line := range strings.SplitSeq(s, "\n") {
+		if strings.Contains(line, sub) {
+			return line
+		}
+	}
+	return ""
+}
+
+// readFile returns a file's contents.
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return string(b)
+}

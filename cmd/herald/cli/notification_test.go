@@ -1,0 +1,221 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/notify"
+)
+
+func TestEnqueue(t *testing.T) {
+	t.Parallel()
+
+	t.Run("CreatedThenIdempotent", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, "")
+
+		args := []string{"enqueue", "--topic", "jobs", "--id", "job-1", "--payload", `{"invoice":42}`,
+			"--backoff", "0s,10s,1m", "--delay", "1h", "--header", "X-Trace=abc"}
+		r := e.run(t, args...)
+		require.NoError(t, r.err)
+		require.Contains(t, r.out, "enqueued job-1")
+		require.Regexp(t, `state\s+scheduled`, r.out)
+		require.Regexp(t, `backoff\s+0s,10s,1m`, r.out)
+		require.Regexp(t, `next_attempt\s+attempt 0 at \S+ \(in (59m59\.\ds|1h0m0s)\)`, r.out)
+		require.Contains(t, r.out, "no attempts yet")
+
+		r = e.run(t, args...)
+		require.NoError(t, r.err)
+		require.Contains(t, r.out, "already enqueued, unchanged: job-1")
+	})
+
+	t.Run("JSONAndTopicDefaults", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, "")
+		payload := filepath.Join(t.TempDir(), "order.json")
+		require.NoError(t, os.WriteFile(payload, []byte(`{"out_trade_no":"1001","trade_status":"TRADE_SUCCESS","total_amount":"9.90"}`), 0o600))
+
+		r := e.run(t, "enqueue", "--topic", "order-notify", "--target", "https://merchant.example/notify",
+			"--payload", "@"+payload, "--send-at", "2030-01-02T03:04:05Z", "--json")
+		require.NoError(t, r.err)
+		var n notify.Notification
+		require.NoError(t, json.Unmarshal([]byte(r.out), &n))
+		require.Equal(t, "webhook", n.Channel, "the topic's channel")
+		require.Equal(t, "alipay-notify", n.Policy, "the topic's policy")
+		require.Equal(t, "order-notify.json", n.Template)
+		require.Len(t, n.Backoff, 5)
+		require.Equal(t, time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC), n.SendAt)
+		require.Len(t, n.ID, 32, "a random id")
+	})
+
+	t.Run("ConflictAndReplace", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, "")
+		require.NoError(t, e.run(t, "enqueue", "--topic", "jobs", "--id", "job-2", "--payload", `{"v":1}`, "--delay", "1h").err)
+
+		r := e.run(t, "enqueue", "--topic", "jobs", "--id", "job-2", "--payload", `{"v":2}`, "--delay", "1h")
+		require.Equal(t, 1, r.code())
+		require.ErrorIs(t, r.err, notify.ErrConflict)
+		require.ErrorContains(t, r.err, "--replace")
+
+		r = e.run(t, "enqueue", "--topic", "jobs", "--id", "job-2", "--payload", `{"v":2}`, "--delay", "1h", "--replace")
+		require.NoError(t, r.err)
+		require.Contains(t, r.out, "replaced job-2")
+	})
+
+	t.Run("BadFlags", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, "")
+		for _, tc := range []struct {
+			name string
+			args []string
+			want string
+		}{
+			{"NoTopic", []string{"--payload", "{}"}, "--topic: is required"},
+			{"Payload", []string{"--topic", "jobs", "--payload", "{nope"}, "--payload: is not valid JSON"},
+			{"PayloadFile", []string{"--topic", "jobs", "--payload", "@/does/not/exist"}, "--payload: open /does/not/exist"},
+			{"Backoff", []string{"--topic", "jobs", "--backoff", "0s,-1m"}, "--backoff: item 1"},
+			{"Delay", []string{"--topic", "jobs", "--delay", "soon"}, "--delay"},
+			{"SendAt", []string{"--topic", "jobs", "--send-at", "tomorrow"}, "--send-at"},
+			{"Header", []string{"--topic", "jobs", "--header", "X-Trace"}, "--header"},
+			{"Topic", []string{"--topic", "Jobs!"}, "topic: must match"},
+			{"Policy", []string{"--topic", "jobs", "--policy", "nope"}, `unknown policy "nope"`},
+			{"Target", []string{"--topic", "merchant-notify", "--target", "ftp://x"}, "target: must be an http or https URL"},
+		} {
+			r := e.run(t, append([]string{"enqueue"}, tc.args...)...)
+			require.Equal(t, 2, r.code(), "%s: %v", tc.name, r.err)
+			require.ErrorContains(t, r.err, tc.want, tc.name)
+		}
+	})
+
+	t.Run("EmbeddedRefused", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, "redis: {addrs: []}")
+
+		r := e.run(t, "enqueue", "--topic", "jobs")
+		require.Equal(t, 2, r.code())
+		require.ErrorContains(t, r.err, "herald enqueue needs that Redis's address")
+	})
+
+	t.Run("RedisDown", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, `redis: {addrs: ["127.0.0.1:1"]}`)
+
+		r := e.run(t, "enqueue", "--topic", "jobs")
+		require.Equal(t, 1, r.code())
+		require.ErrorContains(t, r.err, "redis 127.0.0.1:1 (standalone)")
+	})
+}
+
+func TestStatus(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "")
+	require.NoError(t, e.run(t, "enqueue", "--topic", "jobs", "--id", "job-3", "--backoff", "0s,1h").err)
+	ctx := context.Background()
+	cl := e.client(t)
+	got, err := cl.Reserve(ctx, "jobs", 1, time.Second)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.NoError(t, cl.Nack(ctx, "job-3", got[0].Receipt, errors.New("worker\tcrashed\nbadly")))
+
+	t.Run("Table", func(t *testing.T) {
+		t.Parallel()
+		r := e.run(t, "status", "job-3")
+		require.NoError(t, r.err)
+		require.Regexp(t, `attempts\s+1 made of 2`, r.out)
+		require.Regexp(t, `next_attempt\s+attempt 1 at \S+ \(in (59m5\d\.\ds|1h0m0s)\)`, r.out)
+		require.Regexp(t, `ATTEMPT\s+STARTED\s+DURATION\s+OUTCOME\s+STATUS\s+ERROR`, r.out)
+		require.Regexp(t, regexp.MustCompile(`(?m)^0\s+\S+Z\s+\S+\s+retry\s+-\s+worker crashed badly$`), r.out)
+	})
+
+	t.Run("JSON", func(t *testing.T) {
+		t.Parallel()
+		r := e.run(t, "status", "job-3", "--json")
+		require.NoError(t, r.err)
+		var n notify.Notification
+		require.NoError(t, json.Unmarshal([]byte(r.out), &n))
+		require.Equal(t, notify.StateScheduled, n.State)
+		require.Len(t, n.History, 1)
+		require.Equal(t, notify.OutcomeRetry, n.History[0].Outcome)
+	})
+
+	t.Run("Unknown", func(t *testing.T) {
+		t.Parallel()
+		r := e.run(t, "status", "nobody")
+		require.Equal(t, 1, r.code())
+		require.ErrorIs(t, r.err, notify.ErrNotFound)
+	})
+
+	t.Run("BadID", func(t *testing.T) {
+		t.Parallel()
+		r := e.run(t, "status", "no/such id")
+		require.Equal(t, 2, r.code())
+		require.ErrorContains(t, r.err, "is not a notification id")
+	})
+}
+
+func TestCancel(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "")
+	require.NoError(t, e.run(t, "enqueue", "--topic", "appointment-reminder", "--id", "appt-42",
+		"--target", "+14155550100", "--delay", "30m", "--payload", `"Your appointment is at 10:00"`).err)
+
+	r := e.run(t, "cancel", "appt-42")
+	require.NoError(t, r.err)
+	require.Contains(t, r.out, "cancelled appt-42")
+	require.Regexp(t, `state\s+cancelled`, r.out)
+	require.Regexp(t, `next_attempt\s+-`, r.out)
+
+	r = e.run(t, "cancel", "appt-42", "--json")
+	require.NoError(t, r.err, "cancelling twice changes nothing")
+	var n notify.Notification
+	require.NoError(t, json.Unmarshal([]byte(r.out), &n))
+	require.Equal(t, notify.StateCancelled, n.State)
+
+	e.dead(t, "dead-1")
+	r = e.run(t, "cancel", "dead-1")
+	require.Equal(t, 1, r.code())
+	require.ErrorIs(t, r.err, notify.ErrFinished)
+
+	r = e.run(t, "cancel", "nobody")
+	require.Equal(t, 1, r.code())
+	require.ErrorIs(t, r.err, notify.ErrNotFound)
+}
+
+func TestStats(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "")
+
+	r := e.run(t, "stats")
+	require.NoError(t, r.err)
+	require.Equal(t, "no notifications yet\n", r.out)
+
+	for _, id := range []string{"s1", "s2"} {
+		require.NoError(t, e.run(t, "enqueue", "--topic", "jobs", "--id", id, "--delay", "1h").err)
+	}
+	e.dead(t, "s3")
+
+	r = e.run(t, "stats")
+	require.NoError(t, r.err)
+	require.Regexp(t, `TOPIC\s+SCHEDULED\s+RESERVED\s+DEAD\s+SUCCEEDED\s+FAILED ATTEMPTS`, r.out)
+	require.Regexp(t, `(?m)^jobs\s+2\s+0\s+1\s+0\s+1\s*$`, r.out)
+	require.Regexp(t, `(?m)^total\s+2\s+0\s+1\s+0\s+1\s*$`, r.out)
+
+	r = e.run(t, "stats", "--json")
+	require.NoError(t, r.err)
+	var got statsReport
+	require.NoError(t, json.Unmarshal([]byte(r.out), &got))
+	require.EqualValues(t, 2, got.Topics["jobs"].Scheduled)
+	require.EqualValues(t, 1, got.Totals.Dead)
+
+	r = e.run(t, "stats", "extra")
+	require.Equal(t, 2, r.code())
+}

@@ -1,0 +1,93 @@
+package cli
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+)
+
+// pingTimeout bounds the PING that checks a new connection, so a wrong
+// address fails the command at once instead of at its first store call.
+const pingTimeout = 5 * time.Second
+
+// redisConn is the Redis a command runs on: a client of the configured
+// servers, or of an embedded in-process server.
+type redisConn struct {
+	client redis.UniversalClient
+	// embedded is the in-process server when redis.addrs is empty, and nil
+	// otherwise.
+	embedded *miniredis.Miniredis
+}
+
+// openRedis connects to the Redis cfg names: one server (standalone), a
+// master found through its Sentinels (go-redis's failover client, which
+// follows a failover) or a Cluster. With no address it starts an embedded
+// in-process Redis (miniredis) on a loopback port, when allowEmbedded, and
+// warns loudly that nothing survives exit; otherwise an empty address list
+// is a *UsageError, since a command that reads or writes notifications would
+// find an empty Redis of its own. The connection is checked with a PING.
+func openRedis(ctx context.Context, cfg *RedisConfig, log *slog.Logger, allowEmbedded bool, command string) (*redisConn, error) {
+	rc := &redisConn{}
+	if len(cfg.Addrs) == 0 {
+		if !allowEmbedded {
+			return nil, &UsageError{Err: fmt.Errorf("redis.addrs is empty, which runs an embedded Redis inside herald serve or herald demo; "+
+				"%s needs that Redis's address: set redis.addrs or HERALD_REDIS_ADDRS, such as the one herald serve printed", command)}
+		}
+		mr, err := miniredis.Run()
+		if err != nil {
+			return nil, fmt.Errorf("start the embedded Redis: %w", err)
+		}
+		rc.embedded = mr
+		rc.client = redis.NewClient(&redis.Options{Addr: mr.Addr()})
+		log.WarnContext(ctx, "herald: EMBEDDED REDIS: redis.addrs is empty, so notifications live in this process's memory and NOTHING SURVIVES EXIT; "+
+			"set redis.addrs to keep them", "addr", mr.Addr(), "other_commands", "HERALD_REDIS_ADDRS="+mr.Addr())
+	} else {
+		rc.client = newRedisClient(cfg)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	if err := rc.client.Ping(pingCtx).Err(); err != nil {
+		rc.close()
+		return nil, fmt.Errorf("redis %s (%s): %w", strings.Join(cfg.Addrs, ","), cfg.Mode, err)
+	}
+	return rc, nil
+}
+
+// newRedisClient returns the go-redis client of a validated cfg with at
+// least one address.
+func newRedisClient(cfg *RedisConfig) redis.UniversalClient {
+	var tlsConfig *tls.Config
+	if cfg.TLS {
+		// The server name is taken from each address as it is dialled.
+		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	password := string(cfg.Password)
+	switch cfg.Mode {
+	case RedisModeSentinel:
+		return redis.NewFailoverClient(&redis.FailoverOptions{
+			MasterName:       cfg.MasterName,
+			SentinelAddrs:    cfg.Addrs,
+			SentinelPassword: password,
+			Password:         password,
+			DB:               cfg.DB,
+			TLSConfig:        tlsConfig,
+		})
+	case RedisModeCluster:
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: cfg.Addrs, Password: password, TLSConfig: tlsConfig})
+	}
+	return redis.NewClient(&redis.Options{Addr: cfg.Addrs[0], Password: password, DB: cfg.DB, TLSConfig: tlsConfig})
+}
+
+// close closes the client, then stops the embedded server if there is one.
+func (rc *redisConn) close() {
+	_ = rc.client.Close()
+	if rc.embedded != nil {
+		rc.embedded.Close()
+	}
+}

@@ -1,0 +1,184 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/notify"
+)
+
+// serving is herald serve running in the background.
+type serving struct {
+	url        string
+	out, logs  *syncBuffer
+	cancel     context.CancelFunc
+	done       chan error
+	stopOnce   sync.Once
+	stoppedErr error
+}
+
+var apiLineRe = regexp.MustCompile(`API on (http://\S+) `)
+
+// startServe runs herald serve with config and args until the test ends or
+// stop is called, and waits until its API listens.
+func startServe(t *testing.T, config string, args ...string) *serving {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &serving{out: &syncBuffer{}, logs: &syncBuffer{}, cancel: cancel, done: make(chan error, 1)}
+	c := newApp(Deps{Out: s.out, Err: s.logs})
+	go func() { s.done <- execute(ctx, c, append([]string{"--config", config, "serve"}, args...)) }()
+	t.Cleanup(func() { _ = s.stop() })
+	waitFor(t, 10*time.Second, "the API to listen", func() bool {
+		select {
+		case err := <-s.done:
+			s.done <- err
+			return true
+		default:
+		}
+		return apiLineRe.MatchString(s.out.String())
+	})
+	m := apiLineRe.FindStringSubmatch(s.out.String())
+	if m == nil {
+		require.FailNow(t, "serve ended", "error %v, logs:\n%s", s.stop(), s.logs.String())
+	}
+	s.url = m[1]
+	return s
+}
+
+// stop ends serve as SIGINT would and returns its error.
+func (s *serving) stop() error {
+	s.stopOnce.Do(func() {
+		s.cancel()
+		s.stoppedErr = <-s.done
+	})
+	return s.stoppedErr
+}
+
+// call makes an HTTP request to the API and decodes its JSON answer into
+// out, when out is not nil.
+func (s *serving) call(t *testing.T, method, path, body string, out any) int {
+	t.Helper()
+	req, err := http.NewRequest(method, s.url+path, strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	if out != nil {
+		require.NoError(t, json.Unmarshal(b, out), "%s %s: %s", method, path, b)
+	}
+	return res.StatusCode
+}
+
+func TestServe(t *testing.T) {
+	t.Parallel()
+
+	t.Run("DeliversWhatIsEnqueuedOverHTTP", func(t *testing.T) {
+		t.Parallel()
+		var mu sync.Mutex
+		var got []http.Header
+		rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			got = append(got, r.Header.Clone())
+			mu.Unlock()
+			_, _ = io.WriteString(w, "ok")
+		}))
+		t.Cleanup(rcv.Close)
+		e := newEnv(t, "")
+		s := startServe(t, e.config)
+
+		status := s.call(t, http.MethodPost, "/v1/notifications",
+			fmt.Sprintf(`{"id": "srv-1", "topic": "merchant-notify", "target": %q, "payload": {"paid": true}}`, rcv.URL), nil)
+		require.Equal(t, http.StatusCreated, status)
+		waitFor(t, 10*time.Second, "the delivery", func() bool {
+			var n notify.Notification
+			s.call(t, http.MethodGet, "/v1/notifications/srv-1", "", &n)
+			return n.State == notify.StateSucceeded
+		})
+		mu.Lock()
+		require.Len(t, got, 1)
+		require.Equal(t, "srv-1", got[0].Get("webhook-id"))
+		mu.Unlock()
+
+		var stats statsReport
+		require.Equal(t, http.StatusOK, s.call(t, http.MethodGet, "/v1/stats", "", &stats))
+		require.EqualValues(t, 1, stats.Topics["merchant-notify"].SucceededTotal)
+		require.NoError(t, s.stop(), "a clean shutdown exits 0")
+		require.Contains(t, s.logs.String(), "api.tokens is empty")
+	})
+
+	t.Run("RoleAPIOnly", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, "")
+		s := startServe(t, e.config, "--role", "api")
+		require.Equal(t, http.StatusOK, s.call(t, http.MethodGet, "/readyz", "", nil))
+		require.NotContains(t, s.logs.String(), "dispatcher started")
+		require.NoError(t, s.stop())
+	})
+
+	t.Run("BadRole", func(t *testing.T) {
+		t.Parallel()
+		r := newEnv(t, "").run(t, "serve", "--role", "everything")
+		require.Equal(t, 2, r.code())
+		require.ErrorContains(t, r.err, "--role must be api, dispatcher or all")
+	})
+
+	t.Run("PortTaken", func(t *testing.T) {
+		t.Parallel()
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = l.Close() })
+		r := newEnv(t, "").run(t, "serve", "--listen", l.Addr().String())
+		require.Equal(t, 1, r.code())
+		require.ErrorContains(t, r.err, "api.listen")
+	})
+}
+
+// TestEmbedded runs serve with no Redis address, as the README's tour
+// does: the API works on the embedded Redis, and the other commands reach
+// it at the address serve logs.
+func TestEmbedded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "redis: {addrs: []}")
+	s := startServe(t, e.config)
+	require.Contains(t, s.logs.String(), "EMBEDDED REDIS")
+	require.Contains(t, s.logs.String(), "NOTHING SURVIVES EXIT")
+	m := regexp.MustCompile(`HERALD_REDIS_ADDRS=(127\.0\.0\.1:\d+)`).FindStringSubmatch(s.logs.String())
+	require.NotNil(t, m, s.logs.String())
+
+	require.Equal(t, http.StatusCreated, s.call(t, http.MethodPost, "/v1/notifications",
+		`{"id": "job-1", "topic": "jobs", "payload": {"invoice": 42}}`, nil))
+	var reserved struct {
+		Notifications []notify.Notification `json:"notifications"`
+	}
+	require.Equal(t, http.StatusOK, s.call(t, http.MethodPost, "/v1/topics/jobs/reserve?max=10&wait=5s", "", &reserved))
+	require.Len(t, reserved.Notifications, 1)
+	require.Equal(t, http.StatusNoContent, s.call(t, http.MethodPost, "/v1/notifications/job-1/ack",
+		fmt.Sprintf(`{"receipt": %q}`, reserved.Notifications[0].Receipt), nil))
+
+	other := newEnv(t, fmt.Sprintf("redis: {addrs: [%q]}", m[1]))
+	r := run(t, []string{"--config", other.config, "--log-level", "error", "status", "job-1"})
+	require.Error(t, r.err, "another namespace sees nothing")
+	cfg := strings.Replace(readFile(t, other.config), other.namespace, e.namespace, 1)
+	r = run(t, []string{"--config", writeConfig(t, cfg), "status", "job-1"})
+	require.NoError(t, r.err)
+	require.Regexp(t, `state\s+succeeded`, r.out)
+
+	require.NoError(t, s.stop())
+	r = run(t, []string{"--config", writeConfig(t, cfg), "status", "job-1"})
+	require.Equal(t, 1, r.code(), "the embedded Redis ended with serve")
+}

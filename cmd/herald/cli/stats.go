@@ -1,0 +1,80 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/heraldhq/herald/store"
+)
+
+// statsReport is what stats prints: GET /v1/stats's answer.
+type statsReport struct {
+	Topics map[string]store.TopicStats `json:"topics"`
+	// Totals sums the topics.
+	Totals store.TopicStats `json:"totals"`
+}
+
+func newStatsReport(topics map[string]store.TopicStats) *statsReport {
+	r := &statsReport{Topics: topics}
+	for _, t := range topics {
+		r.Totals.Scheduled += t.Scheduled
+		r.Totals.Reserved += t.Reserved
+		r.Totals.Dead += t.Dead
+		r.Totals.SucceededTotal += t.SucceededTotal
+		r.Totals.FailedAttemptsTotal += t.FailedAttemptsTotal
+	}
+	return r
+}
+
+func (r *statsReport) print(out io.Writer) error {
+	if len(r.Topics) == 0 {
+		_, err := fmt.Fprintln(out, "no notifications yet")
+		return err
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TOPIC\tSCHEDULED\tRESERVED\tDEAD\tSUCCEEDED\tFAILED ATTEMPTS")
+	row := func(name string, t store.TopicStats) {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\n", name, t.Scheduled, t.Reserved, t.Dead, t.SucceededTotal, t.FailedAttemptsTotal)
+	}
+	for _, name := range slices.Sorted(maps.Keys(r.Topics)) {
+		row(name, r.Topics[name])
+	}
+	row("total", r.Totals)
+	return tw.Flush()
+}
+
+func (c *app) statsCommand() *cobra.Command {
+	var asJSON bool
+	cmd := withConfig(&cobra.Command{
+		Use:   "stats",
+		Short: "Count notifications per topic",
+		Long: `Stats prints, per topic, how many notifications are scheduled, reserved (an
+attempt running) and dead now, and how many have succeeded and how many
+attempts have failed since the topic's first notification. --json prints
+what GET /v1/stats answers.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, done, err := c.openClient(cmd, false)
+			if err != nil {
+				return err
+			}
+			defer done()
+			topics, err := cl.Stats(cmd.Context())
+			if err != nil {
+				return err
+			}
+			r := newStatsReport(topics)
+			if asJSON {
+				return printJSON(c.base.Out, r)
+			}
+			return r.print(c.base.Out)
+		},
+	})
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}

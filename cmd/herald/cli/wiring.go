@@ -1,0 +1,167 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/spf13/cobra"
+
+	"github.com/heraldhq/herald/api"
+	"github.com/heraldhq/herald/metrics"
+	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/notify/client"
+	"github.com/heraldhq/herald/notify/httpsend"
+	"github.com/heraldhq/herald/notify/poll"
+	"github.com/heraldhq/herald/notify/sms"
+	"github.com/heraldhq/herald/notify/webhook"
+	"github.com/heraldhq/herald/policy"
+	"github.com/heraldhq/herald/schedule"
+	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/templates"
+)
+
+// wiring is what a command builds from the configuration: the Redis
+// connection and the store on it, then, as the command needs them, the
+// client, templates, senders, dispatcher and API. Every command builds
+// them here, so serve, demo and the operator's commands cannot drift
+// apart in how they read the configuration.
+type wiring struct {
+	cfg   *Config
+	log   *slog.Logger
+	redis *redisConn
+	store *store.Store
+}
+
+// wire connects to the configured Redis and opens the store on it for cmd.
+// allowEmbedded says whether cmd may run on an embedded Redis when
+// redis.addrs is empty (see openRedis). Close the wiring when done.
+func (b *Base) wire(cmd *cobra.Command, allowEmbedded bool) (*wiring, error) {
+	rc, err := openRedis(cmd.Context(), &b.Config.Redis, b.Logger, allowEmbedded, cmd.CommandPath())
+	if err != nil {
+		return nil, err
+	}
+	st, err := store.New(&store.Config{
+		Client:    rc.client,
+		Namespace: b.Config.Namespace,
+		Shards:    b.Config.Shards,
+		Retention: b.Config.Retention,
+		Logger:    b.Logger,
+	})
+	if err != nil {
+		rc.close()
+		return nil, err
+	}
+	return &wiring{cfg: b.Config, log: b.Logger, redis: rc, store: st}, nil
+}
+
+// Close closes the Redis connection and stops an embedded Redis.
+func (w *wiring) Close() { w.redis.close() }
+
+// loadPolicies reads the policies file once, for a command that resolves a
+// few requests and exits; serve keeps it current with Base.StartPolicies.
+func (w *wiring) loadPolicies() (*policy.Set, error) {
+	set, err := policy.Load(w.cfg.PoliciesFile)
+	if err != nil {
+		return nil, &UsageError{Err: err}
+	}
+	return set, nil
+}
+
+// newClient returns the Go client the operator's commands use: the same
+// validation, defaults and payload limit as the API, straight to Redis.
+func (w *wiring) newClient(policies func() *policy.Set) (*client.Client, error) {
+	return client.New(&client.Config{Store: w.store, PoliciesFunc: policies, MaxPayload: w.cfg.API.MaxBody})
+}
+
+// loadTemplates parses templates_dir. A missing folder or a broken
+// template is a configuration error.
+func (w *wiring) loadTemplates() (*templates.Set, error) {
+	set, err := templates.Load(w.cfg.TemplatesDir)
+	if err != nil {
+		return nil, &UsageError{Err: fmt.Errorf("templates_dir: %w", err)}
+	}
+	return set, nil
+}
+
+// newSenders builds the webhook, SMS and poll senders, all behind the SSRF
+// guard with senders.webhook.allow_networks, the poll sender sending its
+// on_done webhooks through the webhook sender. Without senders.sms.url the
+// http SMS provider has nowhere to send, so there is no SMS sender and SMS
+// notifications fail permanently; that is logged once here.
+func (w *wiring) newSenders(policies func() *policy.Set, tmpl *templates.Set) (map[string]notify.Sender, error) {
+	sc := &w.cfg.Senders
+	hc := httpsend.Config{
+		AllowNetworks: sc.Webhook.AllowNetworks,
+		UserAgent:     "herald/" + readVersion().Version,
+		Logger:        w.log,
+	}
+	hook, err := webhook.New(&webhook.Config{
+		Secret:    string(sc.Webhook.Secret),
+		Timeout:   sc.Webhook.Timeout,
+		Policies:  policies,
+		Templates: tmpl,
+		HTTP:      hc,
+	})
+	if err != nil {
+		return nil, &UsageError{Err: fmt.Errorf("senders.webhook: %w", err)}
+	}
+	poller, err := poll.New(&poll.Config{OnDone: hook, Timeout: sc.Webhook.Timeout, Policies: policies, Templates: tmpl, HTTP: hc})
+	if err != nil {
+		return nil, &UsageError{Err: fmt.Errorf("senders.webhook: %w", err)}
+	}
+	senders := map[string]notify.Sender{notify.ChannelWebhook: hook, notify.ChannelPoll: poller}
+	if sc.SMS.Provider == sms.ProviderHTTP && sc.SMS.URL == "" {
+		w.log.Warn("herald: senders.sms.url is empty, so SMS notifications fail permanently until it is set")
+		return senders, nil
+	}
+	texter, err := sms.New(&sms.Config{
+		Provider:   sc.SMS.Provider,
+		URL:        sc.SMS.URL,
+		AccountSID: sc.SMS.AccountSID,
+		AuthToken:  string(sc.SMS.AuthToken),
+		From:       sc.SMS.From,
+		Timeout:    sc.Webhook.Timeout,
+		Policies:   policies,
+		Templates:  tmpl,
+		HTTP:       hc,
+	})
+	if err != nil {
+		return nil, &UsageError{Err: fmt.Errorf("senders.sms: %w", err)}
+	}
+	senders[notify.ChannelSMS] = texter
+	return senders, nil
+}
+
+// newDispatcher returns a dispatcher sized by the dispatcher section.
+func (w *wiring) newDispatcher(senders map[string]notify.Sender, policies func() *policy.Set, obs schedule.Observer) (*schedule.Dispatcher, error) {
+	return schedule.New(&schedule.Config{
+		Store:        w.store,
+		Senders:      senders,
+		PoliciesFunc: policies,
+		Concurrency:  w.cfg.Dispatcher.Concurrency,
+		Batch:        w.cfg.Dispatcher.Batch,
+		Observer:     obs,
+		Logger:       w.log,
+	})
+}
+
+// newAPI returns the HTTP API of the api section, serving m at /metrics.
+func (w *wiring) newAPI(ctx context.Context, policies func() *policy.Set, m *metrics.Metrics) (*api.Server, error) {
+	tokens := make([]string, len(w.cfg.API.Tokens))
+	for i, t := range w.cfg.API.Tokens {
+		tokens[i] = string(t)
+	}
+	if len(tokens) == 0 {
+		w.log.WarnContext(ctx, "herald: api.tokens is empty, so /v1 answers anyone who can reach "+w.cfg.API.Listen)
+	}
+	return api.New(&api.Config{
+		Store:        w.store,
+		PoliciesFunc: policies,
+		Tokens:       tokens,
+		MaxBody:      int64(w.cfg.API.MaxBody),
+		Metrics:      m.Handler(),
+		Observer:     m,
+		Logger:       w.log,
+	})
+}
