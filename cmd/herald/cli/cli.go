@@ -161,8 +161,12 @@ func ExitCode(err error) int {
 	return 1
 }
 
-// configAnnotation marks the commands that load the configuration.
-const configAnnotation = "herald_needs_config"
+// Annotations of the commands that load the configuration, and of those
+// with a config file of their own.
+const (
+	configAnnotation     = "herald_needs_config"
+	configFileAnnotation = "herald_config_file"
+)
 
 // withConfig marks cmd as needing the configuration: the root loads and
 // validates it, into Base.Config, before cmd runs.
@@ -171,6 +175,15 @@ func withConfig(cmd *cobra.Command) *cobra.Command {
 		cmd.Annotations = map[string]string{}
 	}
 	cmd.Annotations[configAnnotation] = "true"
+	return cmd
+}
+
+// withConfigFile is withConfig for a command with a config file of its own
+// (demo's configs/demo.yaml), read instead of ConfigFileDefault when
+// --config is not given. Unlike ConfigFileDefault it must exist: the
+// command depends on what it sets.
+func withConfigFile(cmd *cobra.Command, file string) *cobra.Command {
+	withConfig(cmd).Annotations[configFileAnnotation] = file
 	return cmd
 }
 
@@ -200,7 +213,7 @@ HERALD_REDIS_ADDRS=a:6379,b:6379 or HERALD_API_LISTEN=:8080), then flags.`,
 	bindFlag(pf, "log-level", "log.level")
 	pf.BoolVar(&c.debug, "debug", false, "log at debug level, whatever else says")
 
-	root.AddCommand(c.serveCommand(), c.enqueueCommand(), c.statusCommand(), c.cancelCommand(),
+	root.AddCommand(c.serveCommand(), c.demoCommand(), c.enqueueCommand(), c.statusCommand(), c.cancelCommand(),
 		c.statsCommand(), c.dlqCommand(), c.policyCommand(), c.versionCommand())
 	return root
 }
@@ -211,11 +224,11 @@ func (c *app) setup(cmd *cobra.Command, _ []string) error {
 	c.started = true
 	logCfg := LogConfig{Level: c.logLevel, Format: "text"}
 	if cmd.Annotations[configAnnotation] != "" {
-		cfg, err := loadConfig(&configSource{
-			File:         c.configFile,
-			FileRequired: cmd.Flags().Changed("config"),
-			Flags:        cmd.Flags(),
-		})
+		src := &configSource{File: c.configFile, FileRequired: cmd.Flags().Changed("config"), Flags: cmd.Flags()}
+		if own := cmd.Annotations[configFileAnnotation]; own != "" && !src.FileRequired {
+			src.File, src.FileRequired = own, true
+		}
+		cfg, err := loadConfig(src)
 		if err != nil {
 			return &UsageError{Err: fmt.Errorf("config: %w", err)}
 		}

@@ -1,0 +1,84 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/policy"
+	"github.com/heraldhq/herald/schedule"
+	"github.com/heraldhq/herald/store"
+)
+
+// timeline prints the demo as it happens, one line per event, stamped with
+// the time since the demo started. It is the dispatcher's Observer, so
+// every attempt is printed with its outcome and what comes next; the fake
+// receivers add what they saw, indented. It is safe for concurrent use.
+type timeline struct {
+	out   io.Writer
+	start time.Time
+	// policies gives the next attempt of a retried notification, computed
+	// as the dispatcher computes it.
+	policies *policy.Set
+	// showFunc names a target briefly.
+	showFunc func(target string) string
+
+	// mu keeps lines whole.
+	mu sync.Mutex
+}
+
+var _ schedule.Observer = (*timeline)(nil)
+
+// stamp is at's time since the start, "+ 2.01s".
+func (t *timeline) stamp(at time.Time) string {
+	return fmt.Sprintf("+%.2fs", at.Sub(t.start).Seconds())
+}
+
+// line prints one event that happened at at.
+func (t *timeline) line(at time.Time, format string, args ...any) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	fmt.Fprintf(t.out, "%8s  %s\n", t.stamp(at), fmt.Sprintf(format, args...))
+}
+
+// note prints what a receiver saw just now.
+func (t *timeline) note(who, format string, args ...any) {
+	t.line(time.Now(), "     %s: %s", who, fmt.Sprintf(format, args...))
+}
+
+// AttemptFinished implements schedule.Observer: one line per attempt, at
+// the time it started.
+func (t *timeline) AttemptFinished(n *notify.Notification, a notify.Attempt, action store.Action, _ time.Duration) {
+	attempt := fmt.Sprintf("attempt %d of %d", a.Attempt, len(n.Backoff))
+	if a.Attempt >= len(n.Backoff) {
+		attempt = fmt.Sprintf("attempt %d (replayed)", a.Attempt)
+	}
+	head := fmt.Sprintf("%-16s %-7s to %-22s %s: ", n.ID, n.Channel, t.showFunc(n.Target), attempt)
+	// The channel is in its column already.
+	reason := strings.TrimPrefix(strings.Join(strings.Fields(a.Error), " "), n.Channel+": ")
+	reason = truncate(reason, 90)
+	switch action {
+	case store.ActionAck:
+		t.line(a.StartedAt, "%ssucceeded (HTTP %d)", head, a.StatusCode)
+	case store.ActionRetry:
+		p := t.policies.PolicyFor(n)
+		next, _ := p.NextAttemptAt(n.Backoff, policy.Failure{Attempt: a.Attempt, At: a.FinishedAt})
+		t.line(a.StartedAt, "%sfailed, %s; attempt %d due at %s", head, reason, a.Attempt+1, t.stamp(next))
+	case store.ActionDead:
+		why := "no attempts left"
+		if a.Outcome == notify.OutcomePermanent {
+			why = "a permanent failure"
+		}
+		t.line(a.StartedAt, "%sfailed, %s; DEAD: %s", head, reason, why)
+	default:
+		t.line(a.StartedAt, "%s%s", head, a.Outcome)
+	}
+}
+
+// StoreError implements schedule.Observer.
+func (t *timeline) StoreError(op string, err error) {
+	t.line(time.Now(), "Redis error in %s: %v", op, err)
+}

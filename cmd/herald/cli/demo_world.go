@@ -1,0 +1,182 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Paths of the demo's receivers.
+const (
+	demoSMSPath      = "/sms/messages"
+	demoNotifyPath   = "/merchant/notify"
+	demoResultPath   = "/merchant/payment-result"
+	demoBrokenPath   = "/merchant/broken"
+	demoQueryPath    = "/provider/trade/query"
+	demoPollsToFinal = 3 // the provider reports the trade final on this poll
+)
+
+// demoWorld is everyone herald demo talks to, faked on one loopback HTTP
+// server: an SMS provider (the http provider's JSON POST), a merchant
+// whose notify endpoint fails twice before answering "success", a payment
+// provider whose trade query reports TRADE_SUCCESS on the third poll, the
+// merchant's endpoint for on_done webhooks, and a merchant endpoint that
+// answers 503 until it is fixed.
+type demoWorld struct {
+	srv *http.Server
+	url string
+	tl  *timeline
+
+	// mu guards seen and fixed, which the handlers write.
+	mu   sync.Mutex
+	seen demoSeen
+	// fixed makes the broken endpoint answer "success".
+	fixed bool
+}
+
+// demoSeen is what the receivers saw.
+type demoSeen struct {
+	// texts are the SMS bodies the gateway accepted.
+	texts []string
+	// notifyAnswers are the notify endpoint's answers, in order.
+	notifyAnswers []string
+	// trades are the trade statuses the provider's query answered.
+	trades []string
+	// results are the trade statuses of the on_done webhooks received.
+	results []string
+	// brokenCalls counts requests to the broken endpoint.
+	brokenCalls int
+}
+
+// snapshot returns a copy of what the receivers saw so far.
+func (w *demoWorld) snapshot() demoSeen {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s := w.seen
+	s.texts, s.notifyAnswers = slices.Clone(s.texts), slices.Clone(s.notifyAnswers)
+	s.trades, s.results = slices.Clone(s.trades), slices.Clone(s.results)
+	return s
+}
+
+// startDemoWorld starts the receivers on 127.0.0.1, the only network the
+// demo's SSRF guard lets through. Close it when done.
+func startDemoWorld(tl *timeline) (*demoWorld, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("demo receivers: %w", err)
+	}
+	w := &demoWorld{url: "http://" + l.Addr().String(), tl: tl}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+demoSMSPath, w.sms)
+	mux.HandleFunc("POST "+demoNotifyPath, w.notify)
+	mux.HandleFunc("POST "+demoResultPath, w.result)
+	mux.HandleFunc("POST "+demoBrokenPath, w.broken)
+	mux.HandleFunc("GET "+demoQueryPath, w.query)
+	w.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = w.srv.Serve(l) }()
+	return w, nil
+}
+
+// close stops the receivers.
+func (w *demoWorld) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = w.srv.Shutdown(ctx)
+}
+
+// sms is the SMS provider: it accepts every message.
+func (w *demoWorld) sms(rw http.ResponseWriter, r *http.Request) {
+	var msg struct{ To, Body string }
+	if err := json.NewDecoder(r.Body).Decode(&msg); err != nil {
+		http.Error(rw, "not JSON", http.StatusBadRequest)
+		return
+	}
+	w.mu.Lock()
+	w.seen.texts = append(w.seen.texts, msg.Body)
+	w.mu.Unlock()
+	w.tl.note("SMS provider", "text to %s: %q", msg.To, msg.Body)
+	rw.Header().Set("Content-Type", "application/json")
+	_, _ = io.WriteString(rw, `{"id":"SM0001","status":"queued"}`)
+}
+
+// demoNotifyAnswers are the notify endpoint's answers to its first,
+// second and later requests: busy, then a body that is not Alipay's
+// "success" (a failure whatever the status), then "success".
+var demoNotifyAnswers = []struct {
+	code int
+	body string
+}{{http.StatusInternalServerError, "busy"}, {http.StatusOK, "fail"}, {http.StatusOK, "success"}}
+
+// notify is the merchant's payment notification endpoint.
+func (w *demoWorld) notify(rw http.ResponseWriter, _ *http.Request) {
+	w.mu.Lock()
+	a := demoNotifyAnswers[min(len(w.seen.notifyAnswers), len(demoNotifyAnswers)-1)]
+	w.seen.notifyAnswers = append(w.seen.notifyAnswers, fmt.Sprintf("%d %q", a.code, a.body))
+	w.mu.Unlock()
+	rw.WriteHeader(a.code)
+	_, _ = io.WriteString(rw, a.body)
+}
+
+// query is the payment provider's trade query: the trade is waiting for
+// the buyer until the demoPollsToFinal-th query.
+func (w *demoWorld) query(rw http.ResponseWriter, r *http.Request) {
+	w.mu.Lock()
+	status := "WAIT_BUYER_PAY"
+	if len(w.seen.trades)+1 >= demoPollsToFinal {
+		status = "TRADE_SUCCESS"
+	}
+	w.seen.trades = append(w.seen.trades, status)
+	n := len(w.seen.trades)
+	w.mu.Unlock()
+	w.tl.note("payment provider", "query %d for trade %s: %s", n, r.URL.Query().Get("out_trade_no"), status)
+	rw.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(rw).Encode(map[string]string{"out_trade_no": r.URL.Query().Get("out_trade_no"), "trade_status": status})
+}
+
+// result is the merchant's endpoint for the poll's on_done webhook.
+func (w *demoWorld) result(rw http.ResponseWriter, r *http.Request) {
+	var body struct{ Value string }
+	_ = json.NewDecoder(r.Body).Decode(&body)
+	w.mu.Lock()
+	w.seen.results = append(w.seen.results, body.Value)
+	w.mu.Unlock()
+	w.tl.note("merchant", "on_done webhook: the trade is %s", body.Value)
+	_, _ = io.WriteString(rw, "success")
+}
+
+// broken is a merchant endpoint that is down (503) until fix.
+func (w *demoWorld) broken(rw http.ResponseWriter, _ *http.Request) {
+	w.mu.Lock()
+	w.seen.brokenCalls++
+	fixed := w.fixed
+	w.mu.Unlock()
+	if !fixed {
+		http.Error(rw, "down for maintenance", http.StatusServiceUnavailable)
+		return
+	}
+	_, _ = io.WriteString(rw, "success")
+}
+
+// fix brings the broken endpoint back.
+func (w *demoWorld) fix() {
+	w.mu.Lock()
+	w.fixed = true
+	w.mu.Unlock()
+}
+
+// show names a target for the timeline: its path on the receivers, or the
+// target itself.
+func (w *demoWorld) show(target string) string {
+	if rest, ok := strings.CutPrefix(target, w.url); ok {
+		path, _, _ := strings.Cut(rest, "?")
+		return path
+	}
+	return target
+}
