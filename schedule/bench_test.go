@@ -3,8 +3,6 @@ package schedule_test
 import (
 	"context"
 	"fmt"
-	"slices"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldhq/herald/bench"
 	"github.com/heraldhq/herald/internal/redistest"
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/policy"
@@ -172,36 +171,19 @@ func BenchmarkDrain(b *testing.B) {
 
 // BenchmarkLateness spreads 10,000 notifications over 5s and measures how
 // late each attempt starts after its due time (p50, p99, max) and how many
-// start early (must be 0).
+// start early (must be 0), with the load generator of `herald bench`.
 func BenchmarkLateness(b *testing.B) {
-	const count, spread = 10_000, 5 * time.Second
 	for range b.N {
-		bb := setupBench(b)
-		lead := time.Second // enqueue everything before the first is due
-		bb.enqueueAll(b, count, func(i int) time.Duration { return lead + spread*time.Duration(i)/count })
-		var mu sync.Mutex
-		lateness := make([]time.Duration, 0, count)
-		rec := notify.SenderFunc(func(_ context.Context, n *notify.Notification) (notify.Response, error) {
-			late := time.Since(*n.NextAttemptAt)
-			mu.Lock()
-			lateness = append(lateness, late)
-			mu.Unlock()
-			return notify.Response{}, nil
-		})
-		d := startBenchDispatcher(b, bb, rec)
-		waitSucceeded(b, bb.store.Namespace(), count)
-		d.Stop()
-		slices.Sort(lateness)
-		early := 0
-		for _, l := range lateness {
-			if l < 0 {
-				early++
-			}
-		}
-		pct := func(p float64) float64 { return lateness[int(p*float64(len(lateness)-1))].Seconds() * 1000 }
-		b.ReportMetric(pct(0.50), "p50-ms")
-		b.ReportMetric(pct(0.99), "p99-ms")
-		b.ReportMetric(pct(1), "max-ms")
-		b.ReportMetric(float64(early), "early")
+		client := redis.NewClient(&redis.Options{Addr: server.Addr, PoolSize: 128})
+		res, err := bench.Run(context.Background(), &bench.Config{Client: client, Namespace: redistest.Namespace(b),
+			Count: 10_000, Window: 5 * time.Second, Lead: time.Second, Concurrency: 64})
+		_ = client.Close()
+		require.NoError(b, err)
+		require.Equal(b, 10_000, res.Delivered)
+		ms := func(d time.Duration) float64 { return d.Seconds() * 1000 }
+		b.ReportMetric(ms(res.Lateness.P50), "p50-ms")
+		b.ReportMetric(ms(res.Lateness.P99), "p99-ms")
+		b.ReportMetric(ms(res.Lateness.Max), "max-ms")
+		b.ReportMetric(float64(res.Lateness.Early), "early")
 	}
 }

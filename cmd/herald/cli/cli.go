@@ -214,7 +214,7 @@ HERALD_REDIS_ADDRS=a:6379,b:6379 or HERALD_API_LISTEN=:8080), then flags.`,
 	pf.BoolVar(&c.debug, "debug", false, "log at debug level, whatever else says")
 
 	root.AddCommand(c.serveCommand(), c.demoCommand(), c.enqueueCommand(), c.statusCommand(), c.cancelCommand(),
-		c.statsCommand(), c.dlqCommand(), c.policyCommand(), c.versionCommand())
+		c.statsCommand(), c.dlqCommand(), c.benchCommand(), c.policyCommand(), c.versionCommand())
 	return root
 }
 
