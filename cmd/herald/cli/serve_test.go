@@ -130,6 +130,33 @@ func TestServe(t *testing.T) {
 		require.NoError(t, s.stop())
 	})
 
+	t.Run("RoleDispatcherOnly", func(t *testing.T) {
+		t.Parallel()
+		delivered := make(chan string, 1)
+		rcv := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+			delivered <- r.Header.Get("webhook-id")
+		}))
+		t.Cleanup(rcv.Close)
+		e := newEnv(t, "")
+		ctx, cancel := context.WithCancel(context.Background())
+		out, done := &syncBuffer{}, make(chan error, 1)
+		go func() {
+			done <- execute(ctx, newApp(Deps{Out: out, Err: io.Discard}), []string{"--config", e.config, "serve", "--role", "dispatcher"})
+		}()
+		waitFor(t, 10*time.Second, "the dispatcher", func() bool { return strings.Contains(out.String(), "dispatcher running") })
+
+		require.NoError(t, e.run(t, "enqueue", "--topic", "merchant-notify", "--id", "disp-1", "--target", rcv.URL).err)
+		select {
+		case id := <-delivered:
+			require.Equal(t, "disp-1", id)
+		case <-time.After(10 * time.Second):
+			require.FailNow(t, "not delivered")
+		}
+		cancel()
+		require.NoError(t, <-done)
+		require.NotContains(t, out.String(), "API on")
+	})
+
 	t.Run("BadRole", func(t *testing.T) {
 		t.Parallel()
 		r := newEnv(t, "").run(t, "serve", "--role", "everything")
