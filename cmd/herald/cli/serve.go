@@ -1,9 +1,14 @@
 package cli
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"slices"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -25,6 +30,8 @@ func (c *app) serveCommand() *cobra.Command {
 		Long: `Serve runs Herald: the HTTP API on api.listen (with /metrics, /healthz and
 /readyz) and the dispatcher that starts each attempt on time. --role runs one
 of them, so they can be scaled apart: any number of either may share a Redis.
+A dispatcher-only process serves just /metrics and /healthz on api.listen, so
+that its attempt and lateness metrics are scraped too.
 
 SIGINT or SIGTERM shuts down gracefully: the API stops taking requests and
 finishes those in flight, the dispatcher lets running attempts end (or gives
@@ -62,14 +69,12 @@ func (c *app) serve(cmd *cobra.Command, role string) error {
 	defer stopPolicies()
 	m := metrics.New(&metrics.Config{Store: w.store})
 
-	var l net.Listener
-	if role != RoleDispatcher {
-		// Listen before anything starts, so a taken port fails at once.
-		if l, err = net.Listen("tcp", w.cfg.API.Listen); err != nil {
-			return fmt.Errorf("api.listen: %w", err)
-		}
-		defer l.Close()
+	// Listen before anything starts, so a taken port fails at once.
+	l, err := net.Listen("tcp", w.cfg.API.Listen)
+	if err != nil {
+		return fmt.Errorf("api.listen: %w", err)
 	}
+	defer l.Close()
 	if role != RoleAPI {
 		tmpl, err := w.loadTemplates()
 		if err != nil {
@@ -88,10 +93,9 @@ func (c *app) serve(cmd *cobra.Command, role string) error {
 		}
 		defer d.Stop()
 	}
-	if l == nil {
-		fmt.Fprintln(c.base.Out, "herald: dispatcher running; stop with Ctrl-C")
-		<-ctx.Done()
-		return nil
+	if role == RoleDispatcher {
+		fmt.Fprintf(c.base.Out, "herald: dispatcher running, metrics on http://%s/metrics; stop with Ctrl-C\n", l.Addr())
+		return serveMetrics(ctx, l, m)
 	}
 	srv, err := w.newAPI(ctx, policies.Current, m)
 	if err != nil {
@@ -99,4 +103,26 @@ func (c *app) serve(cmd *cobra.Command, role string) error {
 	}
 	fmt.Fprintf(c.base.Out, "herald: API on http://%s (role %s); stop with Ctrl-C\n", l.Addr(), role)
 	return srv.Serve(ctx, l)
+}
+
+// serveMetrics serves GET /metrics and GET /healthz on l until ctx ends:
+// what a dispatcher-only process answers.
+func serveMetrics(ctx context.Context, l net.Listener, m *metrics.Metrics) error {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", m.Handler())
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"status":"ok"}`)
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	stop := context.AfterFunc(ctx, func() {
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdownCtx)
+	})
+	defer stop()
+	if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	return nil
 }

@@ -144,6 +144,7 @@ func TestServe(t *testing.T) {
 			done <- execute(ctx, newApp(Deps{Out: out, Err: io.Discard}), []string{"--config", e.config, "serve", "--role", "dispatcher"})
 		}()
 		waitFor(t, 10*time.Second, "the dispatcher", func() bool { return strings.Contains(out.String(), "dispatcher running") })
+		metricsURL := regexp.MustCompile(`http://\S+/metrics`).FindString(out.String())
 
 		require.NoError(t, e.run(t, "enqueue", "--topic", "merchant-notify", "--id", "disp-1", "--target", rcv.URL).err)
 		select {
@@ -152,6 +153,14 @@ func TestServe(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			require.FailNow(t, "not delivered")
 		}
+		waitFor(t, 10*time.Second, "the attempt's metrics", func() bool {
+			res, err := http.Get(metricsURL)
+			require.NoError(t, err)
+			defer res.Body.Close()
+			b, err := io.ReadAll(res.Body)
+			require.NoError(t, err)
+			return strings.Contains(string(b), `herald_attempts_total{channel="webhook",outcome="success",topic="merchant-notify"} 1`)
+		})
 		cancel()
 		require.NoError(t, <-done)
 		require.NotContains(t, out.String(), "API on")
