@@ -10,29 +10,29 @@
 //
 // Put each noun in its own file with a method on *app that builds the
 // cobra command, and add it to the tree in rootCommand. A command that
-// needs the configuration wraps its definition in withConfig; by the time
-// its RunE runs, Base.Config is loaded and validated and Base.Logger
-// follows its log section. Flags that override a config key are bound with
-// bindFlag:
+// needs the configuration wraps its definition in withConfig (or
+// withConfigFile, for one with a config file of its own, as demo has); by
+// the time its RunE runs, Base.Config is loaded and validated and
+// Base.Logger follows its log section. Flags that override a config key
+// are bound with bindFlag, as serve binds --listen to api.listen. stats is
+// the shape of a command that reads notifications:
 //
-//	func (c *app) serveCommand() *cobra.Command {
+//	func (c *app) statsCommand() *cobra.Command {
+//		var asJSON bool
 //		cmd := withConfig(&cobra.Command{
-//			Use:  "serve",
+//			Use:  "stats",
 //			Args: cobra.NoArgs,
 //			RunE: func(cmd *cobra.Command, _ []string) error {
-//				policies, stop, err := c.base.StartPolicies(cmd.Context())
+//				cl, done, err := c.openClient(cmd, false)
 //				if err != nil {
 //					return err
 //				}
-//				defer stop()
-//				// ... build the store, dispatcher and API from
-//				// c.base.Config, logging to c.base.Logger, taking
-//				// policies.Current as their policy source, and print
-//				// to c.base.Out.
+//				defer done()
+//				// ... ask cl, then print to c.base.Out: a table, or
+//				// JSON in the API's shape with --json.
 //			},
 //		})
-//		cmd.Flags().String("listen", "", "address the API listens on (api.listen)")
-//		bindFlag(cmd.Flags(), "listen", "api.listen")
+//		cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 //		return cmd
 //	}
 //
@@ -42,8 +42,9 @@
 // c.base.wire connects to Redis (standalone, Sentinel, Cluster, or an
 // embedded in-process Redis when redis.addrs is empty and the command
 // allows it) and opens the store; the wiring then builds the client,
-// templates, senders, dispatcher and API as the command needs them.
-// Commands that only read or change notifications use c.openClient.
+// templates, senders, dispatcher and API as the command needs them, and
+// serve keeps the policies current with Base.StartPolicies. Commands that
+// only read or change notifications use c.openClient.
 //
 // # Exit status
 //
