@@ -2,8 +2,6 @@ package bench_test
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -16,22 +14,7 @@ import (
 // server is the package's redis-server.
 var server *redistest.Server
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "herald-bench-redis")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	server, err = redistest.StartDir(dir, redistest.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench tests:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	server.Stop()
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { redistest.RunMain(m, &server) }
 
 func TestSummarize(t *testing.T) {
 	t.Parallel()

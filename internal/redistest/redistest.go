@@ -64,6 +64,25 @@ func Start(tb testing.TB, opts Options) *Server {
 	return s
 }
 
+// RunMain is the TestMain of a package whose tests share one server: it
+// starts the server into *srv, runs the tests, stops the server and exits
+// with the tests' status. A server that does not start fails the run.
+func RunMain(m *testing.M, srv **Server) {
+	dir, err := os.MkdirTemp("", "herald-redis")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "redistest:", err)
+		os.Exit(1)
+	}
+	if *srv, err = StartDir(dir, Options{}); err != nil {
+		fmt.Fprintln(os.Stderr, "redistest:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	(*srv).Stop()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
 // StartDir starts a server whose files live in dir. It is for TestMain,
 // which has no testing.TB; the caller must call Stop.
 func StartDir(dir string, opts Options) (*Server, error) {

@@ -25,22 +25,7 @@ import (
 // server is the package's redis-server; tests isolate by namespace.
 var server *redistest.Server
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "herald-cli-redis")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	server, err = redistest.StartDir(dir, redistest.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "cli tests:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	server.Stop()
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { redistest.RunMain(m, &server) }
 
 // repoPath returns the absolute path of a file of the repository, so that
 // configs written by tests work from the package's directory.
