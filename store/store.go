@@ -131,41 +131,51 @@ type scriptCall struct {
 	cmd    *redis.Cmd
 }
 
-// runScripts runs calls in one pipeline (one round trip per node), loading a
-// script and running again where Redis had not cached it (NOSCRIPT after a
-// restart or failover). An error that hit every call is returned; otherwise
-// each call's own error is in its cmd.
+// runScripts runs calls in one pipeline (one round trip per node). Where
+// Redis had not cached a script (NOSCRIPT after a restart or failover, or on
+// a cluster node another client is still loading), it loads the script and
+// runs again only the calls that answered NOSCRIPT: a call that did run must
+// never run twice, or the reservations of its first run would be lost until
+// their ttr. An error that hit every call is returned; otherwise each call's
+// own error is in its cmd.
 func (s *Store) runScripts(ctx context.Context, calls []*scriptCall) error {
-	for try := 0; ; try++ {
+	pending := calls
+	for try := 0; len(pending) > 0 && try < 2; try++ {
 		pipe := s.client.Pipeline()
-		for _, c := range calls {
+		for _, c := range pending {
 			c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
 		}
 		_, _ = pipe.Exec(ctx)
+		var noScript []*scriptCall
 		missing := map[*redis.Script]bool{}
-		failed := 0
-		var firstErr error
-		for _, c := range calls {
-			if err := c.cmd.Err(); err != nil && !errors.Is(err, redis.Nil) {
-				if redis.HasErrorPrefix(err, "NOSCRIPT") {
-					missing[c.script] = true
-				}
-				failed++
-				firstErr = cmp.Or(firstErr, err)
+		for _, c := range pending {
+			if err := c.cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+				noScript = append(noScript, c)
+				missing[c.script] = true
 			}
 		}
-		if len(missing) == 0 || try > 0 {
-			if failed == len(calls) && failed > 0 {
-				return fmt.Errorf("run scripts: %w", firstErr)
-			}
-			return nil
+		if try > 0 {
+			break
 		}
 		for sc := range missing {
 			if err := s.loadScript(ctx, sc); err != nil {
 				return err
 			}
 		}
+		pending = noScript
 	}
+	var firstErr error
+	failed := 0
+	for _, c := range calls {
+		if err := c.cmd.Err(); err != nil && !errors.Is(err, redis.Nil) {
+			failed++
+			firstErr = cmp.Or(firstErr, err)
+		}
+	}
+	if failed > 0 && failed == len(calls) {
+		return fmt.Errorf("run scripts: %w", firstErr)
+	}
+	return nil
 }
 
 // loadScript loads sc on every node (every master of a cluster).
