@@ -29,7 +29,7 @@ func TestEnqueue(t *testing.T) {
 		require.Contains(t, r.out, "enqueued job-1")
 		require.Regexp(t, `state\s+scheduled`, r.out)
 		require.Regexp(t, `backoff\s+0s,10s,1m`, r.out)
-		require.Regexp(t, `next_attempt\s+attempt 0 at \S+ \(in (59m59\.\ds|1h0m0s)\)`, r.out)
+		require.Regexp(t, `next_attempt\s+attempt 0 at \S+ \(in (59m59(\.\d)?s|1h0m0s)\)`, r.out)
 		require.Contains(t, r.out, "no attempts yet")
 
 		r = e.run(t, args...)
@@ -131,7 +131,7 @@ func TestStatus(t *testing.T) {
 		r := e.run(t, "status", "job-3")
 		require.NoError(t, r.err)
 		require.Regexp(t, `attempts\s+1 made of 2`, r.out)
-		require.Regexp(t, `next_attempt\s+attempt 1 at \S+ \(in (59m5\d\.\ds|1h0m0s)\)`, r.out)
+		require.Regexp(t, `next_attempt\s+attempt 1 at \S+ \(in (59m5\d(\.\d)?s|1h0m0s)\)`, r.out)
 		require.Regexp(t, `ATTEMPT\s+STARTED\s+DURATION\s+OUTCOME\s+STATUS\s+ERROR`, r.out)
 		require.Regexp(t, regexp.MustCompile(`(?m)^0\s+\S+Z\s+\S+\s+retry\s+-\s+worker crashed badly$`), r.out)
 	})
