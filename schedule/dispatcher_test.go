@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -26,22 +25,7 @@ import (
 // and tests that break their server start their own.
 var server *redistest.Server
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "herald-schedule-redis")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	server, err = redistest.StartDir(dir, redistest.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "schedule tests:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	server.Stop()
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { redistest.RunMain(m, &server) }
 
 // ms builds a backoff array from milliseconds.
 func ms(vals ...int) []notify.Duration {

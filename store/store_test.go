@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -19,22 +18,7 @@ import (
 // server is the package's redis-server; tests isolate by namespace.
 var server *redistest.Server
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "herald-store-redis")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	server, err = redistest.StartDir(dir, redistest.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "store tests:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	server.Stop()
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { redistest.RunMain(m, &server) }
 
 type testBundle struct {
 	store    *store.Store

@@ -3,8 +3,6 @@ package client_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -20,22 +18,7 @@ import (
 // server is the package's redis-server; tests isolate by namespace.
 var server *redistest.Server
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "herald-client-redis")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	server, err = redistest.StartDir(dir, redistest.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "client tests:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	server.Stop()
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { redistest.RunMain(m, &server) }
 
 func setup(t *testing.T) *client.Client {
 	t.Helper()
