@@ -116,10 +116,10 @@ func LoggerOrDefault(l *slog.Logger) *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
-// PoliciesOrDefault returns f, or, when f is nil, a function that returns a
+// policiesOrDefault returns f, or, when f is nil, a function that returns a
 // set holding only the default policy: what a sender uses when it is given
 // no policies.
-func PoliciesOrDefault(f func() *policy.Set) func() *policy.Set {
+func policiesOrDefault(f func() *policy.Set) func() *policy.Set {
 	if f != nil {
 		return f
 	}

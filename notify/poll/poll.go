@@ -51,16 +51,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/notify/httpsend"
 	"github.com/heraldhq/herald/policy"
 	"github.com/heraldhq/herald/templates"
 )
-
-// TimeoutDefault bounds an attempt whose policy sets no timeout.
-const TimeoutDefault = 10 * time.Second
 
 // ErrNotDone is wrapped by the error of an attempt whose answer was not
 // final yet: an expected, retryable outcome rather than a fault.
@@ -72,76 +68,57 @@ type Config struct {
 	// the webhook sender. nil: a done answer of such a topic fails
 	// permanently, since the webhook it asks for cannot be sent.
 	OnDone notify.Sender
-	// Timeout bounds an attempt whose policy has no timeout. Default
-	// TimeoutDefault.
-	Timeout time.Duration
-	// Policies returns the current policies and topics, called on every
-	// attempt; the topic's poll condition comes from here. Default: only
-	// the default policy, and no topics (so every poll fails).
-	Policies func() *policy.Set
-	// Templates renders the body of POST polls that name a template.
-	Templates *templates.Set
-	// HTTP configures the connections: the SSRF guard's allowed networks,
-	// resolver and dialer, the User-Agent and the logger.
-	HTTP httpsend.Config
+	// Common holds the timeout cap, the policies (whose topics give each
+	// poll its done condition: with none, every poll fails), the templates
+	// of POST polls and the connection settings.
+	httpsend.Common
 }
 
 // Sender polls. It is safe for concurrent use.
 type Sender struct {
-	onDone    notify.Sender
-	timeout   time.Duration
-	policies  func() *policy.Set
-	templates *templates.Set
-	client    *httpsend.Client
-	nowFunc   func() time.Time
+	*httpsend.Base
+	onDone notify.Sender
 }
 
 var _ notify.Sender = (*Sender)(nil)
 
 // New returns a Sender for cfg, or an error for a bad allow_networks entry.
 func New(cfg *Config) (*Sender, error) {
-	client, err := httpsend.NewClient(&cfg.HTTP)
+	base, err := httpsend.NewBase(&cfg.Common)
 	if err != nil {
 		return nil, fmt.Errorf("poll: %w", err)
 	}
-	return &Sender{
-		onDone:    cfg.OnDone,
-		timeout:   cmp.Or(cfg.Timeout, TimeoutDefault),
-		policies:  httpsend.PoliciesOrDefault(cfg.Policies),
-		templates: cfg.Templates,
-		client:    client,
-		nowFunc:   time.Now,
-	}, nil
+	return &Sender{Base: base, onDone: cfg.OnDone}, nil
 }
 
 // Send makes one poll of n.Target; see the package doc for what counts as
 // done.
 func (s *Sender) Send(ctx context.Context, n *notify.Notification) (notify.Response, error) {
-	set := s.policies()
+	set := s.Policies()
 	p := set.PolicyFor(n)
 	cond := set.Topics[n.Topic].Poll
 	if cond == nil {
 		return notify.Response{}, notify.Permanent(fmt.Errorf("poll: topic %q has no poll condition (topics.%s.poll)", n.Topic, n.Topic))
 	}
-	ctx, cancel := context.WithTimeout(ctx, cmp.Or(time.Duration(p.Timeout), s.timeout))
+	ctx, cancel := s.Begin(ctx, &p)
 	defer cancel()
 
 	method := cmp.Or(cond.Method, http.MethodGet)
-	req := s.client.Request(ctx).SetHeader("Accept", templates.ContentTypeJSON)
+	req := s.Client.Request(ctx).SetHeader("Accept", templates.ContentTypeJSON)
 	httpsend.SetHeaders(req, n.Headers, "Accept")
 	if method == http.MethodPost {
-		body, contentType, err := s.templates.Body(n)
+		body, contentType, err := s.Templates.Body(n)
 		if err != nil {
 			return notify.Response{}, notify.Permanent(fmt.Errorf("poll: %w", err))
 		}
 		req.SetHeader("Content-Type", contentType).SetBody(body)
 	}
-	res, err := s.client.Do(req, method, n.Target)
+	res, err := s.Client.Do(req, method, n.Target)
 	if err != nil {
 		return notify.Response{}, httpsend.ClassifyError(&p, fmt.Errorf("poll: %w", err))
 	}
 	resp := res.Response()
-	if err := httpsend.ClassifyStatus(&p, res, s.nowFunc()); err != nil {
+	if err := httpsend.ClassifyStatus(&p, res, s.Now()); err != nil {
 		return resp, fmt.Errorf("poll: %w", err)
 	}
 	value, found, err := lookup(res.Body, cond.Field)

@@ -76,9 +76,9 @@ func setup(t *testing.T, h http.HandlerFunc, method string, withOnDone bool) *te
 		AllowNetworks: []string{"127.0.0.0/8"},
 		Logger:        slog.New(slog.NewTextHandler(t.Output(), nil)),
 	}
-	hook, err := webhook.New(&webhook.Config{Secret: "whsec_c2VjcmV0", Policies: policies, HTTP: httpCfg})
+	hook, err := webhook.New(&webhook.Config{Secret: "whsec_c2VjcmV0", Common: httpsend.Common{Policies: policies, HTTP: httpCfg}})
 	require.NoError(t, err)
-	bundle.sender, err = New(&Config{OnDone: hook, Policies: policies, Templates: tmpl, HTTP: httpCfg})
+	bundle.sender, err = New(&Config{OnDone: hook, Common: httpsend.Common{Policies: policies, Templates: tmpl, HTTP: httpCfg}})
 	require.NoError(t, err)
 	return bundle
 }
@@ -204,14 +204,18 @@ func TestSendOnDoneFails(t *testing.T) {
 	t.Run("Retried", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t, provider(0), "", false)
-		set := bundle.sender.policies()
+		set := bundle.sender.Policies()
 		failing := httpsendtest.NewReceiver(t, "tcp4", httpsendtest.Answer(503, ""))
 		topics := map[string]policy.Topic{"trade-poll": {Channel: notify.ChannelPoll, Poll: &policy.Poll{Field: tradeField, Values: finalStatuses, OnDone: failing.URL()}}}
 		withOnDone, err := policy.NewSet(set.Policies, topics)
 		require.NoError(t, err)
-		bundle.sender.policies = func() *policy.Set { return withOnDone }
+		sender, err := New(&Config{OnDone: bundle.sender.onDone, Common: httpsend.Common{
+			Policies: func() *policy.Set { return withOnDone },
+			HTTP:     httpsend.Config{AllowNetworks: []string{"127.0.0.0/8"}, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))},
+		}})
+		require.NoError(t, err)
 
-		_, err = bundle.sender.Send(context.Background(), notification(bundle.provider.URL()))
+		_, err = sender.Send(context.Background(), notification(bundle.provider.URL()))
 		require.ErrorContains(t, err, "done, but on_done")
 		require.False(t, isPermanent(err))
 		require.Len(t, failing.Requests(), 1)
@@ -231,8 +235,8 @@ func TestSendGuarded(t *testing.T) {
 	t.Parallel()
 
 	bundle := setup(t, provider(0), "", false)
-	policies := bundle.sender.policies
-	guarded, err := New(&Config{Policies: policies, HTTP: httpsend.Config{Logger: slog.New(slog.NewTextHandler(t.Output(), nil))}})
+	policies := bundle.sender.Policies
+	guarded, err := New(&Config{Common: httpsend.Common{Policies: policies, HTTP: httpsend.Config{Logger: slog.New(slog.NewTextHandler(t.Output(), nil))}}})
 	require.NoError(t, err)
 	_, err = guarded.Send(context.Background(), notification(bundle.provider.URL()))
 	var blocked *httpsend.BlockedError

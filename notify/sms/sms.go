@@ -36,7 +36,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"time"
 
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/notify/httpsend"
@@ -56,8 +55,6 @@ const (
 	ProviderDefault = ProviderHTTP
 	// TwilioURLDefault is Twilio's API base URL.
 	TwilioURLDefault = "https://api.twilio.com"
-	// TimeoutDefault bounds an attempt whose policy sets no timeout.
-	TimeoutDefault = 10 * time.Second
 )
 
 // Config configures a Sender.
@@ -75,34 +72,21 @@ type Config struct {
 	// From is the sending number or sender id (required for twilio;
 	// optional for http, where an empty From is left out).
 	From string
-	// Timeout bounds an attempt whose policy has no timeout. Default
-	// TimeoutDefault.
-	Timeout time.Duration
-	// Policies returns the current policy set, called on every attempt.
-	// Default: a set with only the default policy.
-	Policies func() *policy.Set
-	// Templates renders notifications that name a template. nil: such
-	// notifications fail permanently.
-	Templates *templates.Set
-	// HTTP configures the connections: the SSRF guard's allowed networks
-	// (a gateway on an internal address needs its network here), resolver
-	// and dialer, the User-Agent and the logger.
-	HTTP httpsend.Config
+	// Common holds the timeout cap, policies, templates and connection
+	// settings; a gateway on an internal address needs its network in
+	// HTTP.AllowNetworks.
+	httpsend.Common
 }
 
 // Sender sends SMS through the configured provider. It is safe for
 // concurrent use.
 type Sender struct {
-	provider  string
-	url       string
-	sid       string
-	token     string
-	from      string
-	timeout   time.Duration
-	policies  func() *policy.Set
-	templates *templates.Set
-	client    *httpsend.Client
-	nowFunc   func() time.Time
+	*httpsend.Base
+	provider string
+	url      string
+	sid      string
+	token    string
+	from     string
 }
 
 var _ notify.Sender = (*Sender)(nil)
@@ -111,15 +95,11 @@ var _ notify.Sender = (*Sender)(nil)
 // missing or wrong.
 func New(cfg *Config) (*Sender, error) {
 	s := &Sender{
-		provider:  cmp.Or(cfg.Provider, ProviderDefault),
-		url:       cfg.URL,
-		sid:       cfg.AccountSID,
-		token:     cfg.AuthToken,
-		from:      cfg.From,
-		timeout:   cmp.Or(cfg.Timeout, TimeoutDefault),
-		policies:  httpsend.PoliciesOrDefault(cfg.Policies),
-		templates: cfg.Templates,
-		nowFunc:   time.Now,
+		provider: cmp.Or(cfg.Provider, ProviderDefault),
+		url:      cfg.URL,
+		sid:      cfg.AccountSID,
+		token:    cfg.AuthToken,
+		from:     cfg.From,
 	}
 	switch s.provider {
 	case ProviderHTTP:
@@ -142,11 +122,11 @@ func New(cfg *Config) (*Sender, error) {
 	if u, err := url.Parse(s.url); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, notify.Errorf("url", "%q is not an http or https URL", s.url)
 	}
-	client, err := httpsend.NewClient(&cfg.HTTP)
+	base, err := httpsend.NewBase(&cfg.Common)
 	if err != nil {
 		return nil, fmt.Errorf("sms: %w", err)
 	}
-	s.client = client
+	s.Base = base
 	return s, nil
 }
 
@@ -159,8 +139,8 @@ func (s *Sender) Send(ctx context.Context, n *notify.Notification) (notify.Respo
 	if err != nil {
 		return notify.Response{}, notify.Permanent(fmt.Errorf("sms: %w", err))
 	}
-	p := s.policies().PolicyFor(n)
-	ctx, cancel := context.WithTimeout(ctx, cmp.Or(time.Duration(p.Timeout), s.timeout))
+	p := s.Policies().PolicyFor(n)
+	ctx, cancel := s.Begin(ctx, &p)
 	defer cancel()
 	if s.provider == ProviderTwilio {
 		return s.sendTwilio(ctx, &p, n, text)
@@ -170,7 +150,7 @@ func (s *Sender) Send(ctx context.Context, n *notify.Notification) (notify.Respo
 
 // text is the message for n; see the package doc.
 func (s *Sender) text(n *notify.Notification) (string, error) {
-	body, _, err := s.templates.Body(n)
+	body, _, err := s.Templates.Body(n)
 	if err != nil {
 		return "", err
 	}
@@ -207,16 +187,16 @@ func (s *Sender) sendHTTP(ctx context.Context, p *policy.Policy, n *notify.Notif
 	if err != nil {
 		return notify.Response{}, notify.Permanent(fmt.Errorf("sms: %w", err))
 	}
-	req := s.client.Request(ctx).
+	req := s.Client.Request(ctx).
 		SetHeader("Content-Type", templates.ContentTypeJSON).
 		SetHeader("Idempotency-Key", n.ID).
 		SetBody(body)
-	res, err := s.client.Do(req, http.MethodPost, s.url)
+	res, err := s.Client.Do(req, http.MethodPost, s.url)
 	if err != nil {
 		return notify.Response{}, httpsend.ClassifyError(p, fmt.Errorf("sms: %w", err))
 	}
 	resp := res.Response()
-	if err := httpsend.ClassifyStatus(p, res, s.nowFunc()); err != nil {
+	if err := httpsend.ClassifyStatus(p, res, s.Now()); err != nil {
 		return resp, fmt.Errorf("sms: %w", err)
 	}
 	return resp, nil
@@ -230,15 +210,15 @@ type twilioError struct {
 
 func (s *Sender) sendTwilio(ctx context.Context, p *policy.Policy, n *notify.Notification, text string) (notify.Response, error) {
 	endpoint := s.url + "/2010-04-01/Accounts/" + url.PathEscape(s.sid) + "/Messages.json"
-	req := s.client.Request(ctx).
+	req := s.Client.Request(ctx).
 		SetBasicAuth(s.sid, s.token).
 		SetFormData(map[string]string{"To": n.Target, "From": s.from, "Body": text})
-	res, err := s.client.Do(req, http.MethodPost, endpoint)
+	res, err := s.Client.Do(req, http.MethodPost, endpoint)
 	if err != nil {
 		return notify.Response{}, httpsend.ClassifyError(p, fmt.Errorf("sms: twilio: %w", err))
 	}
 	resp := res.Response()
-	statusErr := httpsend.ClassifyStatus(p, res, s.nowFunc())
+	statusErr := httpsend.ClassifyStatus(p, res, s.Now())
 	if statusErr == nil {
 		return resp, nil
 	}

@@ -41,12 +41,10 @@ func setup(t *testing.T, provider string, h http.HandlerFunc) *testBundle {
 		AccountSID: "AC0123456789",
 		AuthToken:  "token-1",
 		From:       "+15005550006",
-		Policies:   func() *policy.Set { return policies },
-		Templates:  set,
-		HTTP: httpsend.Config{
+		Common: httpsend.Common{Policies: func() *policy.Set { return policies }, Templates: set, HTTP: httpsend.Config{
 			AllowNetworks: []string{"127.0.0.0/8"},
 			Logger:        slog.New(slog.NewTextHandler(t.Output(), nil)),
-		},
+		}},
 	}
 	if provider == ProviderTwilio {
 		cfg.URL = rec.URL()
@@ -222,7 +220,7 @@ func TestSendGuarded(t *testing.T) {
 	t.Parallel()
 
 	rec := httpsendtest.NewReceiver(t, "tcp4", httpsendtest.Answer(200, ""))
-	sender, err := New(&Config{URL: rec.URL(), HTTP: httpsend.Config{Logger: slog.New(slog.NewTextHandler(t.Output(), nil))}})
+	sender, err := New(&Config{URL: rec.URL(), Common: httpsend.Common{HTTP: httpsend.Config{Logger: slog.New(slog.NewTextHandler(t.Output(), nil))}}})
 	require.NoError(t, err)
 	_, err = sender.Send(context.Background(), notification(`"hi"`))
 	var blocked *httpsend.BlockedError

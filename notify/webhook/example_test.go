@@ -23,7 +23,7 @@ func ExampleSender_Send() {
 		Secret: "whsec_c2VjcmV0",
 		// The receiver is on this machine, which the SSRF guard refuses
 		// unless told otherwise.
-		HTTP: httpsend.Config{AllowNetworks: []string{"127.0.0.0/8"}},
+		Common: httpsend.Common{HTTP: httpsend.Config{AllowNetworks: []string{"127.0.0.0/8"}}},
 	})
 	if err != nil {
 		panic(err)

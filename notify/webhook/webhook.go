@@ -30,7 +30,6 @@ package webhook
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -41,16 +40,10 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/notify/httpsend"
-	"github.com/heraldhq/herald/policy"
-	"github.com/heraldhq/herald/templates"
 )
-
-// TimeoutDefault bounds an attempt whose policy sets no timeout.
-const TimeoutDefault = 10 * time.Second
 
 // SecretPrefix marks a Standard Webhooks secret, whose rest is the key in
 // base64.
@@ -70,34 +63,14 @@ type Config struct {
 	// issues them, or any other string used as the key's bytes. Empty: no
 	// webhook-signature header (warned at construction).
 	Secret string
-	// Timeout bounds an attempt whose policy has no timeout. Policies that
-	// went through policy.NewSet always have one, so this matters only for
-	// hand-built sets. Default TimeoutDefault.
-	Timeout time.Duration
-	// Policies returns the current policy set; it is called on every
-	// attempt, so a hot reload applies to the next attempt. Default: a set
-	// with only the default policy.
-	Policies func() *policy.Set
-	// Templates renders notifications that name a template. nil: such
-	// notifications fail permanently.
-	Templates *templates.Set
-	// HTTP configures the connections: the SSRF guard's allowed networks,
-	// resolver and dialer, the User-Agent (include the version, as
-	// "herald/1.4.0") and the logger. The zero value refuses every internal
-	// network.
-	HTTP httpsend.Config
+	httpsend.Common
 }
 
 // Sender delivers webhooks. It is safe for concurrent use, and keeps
 // connections alive between attempts.
 type Sender struct {
-	key       []byte
-	timeout   time.Duration
-	policies  func() *policy.Set
-	templates *templates.Set
-	client    *httpsend.Client
-	// nowFunc stamps webhook-timestamp and measures HTTP-date Retry-After.
-	nowFunc func() time.Time
+	*httpsend.Base
+	key []byte
 }
 
 var _ notify.Sender = (*Sender)(nil)
@@ -112,18 +85,11 @@ func New(cfg *Config) (*Sender, error) {
 	if len(key) == 0 {
 		httpsend.LoggerOrDefault(cfg.HTTP.Logger).Warn("webhook: no secret configured; requests go out unsigned")
 	}
-	client, err := httpsend.NewClient(&cfg.HTTP)
+	base, err := httpsend.NewBase(&cfg.Common)
 	if err != nil {
 		return nil, fmt.Errorf("webhook: %w", err)
 	}
-	return &Sender{
-		key:       key,
-		timeout:   cmp.Or(cfg.Timeout, TimeoutDefault),
-		policies:  httpsend.PoliciesOrDefault(cfg.Policies),
-		templates: cfg.Templates,
-		client:    client,
-		nowFunc:   time.Now,
-	}, nil
+	return &Sender{Base: base, key: key}, nil
 }
 
 // ParseSecret returns the signing key of a secret: the base64-decoded rest
@@ -143,16 +109,16 @@ func ParseSecret(secret string) ([]byte, error) {
 // Send makes one attempt to deliver n to n.Target; see the package doc for
 // the request and how its outcome is classified.
 func (s *Sender) Send(ctx context.Context, n *notify.Notification) (notify.Response, error) {
-	p := s.policies().PolicyFor(n)
-	body, contentType, err := s.templates.Body(n)
+	p := s.Policies().PolicyFor(n)
+	body, contentType, err := s.Templates.Body(n)
 	if err != nil {
 		return notify.Response{}, notify.Permanent(fmt.Errorf("webhook: %w", err))
 	}
-	ctx, cancel := context.WithTimeout(ctx, cmp.Or(time.Duration(p.Timeout), s.timeout))
+	ctx, cancel := s.Begin(ctx, &p)
 	defer cancel()
 
-	timestamp := strconv.FormatInt(s.nowFunc().Unix(), 10)
-	req := s.client.Request(ctx).SetBody(body)
+	timestamp := strconv.FormatInt(s.Now().Unix(), 10)
+	req := s.Client.Request(ctx).SetBody(body)
 	httpsend.SetHeaders(req, n.Headers, HeaderID, HeaderTimestamp, HeaderSignature, HeaderAttempt)
 	req.SetHeader("Content-Type", contentType).
 		SetHeaderVerbatim(HeaderID, n.ID).
@@ -162,12 +128,12 @@ func (s *Sender) Send(ctx context.Context, n *notify.Notification) (notify.Respo
 		req.SetHeaderVerbatim(HeaderSignature, "v1,"+sign(s.key, n.ID, timestamp, body))
 	}
 
-	res, err := s.client.Do(req, http.MethodPost, n.Target)
+	res, err := s.Client.Do(req, http.MethodPost, n.Target)
 	if err != nil {
 		return notify.Response{}, httpsend.ClassifyError(&p, fmt.Errorf("webhook: %w", err))
 	}
 	resp := res.Response()
-	if err := httpsend.ClassifyStatus(&p, res, s.nowFunc()); err != nil {
+	if err := httpsend.ClassifyStatus(&p, res, s.Now()); err != nil {
 		return resp, fmt.Errorf("webhook: %w", err)
 	}
 	if !successBodyMatches(p.SuccessBody, res.Body) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/heraldhq/herald/notify/httpsend"
 	"github.com/heraldhq/herald/notify/httpsend/httpsendtest"
 )
 
@@ -22,7 +23,7 @@ func BenchmarkSend(b *testing.B) {
 	} {
 		b.Run(bench.name, func(b *testing.B) {
 			rec := httpsendtest.NewReceiver(b, "tcp4", httpsendtest.Answer(200, "success"))
-			sender := newSender(b, Config{HTTP: loopback})
+			sender := newSender(b, Config{Common: httpsend.Common{HTTP: loopback}})
 			n := notification(rec.URL() + "/hook")
 			b.ReportAllocs()
 			b.ResetTimer()

@@ -116,7 +116,7 @@ func retryAfter(err error) time.Duration {
 func TestSendClassification(t *testing.T) {
 	t.Parallel()
 
-	sender := newSender(t, Config{HTTP: loopback})
+	sender := newSender(t, Config{Common: httpsend.Common{HTTP: loopback}})
 
 	refusedPort := func(t *testing.T) string {
 		l, err := net.Listen("tcp4", "127.0.0.1:0")
@@ -224,7 +224,7 @@ func TestSendRequest(t *testing.T) {
 	t.Run("SignatureAndHeaders", func(t *testing.T) {
 		t.Parallel()
 		rec := httpsendtest.NewReceiver(t, "tcp4", httpsendtest.Answer(200, "ok"))
-		sender := newSender(t, Config{HTTP: httpsend.Config{AllowNetworks: loopback.AllowNetworks, UserAgent: "herald/1.2.3"}})
+		sender := newSender(t, Config{Common: httpsend.Common{HTTP: httpsend.Config{AllowNetworks: loopback.AllowNetworks, UserAgent: "herald/1.2.3"}}})
 		n := notification(rec.URL() + "/hook")
 		n.Headers["webhook-id"] = "forged"
 		n.Headers["content-type"] = "text/html"
@@ -258,7 +258,7 @@ func TestSendRequest(t *testing.T) {
 	t.Run("RawSecret", func(t *testing.T) {
 		t.Parallel()
 		rec := httpsendtest.NewReceiver(t, "tcp4", httpsendtest.Answer(200, "ok"))
-		sender := newSender(t, Config{HTTP: loopback, Secret: "plain-secret"})
+		sender := newSender(t, Config{Secret: "plain-secret", Common: httpsend.Common{HTTP: loopback}})
 		_, err := sender.Send(context.Background(), notification(rec.URL()))
 		require.NoError(t, err)
 		r := rec.Requests()[0]
@@ -270,7 +270,7 @@ func TestSendRequest(t *testing.T) {
 	t.Run("StableAcrossAttempts", func(t *testing.T) {
 		t.Parallel()
 		rec := httpsendtest.NewReceiver(t, "tcp4", httpsendtest.Answer(503, ""))
-		sender := newSender(t, Config{HTTP: loopback})
+		sender := newSender(t, Config{Common: httpsend.Common{HTTP: loopback}})
 		n := notification(rec.URL())
 		for attempt := range 3 {
 			n.Attempts = attempt
@@ -292,7 +292,7 @@ func TestSendRequest(t *testing.T) {
 		set, err := templates.Load("../../templates")
 		require.NoError(t, err)
 		rec := httpsendtest.NewReceiver(t, "tcp4", httpsendtest.Answer(200, "success"))
-		sender := newSender(t, Config{HTTP: loopback, Templates: set})
+		sender := newSender(t, Config{Common: httpsend.Common{HTTP: loopback, Templates: set}})
 		n := notification(rec.URL())
 		n.Template, n.Policy = "order-notify.json", "alipay"
 		_, err = sender.Send(context.Background(), n)
@@ -312,7 +312,7 @@ func TestSendRequest(t *testing.T) {
 	t.Run("ResponseBodyCut", func(t *testing.T) {
 		t.Parallel()
 		rec := httpsendtest.NewReceiver(t, "tcp4", httpsendtest.Answer(200, strings.Repeat("x", 100<<10)))
-		sender := newSender(t, Config{HTTP: loopback})
+		sender := newSender(t, Config{Common: httpsend.Common{HTTP: loopback}})
 		resp, err := sender.Send(context.Background(), notification(rec.URL()))
 		require.NoError(t, err)
 		require.Equal(t, notify.Response{StatusCode: 200, Body: strings.Repeat("x", notify.MaxErrorLen)}, resp)
@@ -322,7 +322,7 @@ func TestSendRequest(t *testing.T) {
 func TestSendSuccessBody(t *testing.T) {
 	t.Parallel()
 
-	sender := newSender(t, Config{HTTP: loopback})
+	sender := newSender(t, Config{Common: httpsend.Common{HTTP: loopback}})
 	for _, tt := range []struct {
 		name   string
 		policy string
@@ -358,7 +358,7 @@ func TestSendPolicyReload(t *testing.T) {
 	rec := httpsendtest.NewReceiver(t, "tcp4", httpsendtest.Answer(200, "ok"))
 	var current atomic.Pointer[policy.Set]
 	current.Store(testPolicies(t)())
-	sender := newSender(t, Config{HTTP: loopback, Policies: current.Load})
+	sender := newSender(t, Config{Common: httpsend.Common{HTTP: loopback, Policies: current.Load}})
 	n := notification(rec.URL())
 	n.Policy = "strict"
 
@@ -380,10 +380,10 @@ func TestNew(t *testing.T) {
 
 	_, err := New(&Config{Secret: "whsec_!!!"})
 	require.ErrorContains(t, err, "base64")
-	_, err = New(&Config{HTTP: httpsend.Config{AllowNetworks: []string{"loopback"}}})
+	_, err = New(&Config{Common: httpsend.Common{HTTP: httpsend.Config{AllowNetworks: []string{"loopback"}}}})
 	require.ErrorContains(t, err, "allow_networks[0]")
 
-	s, err := New(&Config{HTTP: httpsend.Config{Logger: slog.New(slog.NewTextHandler(t.Output(), nil))}})
+	s, err := New(&Config{Common: httpsend.Common{HTTP: httpsend.Config{Logger: slog.New(slog.NewTextHandler(t.Output(), nil))}}})
 	require.NoError(t, err)
 	require.Empty(t, s.key)
 }
@@ -436,7 +436,7 @@ func TestSendSSRF(t *testing.T) {
 
 			t.Run("Refused", func(t *testing.T) {
 				dials := &dialLog{to: rec.Addr()}
-				sender := newSender(t, Config{HTTP: httpsend.Config{DialFunc: dials.dial}})
+				sender := newSender(t, Config{Common: httpsend.Common{HTTP: httpsend.Config{DialFunc: dials.dial}}})
 				_, err := sender.Send(context.Background(), notification(target))
 				require.Equal(t, permanent, classify(err), "error: %v", err)
 				var blocked *httpsend.BlockedError
@@ -448,7 +448,7 @@ func TestSendSSRF(t *testing.T) {
 
 			t.Run("Allowed", func(t *testing.T) {
 				dials := &dialLog{to: rec.Addr()}
-				sender := newSender(t, Config{HTTP: httpsend.Config{DialFunc: dials.dial, AllowNetworks: []string{tt.allow}}})
+				sender := newSender(t, Config{Common: httpsend.Common{HTTP: httpsend.Config{DialFunc: dials.dial, AllowNetworks: []string{tt.allow}}}})
 				_, err := sender.Send(context.Background(), notification(target))
 				require.NoError(t, err)
 				require.Equal(t, []string{net.JoinHostPort(tt.addr, port)}, dials.addresses())
@@ -472,7 +472,7 @@ func TestSendSSRFWithoutInjectedDialer(t *testing.T) {
 	require.Equal(t, permanent, classify(err))
 	require.Zero(t, rec.Conns())
 
-	_, err = newSender(t, Config{HTTP: httpsend.Config{AllowNetworks: []string{"0.0.0.0/32"}}}).Send(context.Background(), notification(target))
+	_, err = newSender(t, Config{Common: httpsend.Common{HTTP: httpsend.Config{AllowNetworks: []string{"0.0.0.0/32"}}}}).Send(context.Background(), notification(target))
 	require.NoError(t, err)
 	require.Len(t, rec.Requests(), 1)
 }

@@ -21,7 +21,7 @@ import (
 // Defaults of Config that no package below the CLI owns. The others are
 // store.NamespaceDefault, store.ShardsDefault, store.RetentionDefault,
 // schedule.ConcurrencyDefault, schedule.BatchDefault,
-// notify.MaxPayloadDefault, webhook.TimeoutDefault and sms.ProviderDefault.
+// notify.MaxPayloadDefault, httpsend.TimeoutDefault and sms.ProviderDefault.
 const (
 	// ConfigFileDefault is read when --config is not given; unlike a file
 	// named with --config, it may be missing.
@@ -128,8 +128,9 @@ type WebhookConfig struct {
 	// Secret signs each webhook (Standard Webhooks): "whsec_<base64>" or a
 	// raw key. Empty: unsigned.
 	Secret Secret `koanf:"secret"`
-	// Timeout bounds an attempt whose policy has none. Default
-	// webhook.TimeoutDefault (10s).
+	// Timeout caps every attempt of every sender: a policy's shorter
+	// timeout applies, a longer one is cut to this. Default
+	// httpsend.TimeoutDefault (10s).
 	Timeout time.Duration `koanf:"timeout"`
 	// AllowNetworks lists CIDRs the SSRF guard lets through although they
 	// are internal, such as 127.0.0.0/8 for a receiver on the same machine.
@@ -169,7 +170,7 @@ func ConfigDefault() Config {
 		Retention:    store.RetentionDefault,
 		Dispatcher:   DispatcherConfig{Concurrency: schedule.ConcurrencyDefault, Batch: schedule.BatchDefault},
 		API:          APIConfig{Listen: ListenDefault, Tokens: []Secret{}, MaxBody: notify.MaxPayloadDefault},
-		Senders:      SendersConfig{Webhook: WebhookConfig{Timeout: webhook.TimeoutDefault, AllowNetworks: []string{}}, SMS: SMSConfig{Provider: sms.ProviderDefault}},
+		Senders:      SendersConfig{Webhook: WebhookConfig{Timeout: httpsend.TimeoutDefault, AllowNetworks: []string{}}, SMS: SMSConfig{Provider: sms.ProviderDefault}},
 		TemplatesDir: TemplatesDirDefault,
 		PoliciesFile: PoliciesFileDefault,
 		Log:          LogConfig{Level: "info", Format: "text"},

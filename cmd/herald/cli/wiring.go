@@ -91,22 +91,16 @@ func (w *wiring) loadTemplates() (*templates.Set, error) {
 // notifications fail permanently; that is logged once here.
 func (w *wiring) newSenders(policies func() *policy.Set, tmpl *templates.Set) (map[string]notify.Sender, error) {
 	sc := &w.cfg.Senders
-	hc := httpsend.Config{
+	common := httpsend.Common{Timeout: sc.Webhook.Timeout, Policies: policies, Templates: tmpl, HTTP: httpsend.Config{
 		AllowNetworks: sc.Webhook.AllowNetworks,
 		UserAgent:     "herald/" + readVersion().Version,
 		Logger:        w.log,
-	}
-	hook, err := webhook.New(&webhook.Config{
-		Secret:    string(sc.Webhook.Secret),
-		Timeout:   sc.Webhook.Timeout,
-		Policies:  policies,
-		Templates: tmpl,
-		HTTP:      hc,
-	})
+	}}
+	hook, err := webhook.New(&webhook.Config{Secret: string(sc.Webhook.Secret), Common: common})
 	if err != nil {
 		return nil, &UsageError{Err: fmt.Errorf("senders.webhook: %w", err)}
 	}
-	poller, err := poll.New(&poll.Config{OnDone: hook, Timeout: sc.Webhook.Timeout, Policies: policies, Templates: tmpl, HTTP: hc})
+	poller, err := poll.New(&poll.Config{OnDone: hook, Common: common})
 	if err != nil {
 		return nil, &UsageError{Err: fmt.Errorf("senders.webhook: %w", err)}
 	}
@@ -121,10 +115,7 @@ func (w *wiring) newSenders(policies func() *policy.Set, tmpl *templates.Set) (m
 		AccountSID: sc.SMS.AccountSID,
 		AuthToken:  string(sc.SMS.AuthToken),
 		From:       sc.SMS.From,
-		Timeout:    sc.Webhook.Timeout,
-		Policies:   policies,
-		Templates:  tmpl,
-		HTTP:       hc,
+		Common:     common,
 	})
 	if err != nil {
 		return nil, &UsageError{Err: fmt.Errorf("senders.sms: %w", err)}

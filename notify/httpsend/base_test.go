@@ -1,0 +1,38 @@
+package httpsend
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/policy"
+)
+
+func TestBeginCapsThePolicyTimeout(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name          string
+		cap, policyTO time.Duration
+		want          time.Duration
+	}{
+		{name: "PolicyShorter", cap: time.Minute, policyTO: 2 * time.Second, want: 2 * time.Second},
+		{name: "CapShorter", cap: 3 * time.Second, policyTO: time.Minute, want: 3 * time.Second},
+		{name: "NoPolicyTimeout", cap: 4 * time.Second, want: 4 * time.Second},
+		{name: "DefaultCap", policyTO: time.Hour, want: TimeoutDefault},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			base, err := NewBase(&Common{Timeout: tt.cap})
+			require.NoError(t, err)
+			start := time.Now()
+			ctx, cancel := base.Begin(context.Background(), &policy.Policy{Timeout: notify.Duration(tt.policyTO)})
+			defer cancel()
+			deadline, ok := ctx.Deadline()
+			require.True(t, ok)
+			require.WithinDuration(t, start.Add(tt.want), deadline, time.Second)
+		})
+	}
+}
