@@ -3,7 +3,7 @@
 // beside this file documents every route, and a test keeps it equal to the
 // route table the server is built from.
 //
-// The API is a thin layer over notify/client: enqueue, cancel, get, reserve,
+// The API is a thin layer over package client: enqueue, cancel, get, reserve,
 // ack and nack go through the same client a Go service uses without HTTP,
 // so both resolve topic and policy defaults and validate identically.
 //

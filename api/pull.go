@@ -10,8 +10,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/heraldhq/herald/client"
 	"github.com/heraldhq/herald/notify"
-	"github.com/heraldhq/herald/notify/client"
 )
 
 type reserveResponse struct {

@@ -15,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/heraldhq/herald/notify/client"
+	"github.com/heraldhq/herald/client"
 	"github.com/heraldhq/herald/policy"
 	"github.com/heraldhq/herald/store"
 )

@@ -18,8 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/heraldhq/herald/client"
 	"github.com/heraldhq/herald/notify"
-	"github.com/heraldhq/herald/notify/client"
 	"github.com/heraldhq/herald/schedule"
 	"github.com/heraldhq/herald/store"
 )

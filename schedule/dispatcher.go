@@ -403,7 +403,7 @@ func quotaOf(quotas []store.Quota, shard int) int {
 
 // SplitQuotas shares n reservations among the due shards, at most batch per
 // shard; when there are fewer than shards, a rotating start keeps any shard
-// from starving. The dispatcher and pull consumers (notify/client) share it,
+// from starving. The dispatcher and pull consumers (package client) share it,
 // so both spread a reservation over the shards the same way.
 func SplitQuotas(due []int, n, batch, rotate int) []store.Quota {
 	if n < len(due) {

@@ -11,8 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/heraldhq/herald/client"
 	"github.com/heraldhq/herald/notify"
-	"github.com/heraldhq/herald/notify/client"
 	"github.com/heraldhq/herald/notify/sms"
 	"github.com/heraldhq/herald/policy"
 	"github.com/heraldhq/herald/store"

@@ -12,8 +12,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/heraldhq/herald/client"
 	"github.com/heraldhq/herald/notify"
-	"github.com/heraldhq/herald/notify/client"
 	"github.com/heraldhq/herald/store"
 )
 

@@ -8,9 +8,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/heraldhq/herald/api"
+	"github.com/heraldhq/herald/client"
 	"github.com/heraldhq/herald/metrics"
 	"github.com/heraldhq/herald/notify"
-	"github.com/heraldhq/herald/notify/client"
 	"github.com/heraldhq/herald/notify/httpsend"
 	"github.com/heraldhq/herald/notify/poll"
 	"github.com/heraldhq/herald/notify/sms"

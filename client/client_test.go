@@ -8,9 +8,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldhq/herald/client"
 	"github.com/heraldhq/herald/internal/redistest"
 	"github.com/heraldhq/herald/notify"
-	"github.com/heraldhq/herald/notify/client"
 	"github.com/heraldhq/herald/policy"
 	"github.com/heraldhq/herald/store"
 )
