@@ -40,6 +40,9 @@ func TestMain(m *testing.M) {
 		shared.srv.Stop()
 		_ = os.RemoveAll(shared.dir)
 	}
+	if code == 0 {
+		code = redistest.CheckLeaks()
+	}
 	os.Exit(code)
 }
 

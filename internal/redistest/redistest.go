@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
 )
 
 // MissingHint tells what to do when redis-server cannot be found.
@@ -80,6 +81,39 @@ func RunMain(m *testing.M, srv **Server) {
 	code := m.Run()
 	(*srv).Stop()
 	_ = os.RemoveAll(dir)
+	if code == 0 {
+		code = CheckLeaks()
+	}
+	os.Exit(code)
+}
+
+// CheckLeaks reports goroutines the tests left running, and returns the
+// exit status a TestMain should end with: 0 when there are none. Every
+// package's TestMain calls it (through RunMain or VerifyMain), so a
+// dispatcher or subscription that outlives its test fails the run.
+func CheckLeaks() int {
+	if err := goleak.Find(leakOptions...); err != nil {
+		fmt.Fprintln(os.Stderr, "redistest: goroutines leaked:", err)
+		return 1
+	}
+	return 0
+}
+
+// leakOptions ignore go-redis's redial loop: after a failed dial its pool
+// probes the address once a second until the probe succeeds, even after
+// the client is closed, so tests that stop Redis leave one behind for a
+// while.
+var leakOptions = []goleak.Option{
+	goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"),
+}
+
+// VerifyMain is the TestMain of a package that needs no shared server: it
+// runs the tests, then fails the run on leaked goroutines.
+func VerifyMain(m *testing.M) {
+	code := m.Run()
+	if code == 0 {
+		code = CheckLeaks()
+	}
 	os.Exit(code)
 }
 
