@@ -91,7 +91,7 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.storeContext(r)
 	defer cancel()
-	matched, replayed, err := s.client.Replay(ctx, f, req.ResetAttempts, req.DryRun)
+	matched, replayed, err := s.client.Replay(ctx, f, store.DeadOptions{Reset: req.ResetAttempts, DryRun: req.DryRun})
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -132,7 +132,7 @@ func (s *Server) purge(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.storeContext(r)
 	defer cancel()
-	matched, purged, err := s.client.Purge(ctx, f, dryRun)
+	matched, purged, err := s.client.Purge(ctx, f, store.DeadOptions{DryRun: dryRun})
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -185,7 +185,7 @@ type recorder struct {
 var _ schedule.Observer = (*recorder)(nil)
 
 // AttemptFinished implements schedule.Observer.
-func (r *recorder) AttemptFinished(_ *notify.Notification, _ notify.Attempt, _ store.Action, lateness time.Duration) {
+func (r *recorder) AttemptFinished(_ *notify.Notification, _ notify.Attempt, _ notify.Action, lateness time.Duration) {
 	r.mu.Lock()
 	r.lateness = append(r.lateness, lateness)
 	r.mu.Unlock()

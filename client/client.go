@@ -29,7 +29,7 @@
 // notification is cancelled: Ack and Nack then return
 // notify.ErrStaleReceipt, so a slow consumer never finishes someone else's
 // attempt. Nack decides the next step with the same rules as the dispatcher
-// (schedule.NextStep).
+// (policy.Policy.Decide).
 //
 // Expired reservations are taken back by the reaper of any running
 // schedule.Dispatcher (it serves every queue of the namespace), so a
@@ -41,7 +41,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"sync/atomic"
 	"time"
 
 	"github.com/heraldhq/herald/notify"
@@ -114,7 +113,7 @@ func (c *Config) validate() error {
 
 type nopObserver struct{}
 
-func (nopObserver) AttemptFinished(*notify.Notification, notify.Attempt, store.Action, time.Duration) {
+func (nopObserver) AttemptFinished(*notify.Notification, notify.Attempt, notify.Action, time.Duration) {
 }
 func (nopObserver) StoreError(string, error)                           {}
 func (nopObserver) Enqueued(*notify.Notification, store.EnqueueStatus) {}
@@ -126,9 +125,6 @@ type Client struct {
 	store *store.Store
 	obs   Observer
 	hub   *hub
-	// rotate turns the start of quota splitting on each reservation, so
-	// that small reservations do not always favour the first due shard.
-	rotate atomic.Int64
 }
 
 // New returns a client for cfg.
@@ -241,18 +237,18 @@ func (c *Client) ListDead(ctx context.Context, topic string, limit int, cursor s
 }
 
 // Replay moves the dead notifications f selects back to their queue, due
-// now: with reset their whole backoff array runs again, without it each gets
-// one more attempt. With dryRun it only counts them.
-func (c *Client) Replay(ctx context.Context, f store.DeadFilter, reset, dryRun bool) (matched, replayed int, err error) {
-	matched, replayed, err = c.store.Replay(ctx, f, reset, dryRun)
+// now: with opts.Reset their whole backoff array runs again, without it each
+// gets one more attempt. With opts.DryRun it only counts them.
+func (c *Client) Replay(ctx context.Context, f store.DeadFilter, opts store.DeadOptions) (matched, replayed int, err error) {
+	matched, replayed, err = c.store.Replay(ctx, f, opts)
 	c.storeError("replay", err)
 	return matched, replayed, err
 }
 
-// Purge deletes the dead notifications f selects for good. With dryRun it
-// only counts them.
-func (c *Client) Purge(ctx context.Context, f store.DeadFilter, dryRun bool) (matched, purged int, err error) {
-	matched, purged, err = c.store.Purge(ctx, f, dryRun)
+// Purge deletes the dead notifications f selects for good. With
+// opts.DryRun it only counts them.
+func (c *Client) Purge(ctx context.Context, f store.DeadFilter, opts store.DeadOptions) (matched, purged int, err error) {
+	matched, purged, err = c.store.Purge(ctx, f, opts)
 	c.storeError("purge", err)
 	return matched, purged, err
 }

@@ -3,11 +3,11 @@ package client
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/heraldhq/herald/notify"
-	"github.com/heraldhq/herald/schedule"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -90,8 +90,7 @@ func (c *Client) reserveDue(ctx context.Context, queue string, limit int) (items
 	if len(due) == 0 {
 		return nil, next, nil
 	}
-	quotas := schedule.SplitQuotas(due, limit, limit, int(c.rotate.Add(1)))
-	items, after, err := c.store.Reserve(ctx, queue, quotas)
+	items, after, err := c.store.Reserve(ctx, queue, due, limit)
 	if err != nil {
 		c.storeError("reserve", err)
 		return nil, time.Time{}, err
@@ -146,7 +145,9 @@ func (c *Client) finish(ctx context.Context, id, receipt string, cause error) er
 	if n.Deadline != nil {
 		started = n.Deadline.Add(-time.Duration(n.TTR))
 	}
-	f := schedule.NextStep(&p, n, started, now, notify.Response{}, cause)
+	step := p.Decide(n, now, cause, rand.Float64())
+	f := store.Finish{Notification: n, Action: step.Action, NextAt: step.NextAt,
+		Attempt: notify.NewAttempt(n, started, now, notify.Response{}, cause, step.Outcome)}
 	errs, err := c.store.Finish(ctx, []store.Finish{f})
 	if err != nil {
 		c.storeError("finish", err)

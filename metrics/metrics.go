@@ -144,13 +144,13 @@ func (m *Metrics) Enqueued(n *notify.Notification, status store.EnqueueStatus) {
 
 // AttemptFinished implements schedule.Observer. The lateness of an attempt
 // the reaper ends (ttr_expired) is unknown and left out.
-func (m *Metrics) AttemptFinished(n *notify.Notification, a notify.Attempt, action store.Action, lateness time.Duration) {
+func (m *Metrics) AttemptFinished(n *notify.Notification, a notify.Attempt, action notify.Action, lateness time.Duration) {
 	m.attempts.WithLabelValues(n.Topic, n.Channel, string(a.Outcome)).Inc()
 	m.duration.WithLabelValues(n.Topic, n.Channel).Observe(a.FinishedAt.Sub(a.StartedAt).Seconds())
 	if a.Outcome != notify.OutcomeTTRExpired {
 		m.lateness.WithLabelValues(n.Topic, n.Channel).Observe(max(lateness, 0).Seconds())
 	}
-	if action == store.ActionDead {
+	if action == notify.ActionDead {
 		m.dead.WithLabelValues(n.Topic, n.Channel).Inc()
 	}
 }

@@ -38,9 +38,9 @@ func TestObserverCounts(t *testing.T) {
 	m.Enqueued(n, store.Created)
 	m.Enqueued(n, store.Existing)
 	m.AttemptFinished(n, notify.Attempt{StartedAt: start, FinishedAt: start.Add(30 * time.Millisecond), Outcome: notify.OutcomeRetry},
-		store.ActionRetry, 2*time.Millisecond)
+		notify.ActionRetry, 2*time.Millisecond)
 	m.AttemptFinished(n, notify.Attempt{StartedAt: start, FinishedAt: start.Add(time.Second), Outcome: notify.OutcomePermanent},
-		store.ActionDead, 0)
+		notify.ActionDead, 0)
 	m.StoreError("reserve", errors.New("connection refused"))
 
 	text := scrape(t, m)

@@ -65,7 +65,7 @@ func TestRedisCluster(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, next)
 	require.Len(t, dead, 1)
-	matched, replayed, err := b.store.Replay(ctx, store.DeadFilter{Topic: "orders"}, true, false)
+	matched, replayed, err := b.store.Replay(ctx, store.DeadFilter{Topic: "orders"}, store.DeadOptions{Reset: true})
 	require.NoError(t, err)
 	require.Equal(t, [2]int{1, 1}, [2]int{matched, replayed})
 	got := b.waitState(t, "id7", notify.StateDead)

@@ -55,7 +55,7 @@ const (
 type Store interface {
 	Shards() int
 	Now() time.Time
-	Reserve(ctx context.Context, queue string, quotas []store.Quota) ([]*notify.Notification, []store.Head, error)
+	Reserve(ctx context.Context, queue string, shards []int, limit int) ([]*notify.Notification, []store.Head, error)
 	Finish(ctx context.Context, items []store.Finish) ([]error, error)
 	Expired(ctx context.Context, grace time.Duration, limit int) ([]*notify.Notification, error)
 	Sweep(ctx context.Context, limit int) (int, error)
@@ -69,7 +69,7 @@ var _ Store = (*store.Store)(nil)
 type Observer interface {
 	// AttemptFinished reports an attempt's outcome, what the store was
 	// asked to do with it, and how late it started (start minus due time).
-	AttemptFinished(n *notify.Notification, a notify.Attempt, action store.Action, lateness time.Duration)
+	AttemptFinished(n *notify.Notification, a notify.Attempt, action notify.Action, lateness time.Duration)
 	// StoreError reports a failed store call ("reserve", "finish", "reap",
 	// "sweep").
 	StoreError(op string, err error)
@@ -154,7 +154,7 @@ func (c *Config) validate() error {
 
 type nopObserver struct{}
 
-func (nopObserver) AttemptFinished(*notify.Notification, notify.Attempt, store.Action, time.Duration) {
+func (nopObserver) AttemptFinished(*notify.Notification, notify.Attempt, notify.Action, time.Duration) {
 }
 func (nopObserver) StoreError(string, error) {}
 
@@ -314,7 +314,6 @@ func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan
 	// last seen; 0 means "look now", never means empty.
 	heads := make([]int64, shards)
 	lastPoll := d.store.Now()
-	rotate := 0
 	failures := 0
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -339,9 +338,7 @@ func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan
 			if got == 0 {
 				return
 			}
-			quotas := SplitQuotas(due, got, d.cfg.Batch, rotate)
-			rotate++
-			items, hs, err := d.store.Reserve(ctx, queue, quotas)
+			items, hs, err := d.store.Reserve(ctx, queue, due, got)
 			d.release(got - len(items))
 			if err != nil {
 				if ctx.Err() != nil {
@@ -357,8 +354,6 @@ func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan
 			failures = 0
 			for _, h := range hs {
 				switch {
-				case h.Reserved > 0 && h.Reserved == quotaOf(quotas, h.Shard):
-					heads[h.Shard] = 0 // a full batch: there may be more now
 				case h.Due.IsZero():
 					heads[h.Shard] = never
 				default:
@@ -390,38 +385,6 @@ func drainTimer(t *time.Timer) {
 		default:
 		}
 	}
-}
-
-func quotaOf(quotas []store.Quota, shard int) int {
-	for _, q := range quotas {
-		if q.Shard == shard {
-			return q.Max
-		}
-	}
-	return 0
-}
-
-// SplitQuotas shares n reservations among the due shards, at most batch per
-// shard; when there are fewer than shards, a rotating start keeps any shard
-// from starving. The dispatcher and pull consumers (package client) share it,
-// so both spread a reservation over the shards the same way.
-func SplitQuotas(due []int, n, batch, rotate int) []store.Quota {
-	if n < len(due) {
-		out := make([]store.Quota, n)
-		for i := range out {
-			out[i] = store.Quota{Shard: due[(rotate+i)%len(due)], Max: 1}
-		}
-		return out
-	}
-	out := make([]store.Quota, len(due))
-	for i, s := range due {
-		q := n / len(due)
-		if i < n%len(due) {
-			q++
-		}
-		out[i] = store.Quota{Shard: s, Max: min(q, batch)}
-	}
-	return out
 }
 
 // acquire takes up to n worker slots, waiting for the first; 0 means ctx
@@ -479,9 +442,9 @@ func (d *Dispatcher) attempt(n *notify.Notification) {
 	resp, err := d.send(ctx, n)
 	cancel()
 	if err != nil && d.attemptCtx.Err() != nil {
-		err = errReleased
+		err = notify.ErrReleased
 	}
-	f := NextStep(&p, n, start, d.store.Now(), resp, err)
+	f := finishOf(&p, n, start, d.store.Now(), resp, err)
 	d.cfg.Observer.AttemptFinished(n, f.Attempt, f.Action, lateness)
 	d.finishes <- f
 }
@@ -591,7 +554,7 @@ func (d *Dispatcher) reap(ctx context.Context) {
 				if n.Deadline != nil {
 					started = n.Deadline.Add(-time.Duration(n.TTR))
 				}
-				items[i] = NextStep(&p, n, started, now, notify.Response{}, ErrTTRExpired)
+				items[i] = finishOf(&p, n, started, now, notify.Response{}, notify.ErrTTRExpired)
 				d.cfg.Observer.AttemptFinished(n, items[i].Attempt, items[i].Action, 0)
 			}
 			_, err = d.store.Finish(ctx, items)

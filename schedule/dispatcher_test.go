@@ -254,11 +254,11 @@ func TestTTRExpiryCountsAsFailedAttempt(t *testing.T) {
 	_, _, err = b.store.Enqueue(ctx, n, false)
 	require.NoError(t, err)
 	// A consumer reserves it and vanishes.
-	var quotas []store.Quota
-	for s := range b.store.Shards() {
-		quotas = append(quotas, store.Quota{Shard: s, Max: 10})
+	shards := make([]int, b.store.Shards())
+	for s := range shards {
+		shards[s] = s
 	}
-	items, _, err := b.store.Reserve(ctx, store.PullQueue("jobs"), quotas)
+	items, _, err := b.store.Reserve(ctx, store.PullQueue("jobs"), shards, 10)
 	require.NoError(t, err)
 	require.Len(t, items, 1)
 

@@ -199,9 +199,9 @@ type countingStore struct {
 	reserves atomic.Int64
 }
 
-func (c *countingStore) Reserve(ctx context.Context, queue string, quotas []store.Quota) ([]*notify.Notification, []store.Head, error) {
+func (c *countingStore) Reserve(ctx context.Context, queue string, shards []int, limit int) ([]*notify.Notification, []store.Head, error) {
 	c.reserves.Add(1)
-	return c.Store.Reserve(ctx, queue, quotas)
+	return c.Store.Reserve(ctx, queue, shards, limit)
 }
 
 func TestSurvivesRedisRestart(t *testing.T) {

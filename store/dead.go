@@ -182,16 +182,27 @@ func (s *Store) Topics(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
+// DeadOptions tune Replay and Purge.
+type DeadOptions struct {
+	// Reset, for Replay, runs the whole backoff array again; without it each
+	// notification gets one more attempt.
+	Reset bool
+	// DryRun changes nothing: only what matches is counted.
+	DryRun bool
+	// Progress, when set, is called after each batch with the running
+	// totals, so a long replay can show how far it got.
+	Progress func(matched, done int)
+}
+
 // Replay moves the dead notifications f selects back to their queue, due
-// now. With reset the whole backoff array runs again; without it each gets
-// one more attempt. With dryRun nothing changes and only matched is counted.
-func (s *Store) Replay(ctx context.Context, f DeadFilter, reset, dryRun bool) (matched, replayed int, err error) {
+// now, and returns how many matched and how many it moved.
+func (s *Store) Replay(ctx context.Context, f DeadFilter, opts DeadOptions) (matched, replayed int, err error) {
 	flag := "0"
-	if reset {
+	if opts.Reset {
 		flag = "1"
 	}
 	now := ms(s.Now())
-	return s.eachDead(ctx, f, dryRun, func(shard int, topic string) *scriptCall {
+	return s.eachDead(ctx, f, opts, func(shard int, topic string) *scriptCall {
 		k := s.keys
 		return &scriptCall{
 			script: replayScript,
@@ -201,10 +212,10 @@ func (s *Store) Replay(ctx context.Context, f DeadFilter, reset, dryRun bool) (m
 	})
 }
 
-// Purge deletes the dead notifications f selects, for good. With dryRun
-// nothing changes and only matched is counted.
-func (s *Store) Purge(ctx context.Context, f DeadFilter, dryRun bool) (matched, purged int, err error) {
-	return s.eachDead(ctx, f, dryRun, func(shard int, topic string) *scriptCall {
+// Purge deletes the dead notifications f selects, for good, and returns
+// how many matched and how many it deleted.
+func (s *Store) Purge(ctx context.Context, f DeadFilter, opts DeadOptions) (matched, purged int, err error) {
+	return s.eachDead(ctx, f, opts, func(shard int, topic string) *scriptCall {
 		k := s.keys
 		return &scriptCall{
 			script: purgeScript,
@@ -215,12 +226,16 @@ func (s *Store) Purge(ctx context.Context, f DeadFilter, dryRun bool) (matched, 
 
 // eachDead finds the dead notifications f selects in bounded batches and runs
 // the script newCall builds on each batch (its ids appended to the args).
-func (s *Store) eachDead(ctx context.Context, f DeadFilter, dryRun bool, newCall func(shard int, topic string) *scriptCall) (matched, done int, err error) {
+func (s *Store) eachDead(ctx context.Context, f DeadFilter, opts DeadOptions, newCall func(shard int, topic string) *scriptCall) (matched, done int, err error) {
 	if err := f.validate(); err != nil {
 		return 0, 0, err
 	}
+	dryRun := opts.DryRun
 	run := func(shard int, topic string, ids []string) error {
 		matched += len(ids)
+		if opts.Progress != nil && len(ids) > 0 {
+			defer func() { opts.Progress(matched, done) }()
+		}
 		if dryRun || len(ids) == 0 {
 			return nil
 		}

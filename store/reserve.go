@@ -17,38 +17,39 @@ import (
 	"github.com/heraldhq/herald/notify"
 )
 
-// Quota asks Reserve for up to Max due notifications of one shard.
-type Quota struct {
-	Shard int
-	Max   int
-}
+// MaxReserve bounds the notifications one Reserve call hands out.
+const MaxReserve = 1000
 
 // Head is the due time of the earliest notification left in a shard's queue
 // after a reservation; zero when the queue is empty.
 type Head struct {
 	Shard int
 	Due   time.Time
-	// Reserved is how many notifications this call reserved in the shard.
-	Reserved int
 }
 
-// Reserve reserves due notifications of queue from the shards in quotas, in
-// one pipeline, earliest first. Each comes back reserved with a Receipt and a
-// Deadline (now + its ttr); nothing due later than now is ever returned. The
-// heads tell the caller when each asked shard has work next.
-func (s *Store) Reserve(ctx context.Context, queue string, quotas []Quota) ([]*notify.Notification, []Head, error) {
-	if len(quotas) == 0 {
+// Reserve reserves up to limit due notifications of queue, earliest first
+// within each shard, from shards (those the caller knows to have due work),
+// in one pipeline. The limit is shared among the shards; when it is smaller
+// than their number, successive calls start at a different shard, so that
+// none starves. Each notification comes back reserved with a Receipt and a
+// Deadline (now + its ttr); nothing due later than now is ever returned.
+// The heads tell the caller when each asked shard has work next: a head
+// already due means the shard had more than its share.
+func (s *Store) Reserve(ctx context.Context, queue string, shards []int, limit int) ([]*notify.Notification, []Head, error) {
+	if len(shards) == 0 || limit < 1 {
 		return nil, nil, nil
 	}
+	limit = min(limit, MaxReserve)
 	now := ms(s.Now())
 	prefix := receiptPrefix()
+	quotas := splitQuotas(shards, limit, int(s.rotate.Add(1)))
 	calls := make([]*scriptCall, len(quotas))
 	for i, q := range quotas {
 		k := s.keys
 		calls[i] = &scriptCall{
 			script: reserveScript,
-			keys:   []string{k.due(q.Shard, queue), k.reserved(q.Shard), k.meta(q.Shard), k.payload(q.Shard), k.stats(q.Shard)},
-			args:   []any{now, q.Max, prefix + strconv.Itoa(q.Shard)},
+			keys:   []string{k.due(q.shard, queue), k.reserved(q.shard), k.meta(q.shard), k.payload(q.shard), k.stats(q.shard)},
+			args:   []any{now, q.max, prefix + strconv.Itoa(q.shard)},
 		}
 	}
 	if err := s.runScripts(ctx, calls); err != nil {
@@ -64,7 +65,7 @@ func (s *Store) Reserve(ctx context.Context, queue string, quotas []Quota) ([]*n
 			continue
 		}
 		items, _ := l[0].([]any)
-		h := Head{Shard: quotas[i].Shard, Reserved: len(items) / 2}
+		h := Head{Shard: quotas[i].shard}
 		for j := 0; j+1 < len(items); j += 2 {
 			n, err := decodeNotification(replyString(items[j]), replyString(items[j+1]), "")
 			if err != nil {
@@ -84,6 +85,30 @@ func (s *Store) Reserve(ctx context.Context, queue string, quotas []Quota) ([]*n
 		return nil, nil, fmt.Errorf("reserve %s: %w", queue, firstErr)
 	}
 	return out, heads, nil
+}
+
+// quota is one shard's share of a reservation.
+type quota struct{ shard, max int }
+
+// splitQuotas shares n reservations among shards; when there are fewer than
+// shards, a rotating start keeps any shard from starving.
+func splitQuotas(shards []int, n, rotate int) []quota {
+	if n < len(shards) {
+		out := make([]quota, n)
+		for i := range out {
+			out[i] = quota{shard: shards[(rotate+i)%len(shards)], max: 1}
+		}
+		return out
+	}
+	out := make([]quota, len(shards))
+	for i, s := range shards {
+		q := n / len(shards)
+		if i < n%len(shards) {
+			q++
+		}
+		out[i] = quota{shard: s, max: q}
+	}
+	return out
 }
 
 // Heads returns, for every shard, when the earliest notification of queue
@@ -125,24 +150,12 @@ func receiptPrefix() string {
 	return hex.EncodeToString(b[:]) + "."
 }
 
-// Action is how an attempt ends.
-type Action string
-
-// Actions for Finish.
-const (
-	ActionAck   Action = "ack"
-	ActionRetry Action = "retry"
-	ActionDead  Action = "dead"
-	// ActionRelease gives the reservation back without counting an attempt.
-	ActionRelease Action = "release"
-)
-
 // Finish ends one reserved attempt.
 type Finish struct {
 	// Notification is the reserved notification: its ID, Receipt, Channel
 	// and Topic are used.
 	Notification *notify.Notification
-	Action       Action
+	Action       notify.Action
 	// NextAt is when the next attempt is due, for ActionRetry and
 	// ActionRelease.
 	NextAt time.Time

@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -88,6 +89,9 @@ type Store struct {
 	client redis.UniversalClient
 	keys   keys
 	cfg    *Config
+	// rotate turns the first shard served when a reservation is smaller
+	// than the shards with due work.
+	rotate atomic.Int64
 }
 
 // New returns a Store for cfg.

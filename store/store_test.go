@@ -62,20 +62,16 @@ func (b *testBundle) enqueue(t *testing.T, n *notify.Notification) *notify.Notif
 // reserveAll reserves everything due in the pull queue of topic jobs.
 func (b *testBundle) reserveAll(t *testing.T) []*notify.Notification {
 	t.Helper()
-	var quotas []store.Quota
-	for s := range b.store.Shards() {
-		quotas = append(quotas, store.Quota{Shard: s, Max: 100})
-	}
-	items, _, err := b.store.Reserve(context.Background(), store.PullQueue("jobs"), quotas)
+	items, _, err := b.store.Reserve(context.Background(), store.PullQueue("jobs"), allShards(b.store), store.MaxReserve)
 	require.NoError(t, err)
 	return items
 }
 
-func finish(action store.Action, n *notify.Notification, next time.Time) store.Finish {
+func finish(action notify.Action, n *notify.Notification, next time.Time) store.Finish {
 	now := time.Now()
-	outcome := map[store.Action]notify.Outcome{
-		store.ActionAck: notify.OutcomeSuccess, store.ActionRetry: notify.OutcomeRetry,
-		store.ActionDead: notify.OutcomePermanent, store.ActionRelease: notify.OutcomeReleased,
+	outcome := map[notify.Action]notify.Outcome{
+		notify.ActionAck: notify.OutcomeSuccess, notify.ActionRetry: notify.OutcomeRetry,
+		notify.ActionDead: notify.OutcomePermanent, notify.ActionRelease: notify.OutcomeReleased,
 	}[action]
 	return store.Finish{Notification: n, Action: action, NextAt: next,
 		Attempt: notify.Attempt{Attempt: n.Attempts, StartedAt: now, FinishedAt: now, Outcome: outcome}}
@@ -208,7 +204,7 @@ func TestFinish(t *testing.T) {
 		b := setup(t, store.Config{})
 		b.enqueue(t, b.newNotification(t, "a", 0, 0))
 		n := b.reserveAll(t)[0]
-		errs, err := b.store.Finish(ctx, []store.Finish{finish(store.ActionAck, n, time.Time{})})
+		errs, err := b.store.Finish(ctx, []store.Finish{finish(notify.ActionAck, n, time.Time{})})
 		require.NoError(t, err)
 		require.NoError(t, errs[0])
 		rec, err := b.store.Get(ctx, "a")
@@ -227,7 +223,7 @@ func TestFinish(t *testing.T) {
 		n := b.reserveAll(t)[0]
 		stale := *n
 		stale.Receipt = "someone-else"
-		errs, err := b.store.Finish(ctx, []store.Finish{finish(store.ActionAck, &stale, time.Time{})})
+		errs, err := b.store.Finish(ctx, []store.Finish{finish(notify.ActionAck, &stale, time.Time{})})
 		require.NoError(t, err)
 		require.ErrorIs(t, errs[0], notify.ErrStaleReceipt)
 		rec, _ := b.store.Get(ctx, "a")
@@ -240,7 +236,7 @@ func TestFinish(t *testing.T) {
 		b.enqueue(t, b.newNotification(t, "a", 0, 0, time.Hour))
 		n := b.reserveAll(t)[0]
 		next := time.Now().Add(time.Hour).Truncate(time.Millisecond)
-		errs, err := b.store.Finish(ctx, []store.Finish{finish(store.ActionRetry, n, next)})
+		errs, err := b.store.Finish(ctx, []store.Finish{finish(notify.ActionRetry, n, next)})
 		require.NoError(t, err)
 		require.NoError(t, errs[0])
 		rec, _ := b.store.Get(ctx, "a")
@@ -255,7 +251,7 @@ func TestFinish(t *testing.T) {
 		b := setup(t, store.Config{})
 		b.enqueue(t, b.newNotification(t, "a", 0, 0))
 		n := b.reserveAll(t)[0]
-		_, err := b.store.Finish(ctx, []store.Finish{finish(store.ActionRelease, n, time.Now().Add(-time.Millisecond))})
+		_, err := b.store.Finish(ctx, []store.Finish{finish(notify.ActionRelease, n, time.Now().Add(-time.Millisecond))})
 		require.NoError(t, err)
 		again := b.reserveAll(t)
 		require.Len(t, again, 1)
@@ -287,7 +283,7 @@ func TestCancel(t *testing.T) {
 		n := b.reserveAll(t)[0]
 		_, err := b.store.Cancel(ctx, "a")
 		require.NoError(t, err)
-		errs, err := b.store.Finish(ctx, []store.Finish{finish(store.ActionAck, n, time.Time{})})
+		errs, err := b.store.Finish(ctx, []store.Finish{finish(notify.ActionAck, n, time.Time{})})
 		require.NoError(t, err)
 		require.ErrorIs(t, errs[0], notify.ErrStaleReceipt)
 		rec, _ := b.store.Get(ctx, "a")
@@ -299,7 +295,7 @@ func TestCancel(t *testing.T) {
 		b := setup(t, store.Config{})
 		b.enqueue(t, b.newNotification(t, "a", 0, 0))
 		n := b.reserveAll(t)[0]
-		_, err := b.store.Finish(ctx, []store.Finish{finish(store.ActionAck, n, time.Time{})})
+		_, err := b.store.Finish(ctx, []store.Finish{finish(notify.ActionAck, n, time.Time{})})
 		require.NoError(t, err)
 		_, err = b.store.Cancel(ctx, "a")
 		require.ErrorIs(t, err, notify.ErrFinished)
@@ -335,7 +331,7 @@ func killAll(t *testing.T, b *testBundle, ids ...string) {
 	}
 	var fs []store.Finish
 	for _, n := range b.reserveAll(t) {
-		fs = append(fs, finish(store.ActionDead, n, time.Time{}))
+		fs = append(fs, finish(notify.ActionDead, n, time.Time{}))
 	}
 	require.Len(t, fs, len(ids))
 	_, err := b.store.Finish(context.Background(), fs)
@@ -379,10 +375,10 @@ func TestDeadLetters(t *testing.T) {
 		t.Parallel()
 		b := setup(t, store.Config{})
 		killAll(t, b, "a", "b", "c")
-		matched, replayed, err := b.store.Replay(ctx, store.DeadFilter{IDs: []string{"a", "b", "unknown"}}, true, true)
+		matched, replayed, err := b.store.Replay(ctx, store.DeadFilter{IDs: []string{"a", "b", "unknown"}}, store.DeadOptions{Reset: true, DryRun: true})
 		require.NoError(t, err)
 		require.Equal(t, [2]int{2, 0}, [2]int{matched, replayed}, "dry run counts only")
-		matched, replayed, err = b.store.Replay(ctx, store.DeadFilter{IDs: []string{"a", "b", "unknown"}}, true, false)
+		matched, replayed, err = b.store.Replay(ctx, store.DeadFilter{IDs: []string{"a", "b", "unknown"}}, store.DeadOptions{Reset: true})
 		require.NoError(t, err)
 		require.Equal(t, [2]int{2, 2}, [2]int{matched, replayed})
 		items := b.reserveAll(t)
@@ -402,7 +398,7 @@ func TestDeadLetters(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // the two deaths need distinct milliseconds
 		since := time.Now()
 		killAll(t, b, "new")
-		matched, replayed, err := b.store.Replay(ctx, store.DeadFilter{Topic: "jobs", Since: since}, false, false)
+		matched, replayed, err := b.store.Replay(ctx, store.DeadFilter{Topic: "jobs", Since: since}, store.DeadOptions{})
 		require.NoError(t, err)
 		require.Equal(t, [2]int{1, 1}, [2]int{matched, replayed})
 		items := b.reserveAll(t)
@@ -415,7 +411,7 @@ func TestDeadLetters(t *testing.T) {
 		t.Parallel()
 		b := setup(t, store.Config{})
 		killAll(t, b, "a", "b")
-		matched, purged, err := b.store.Purge(ctx, store.DeadFilter{Topic: "jobs"}, false)
+		matched, purged, err := b.store.Purge(ctx, store.DeadFilter{Topic: "jobs"}, store.DeadOptions{})
 		require.NoError(t, err)
 		require.Equal(t, [2]int{2, 2}, [2]int{matched, purged})
 		_, err = b.store.Get(ctx, "a")
@@ -427,7 +423,7 @@ func TestDeadLetters(t *testing.T) {
 	t.Run("FilterNamesField", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, store.Config{})
-		_, _, err := b.store.Replay(ctx, store.DeadFilter{}, false, false)
+		_, _, err := b.store.Replay(ctx, store.DeadFilter{}, store.DeadOptions{})
 		var fe *notify.FieldError
 		require.ErrorAs(t, err, &fe)
 		require.Equal(t, "topic", fe.Field)
@@ -441,7 +437,7 @@ func TestRetention(t *testing.T) {
 	killAll(t, b, "dead")
 	b.enqueue(t, b.newNotification(t, "done", 0, 0))
 	n := b.reserveAll(t)[0]
-	_, err := b.store.Finish(ctx, []store.Finish{finish(store.ActionAck, n, time.Time{})})
+	_, err := b.store.Finish(ctx, []store.Finish{finish(notify.ActionAck, n, time.Time{})})
 	require.NoError(t, err)
 	b.enqueue(t, b.newNotification(t, "gone", time.Hour, 0))
 	_, err = b.store.Cancel(ctx, "gone")
@@ -461,4 +457,13 @@ func TestRetention(t *testing.T) {
 	}
 	_, err = b.store.Get(ctx, "dead")
 	require.NoError(t, err, "dead records stay until replayed or purged")
+}
+
+// allShards lists every shard of st, for a reservation that looks at all.
+func allShards(st *store.Store) []int {
+	out := make([]int, st.Shards())
+	for i := range out {
+		out[i] = i
+	}
+	return out
 }

@@ -240,7 +240,7 @@ func (r *demoRun) wait(cmd *cobra.Command) error {
 			r.world.fix()
 			r.tl.line(time.Now(), "%s is dead after %d attempts. The merchant fixes the endpoint, and the operator replays the dead letter (herald dlq replay --ids %s): one more attempt, due now",
 				demoBrokenID, broken.Attempts, demoBrokenID)
-			if _, _, err := r.cl.Replay(ctx, store.DeadFilter{IDs: []string{demoBrokenID}}, false, false); err != nil {
+			if _, _, err := r.cl.Replay(ctx, store.DeadFilter{IDs: []string{demoBrokenID}}, store.DeadOptions{}); err != nil {
 				return fmt.Errorf("demo: replay: %w", err)
 			}
 			continue

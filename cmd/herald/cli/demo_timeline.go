@@ -10,7 +10,6 @@ import (
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/policy"
 	"github.com/heraldhq/herald/schedule"
-	"github.com/heraldhq/herald/store"
 )
 
 // timeline prints the demo as it happens, one line per event, stamped with
@@ -51,7 +50,7 @@ func (t *timeline) note(who, format string, args ...any) {
 
 // AttemptFinished implements schedule.Observer: one line per attempt, at
 // the time it started.
-func (t *timeline) AttemptFinished(n *notify.Notification, a notify.Attempt, action store.Action, _ time.Duration) {
+func (t *timeline) AttemptFinished(n *notify.Notification, a notify.Attempt, action notify.Action, _ time.Duration) {
 	attempt := fmt.Sprintf("attempt %d of %d", a.Attempt, len(n.Backoff))
 	if a.Attempt >= len(n.Backoff) {
 		attempt = fmt.Sprintf("attempt %d (replayed)", a.Attempt)
@@ -61,13 +60,13 @@ func (t *timeline) AttemptFinished(n *notify.Notification, a notify.Attempt, act
 	reason := strings.TrimPrefix(strings.Join(strings.Fields(a.Error), " "), n.Channel+": ")
 	reason = truncate(reason, 90)
 	switch action {
-	case store.ActionAck:
+	case notify.ActionAck:
 		t.line(a.StartedAt, "%ssucceeded (HTTP %d)", head, a.StatusCode)
-	case store.ActionRetry:
+	case notify.ActionRetry:
 		p := t.policies.PolicyFor(n)
 		next, _ := p.NextAttemptAt(n.Backoff, policy.Failure{Attempt: a.Attempt, At: a.FinishedAt})
 		t.line(a.StartedAt, "%sfailed, %s; attempt %d due at %s", head, reason, a.Attempt+1, t.stamp(next))
-	case store.ActionDead:
+	case notify.ActionDead:
 		why := "no attempts left"
 		if a.Outcome == notify.OutcomePermanent {
 			why = "a permanent failure"

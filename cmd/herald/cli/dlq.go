@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -17,8 +16,8 @@ import (
 	"github.com/heraldhq/herald/store"
 )
 
-// replayChunk is how many notifications one step of a replay with a
-// progress bar moves: the bar advances once per chunk.
+// replayChunk is the most notifications a replay on a terminal moves
+// without a progress bar.
 const replayChunk = 500
 
 func (c *app) dlqCommand() *cobra.Command {
@@ -227,61 +226,23 @@ On a terminal, a replay of many shows a progress bar.`,
 	return cmd
 }
 
-// replay replays what f selects in one call, or, when stdout is a terminal
-// and more than a chunk matches, a chunk at a time under a progress bar.
+// replay replays what f selects. On a terminal it first counts what
+// matches, then shows a progress bar that the store advances after each
+// batch it moves.
 func (c *app) replay(ctx context.Context, cl *client.Client, f store.DeadFilter, reset, dryRun bool) (matched, replayed int, err error) {
-	// Without exactly one of ids and topic the store names the mistake.
-	if dryRun || !c.terminal(c.base.Out) || (len(f.IDs) > 0) == (f.Topic != "") {
-		return cl.Replay(ctx, f, reset, dryRun)
+	opts := store.DeadOptions{Reset: reset, DryRun: dryRun}
+	if dryRun || !c.terminal(c.base.Out) {
+		return cl.Replay(ctx, f, opts)
 	}
-	ids, err := deadIDs(ctx, cl, f)
-	if err != nil {
-		return 0, 0, err
+	total, _, err := cl.Replay(ctx, f, store.DeadOptions{DryRun: true})
+	if err != nil || total <= replayChunk {
+		return cl.Replay(ctx, f, opts)
 	}
-	if len(ids) <= replayChunk {
-		return cl.Replay(ctx, f, reset, false)
-	}
-	bar := &progressBar{out: c.base.Out, label: "replaying", total: len(ids)}
+	bar := &progressBar{out: c.base.Out, label: "replaying", total: total}
 	bar.set(0)
 	defer bar.finish()
-	for chunk := range slices.Chunk(ids, replayChunk) {
-		m, r, err := cl.Replay(ctx, store.DeadFilter{IDs: chunk}, reset, false)
-		matched, replayed = matched+m, replayed+r
-		if err != nil {
-			return matched, replayed, err
-		}
-		bar.set(matched)
-	}
-	return matched, replayed, nil
-}
-
-// deadIDs lists the ids f selects: its IDs, or the dead notifications of
-// its topic that died in its window (Since inclusive, Until exclusive, now
-// when open), as the store's Replay selects them.
-func deadIDs(ctx context.Context, cl *client.Client, f store.DeadFilter) ([]string, error) {
-	if len(f.IDs) > 0 {
-		return f.IDs, nil
-	}
-	until := f.Until
-	if until.IsZero() {
-		until = time.Now()
-	}
-	var ids []string
-	for cursor := ""; ; {
-		page, next, err := cl.ListDead(ctx, f.Topic, store.MaxBatch, cursor)
-		if err != nil {
-			return nil, err
-		}
-		for _, n := range page {
-			// A dead record was last updated when it died.
-			if !n.UpdatedAt.Before(f.Since) && n.UpdatedAt.Before(until) {
-				ids = append(ids, n.ID)
-			}
-		}
-		if cursor = next; cursor == "" {
-			return ids, nil
-		}
-	}
+	opts.Progress = func(matched, _ int) { bar.set(min(matched, total)) }
+	return cl.Replay(ctx, f, opts)
 }
 
 func (c *app) dlqPurgeCommand() *cobra.Command {
@@ -301,7 +262,7 @@ afterwards. Try the same filters with --dry-run first: it only counts.`,
 			return c.onDead(cmd, &f, func(cl *client.Client, filter store.DeadFilter) error {
 				var r purgeResult
 				var err error
-				if r.Matched, r.Purged, err = cl.Purge(cmd.Context(), filter, dryRun); err != nil {
+				if r.Matched, r.Purged, err = cl.Purge(cmd.Context(), filter, store.DeadOptions{DryRun: dryRun}); err != nil {
 					return err
 				}
 				if asJSON {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -104,7 +105,7 @@ func TestDLQ(t *testing.T) {
 		c.terminal = func(io.Writer) bool { return true }
 		require.NoError(t, execute(t.Context(), c, []string{"--config", e.config, "dlq", "replay", "--topic", "jobs"}))
 		require.Contains(t, out.String(), "\rreplaying [..............................] 0/501")
-		require.Contains(t, out.String(), "\rreplaying [#############################.] 500/501")
+		require.Greater(t, strings.Count(out.String(), "\rreplaying ["), 2, "the bar advances as the store moves batches")
 		require.Contains(t, out.String(), "\rreplaying [##############################] 501/501\n")
 		require.Contains(t, out.String(), "501 matched, 501 replayed\n")
 

@@ -77,10 +77,10 @@ func TestEmbeddedStore(t *testing.T) {
 	require.Len(t, heads, 2)
 
 	// Reserve in batches (ZRANGEBYSCORE LIMIT), then retry, ack and kill.
-	got, _, err := st.Reserve(ctx, store.PullQueue("jobs"), []store.Quota{{Shard: 0, Max: 10}, {Shard: 1, Max: 10}})
+	got, _, err := st.Reserve(ctx, store.PullQueue("jobs"), []int{0, 1}, 20)
 	require.NoError(t, err)
 	require.Len(t, got, 3)
-	finish := map[string]store.Action{"a": store.ActionRetry, "b": store.ActionAck, "c": store.ActionDead}
+	finish := map[string]notify.Action{"a": notify.ActionRetry, "b": notify.ActionAck, "c": notify.ActionDead}
 	var items []store.Finish
 	for _, n := range got {
 		items = append(items, store.Finish{Notification: n, Action: finish[n.ID], NextAt: now,
@@ -98,7 +98,7 @@ func TestEmbeddedStore(t *testing.T) {
 	dead, _, err := st.ListDead(ctx, "jobs", 10, "")
 	require.NoError(t, err)
 	require.Len(t, dead, 1)
-	matched, replayed, err := st.Replay(ctx, store.DeadFilter{Topic: "jobs"}, true, false)
+	matched, replayed, err := st.Replay(ctx, store.DeadFilter{Topic: "jobs"}, store.DeadOptions{Reset: true})
 	require.NoError(t, err)
 	require.Equal(t, [2]int{1, 1}, [2]int{matched, replayed})
 	c, err := st.Get(ctx, "c")
@@ -112,7 +112,7 @@ func TestEmbeddedStore(t *testing.T) {
 	require.Equal(t, notify.StateCancelled, cancelled.State)
 	_, err = st.Cancel(ctx, "b")
 	require.ErrorIs(t, err, notify.ErrFinished)
-	got, _, err = st.Reserve(ctx, store.PullQueue("jobs"), []store.Quota{{Shard: 0, Max: 10}, {Shard: 1, Max: 10}})
+	got, _, err = st.Reserve(ctx, store.PullQueue("jobs"), []int{0, 1}, 20)
 	require.NoError(t, err)
 	require.Len(t, got, 1)
 	now = now.Add(time.Hour)
@@ -123,7 +123,7 @@ func TestEmbeddedStore(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, swept, "b succeeded and c was cancelled an hour ago")
 
-	_, purged, err := st.Purge(ctx, store.DeadFilter{IDs: []string{"a"}}, false)
+	_, purged, err := st.Purge(ctx, store.DeadFilter{IDs: []string{"a"}}, store.DeadOptions{})
 	require.NoError(t, err)
 	require.Zero(t, purged, "a is reserved, not dead")
 
