@@ -1,0 +1,99 @@
+package herald_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/heraldhq/herald"
+)
+
+// A Go service enqueues a job with a delay and handles it in-process: one
+// import besides go-redis.
+func Example() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: server.Addr}) // your Redis
+	defer rdb.Close()
+
+	w, err := herald.NewWorker(rdb, &herald.WorkerConfig{Namespace: "example"})
+	if err != nil {
+		panic(err)
+	}
+	done := make(chan string, 1)
+	w.HandleFunc("invoices", func(ctx context.Context, job *herald.Job) error {
+		var inv struct{ Invoice int }
+		if err := job.Decode(&inv); err != nil {
+			return herald.Permanent(err)
+		}
+		done <- fmt.Sprintf("attempt %d of %s: invoice %d", job.Attempt, job.ID, inv.Invoice)
+		return nil
+	})
+	if err := w.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer w.Stop()
+
+	c, err := herald.NewClient(rdb, &herald.ClientConfig{Namespace: "example"})
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+	res, err := c.Enqueue(ctx, "invoices", map[string]int{"invoice": 42},
+		herald.ID("invoice-42"), herald.Delay(50*time.Millisecond))
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(res.ID, res.Status == herald.Created)
+	fmt.Println(<-done)
+	// Output:
+	// invoice-42 true
+	// attempt 0 of invoice-42: invoice 42
+}
+
+// A handler's error retries the job on its backoff array; Permanent ends
+// it at once in the dead-letter set.
+func ExampleWorker_HandleFunc_retries() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: server.Addr})
+	defer rdb.Close()
+
+	attempts := make(chan int, 3)
+	w, _ := herald.NewWorker(rdb, &herald.WorkerConfig{Namespace: "example-retries"})
+	w.HandleFunc("charges", func(ctx context.Context, job *herald.Job) error {
+		attempts <- job.Attempt
+		if job.Attempt < 2 {
+			return errors.New("provider busy") // retried
+		}
+		return nil
+	})
+	_ = w.Start(ctx)
+	defer w.Stop()
+
+	c, _ := herald.NewClient(rdb, &herald.ClientConfig{Namespace: "example-retries"})
+	defer c.Close()
+	_, _ = c.Enqueue(ctx, "charges", map[string]int{"amount": 100}, herald.ID("charge-7"),
+		herald.Backoff(0, 10*time.Millisecond, 20*time.Millisecond))
+	for range 3 {
+		fmt.Println("attempt", <-attempts)
+	}
+	n := waitFinished(c, "charge-7")
+	fmt.Println(n.State, len(n.History))
+	// Output:
+	// attempt 0
+	// attempt 1
+	// attempt 2
+	// succeeded 3
+}
+
+// waitFinished polls until id has succeeded, died or been cancelled.
+func waitFinished(c *herald.Client, id string) *herald.Notification {
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		if n, err := c.Get(context.Background(), id); err == nil && n.State.Finished() {
+			return n
+		}
+	}
+	panic(id + " did not finish in 10s")
+}

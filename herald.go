@@ -1,0 +1,514 @@
+package herald
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/heraldhq/herald/client"
+	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/policy"
+	"github.com/heraldhq/herald/schedule"
+	"github.com/heraldhq/herald/store"
+)
+
+// The model, re-exported so that a library user needs this package alone.
+type (
+	// Notification is a stored notification and everything Herald knows of
+	// it: state, attempts made, its backoff array and its history.
+	Notification = notify.Notification
+	// Attempt is one entry of a notification's history.
+	Attempt = notify.Attempt
+	// State is where a notification is in its life.
+	State = notify.State
+	// FieldError is a validation error naming the offending field, such as
+	// "backoff[2]".
+	FieldError = notify.FieldError
+	// Request is a notification to enqueue, as the HTTP API takes it; see
+	// Client.EnqueueBatch.
+	Request = notify.Request
+	// Duration is a time.Duration that reads "2m" or a number of seconds.
+	Duration = notify.Duration
+	// Sender delivers a push channel (webhook, sms, poll); see
+	// WorkerConfig.Senders.
+	Sender = notify.Sender
+	// RetryPolicy is a retry policy: the backoff array, ttr, timeout and
+	// which failures are retried.
+	RetryPolicy = policy.Policy
+	// Topic gives the notifications of a topic their defaults.
+	Topic = policy.Topic
+	// Policies is an immutable set of retry policies and topics.
+	Policies = policy.Set
+	// EnqueueStatus says what an enqueue did.
+	EnqueueStatus = store.EnqueueStatus
+)
+
+// States of a notification.
+const (
+	StateScheduled = notify.StateScheduled
+	StateReserved  = notify.StateReserved
+	StateSucceeded = notify.StateSucceeded
+	StateDead      = notify.StateDead
+	StateCancelled = notify.StateCancelled
+)
+
+// What an enqueue did.
+const (
+	// Created: a new notification was stored.
+	Created = store.Created
+	// Existing: the id was already stored with the same content; nothing
+	// changed.
+	Existing = store.Existing
+	// Replaced: the id was stored with other content and Replace
+	// rescheduled it from attempt 0.
+	Replaced = store.Replaced
+)
+
+// Channels a notification can be delivered on.
+const (
+	ChannelWebhook = notify.ChannelWebhook
+	ChannelSMS     = notify.ChannelSMS
+	ChannelPoll    = notify.ChannelPoll
+	ChannelPull    = notify.ChannelPull
+)
+
+// Errors returned by the client and the worker; compare with errors.Is.
+var (
+	// ErrNotFound means no notification has the id (or it expired).
+	ErrNotFound = notify.ErrNotFound
+	// ErrConflict means an enqueue reused an id with other content and did
+	// not ask to replace it.
+	ErrConflict = notify.ErrConflict
+	// ErrReserved means the notification is being attempted right now, so
+	// it cannot be replaced.
+	ErrReserved = notify.ErrReserved
+	// ErrFinished means the notification already succeeded or is dead, so
+	// it can no longer be cancelled.
+	ErrFinished = notify.ErrFinished
+	// ErrStaleReceipt means an ack or nack came after its reservation
+	// ended.
+	ErrStaleReceipt = notify.ErrStaleReceipt
+)
+
+// Permanent marks a handler's error as final: the notification goes to the
+// dead-letter set without further attempts. A nil err stays nil.
+func Permanent(err error) error { return notify.Permanent(err) }
+
+// RetryAfter marks a handler's error as retryable no earlier than d from
+// now, when the notification's policy honours Retry-After (up to its
+// max_retry_after); otherwise the backoff array alone decides. Any error a
+// handler returns is retried; RetryAfter only adds the wait. A nil err
+// stays nil.
+func RetryAfter(err error, d time.Duration) error { return notify.Retry(err, d) }
+
+// NewPolicies returns a validated set of retry policies and topics. A
+// "default" policy with the schedule 0s, 0s, 2m, 10m, 10m, 1h, 2h, 6h, 15h
+// is added when policies has none.
+func NewPolicies(policies map[string]RetryPolicy, topics map[string]Topic) (*Policies, error) {
+	return policy.NewSet(policies, topics)
+}
+
+// LoadPolicies reads a policies file (see configs/policies.yaml).
+func LoadPolicies(path string) (*Policies, error) { return policy.Load(path) }
+
+// Defaults shared by ClientConfig and WorkerConfig.
+const (
+	// NamespaceDefault prefixes every Redis key.
+	NamespaceDefault = store.NamespaceDefault
+	// ShardsDefault is the number of partitions of a namespace.
+	ShardsDefault = store.ShardsDefault
+)
+
+// ClientConfig configures a Client. The zero value works: namespace
+// "herald", 16 shards, the default policy.
+type ClientConfig struct {
+	// Namespace prefixes every key; producers and workers of one
+	// deployment share it. Default NamespaceDefault ("herald").
+	Namespace string
+	// Shards is the number of partitions; every process of a namespace
+	// must agree on it. Default ShardsDefault (16).
+	Shards int
+	// Policies are the retry policies and topic defaults that enqueues
+	// resolve against. Default: the default policy only.
+	Policies *Policies
+	// MaxPayload bounds a payload in bytes. Default 256 KiB.
+	MaxPayload int
+	// Logger defaults to a warn-level text handler on stderr.
+	Logger *slog.Logger
+}
+
+// Client enqueues notifications and reads, cancels and replays them. It is
+// safe for concurrent use; Close it when done (the Redis client stays
+// open: it is the caller's).
+type Client struct {
+	client *client.Client
+	// policies is what enqueues resolve against; Enqueue reads a topic's
+	// channel from it.
+	policies *Policies
+}
+
+// NewClient returns a client over rdb, any go-redis client: standalone,
+// Sentinel (failover) or Cluster.
+func NewClient(rdb redis.UniversalClient, cfg *ClientConfig) (*Client, error) {
+	if cfg == nil {
+		cfg = &ClientConfig{}
+	}
+	st, err := openStore(rdb, cfg.Namespace, cfg.Shards, cfg.Logger)
+	if err != nil {
+		return nil, err
+	}
+	set, err := policiesOrDefault(cfg.Policies)
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.New(&client.Config{Store: st, PoliciesFunc: func() *policy.Set { return set }, MaxPayload: cfg.MaxPayload})
+	if err != nil {
+		return nil, err
+	}
+	return &Client{client: c, policies: set}, nil
+}
+
+func openStore(rdb redis.UniversalClient, namespace string, shards int, logger *slog.Logger) (*store.Store, error) {
+	if rdb == nil {
+		return nil, errors.New("herald: a Redis client is required")
+	}
+	return store.New(&store.Config{Client: rdb, Namespace: namespace, Shards: shards, Logger: logger})
+}
+
+func policiesOrDefault(set *Policies) (*Policies, error) {
+	if set != nil {
+		return set, nil
+	}
+	return policy.NewSet(nil, nil)
+}
+
+// Close stops the client's background listening for wake-ups. A second
+// Close does nothing.
+func (c *Client) Close() error { return c.client.Close() }
+
+// EnqueueResult is what an enqueue stored.
+type EnqueueResult struct {
+	// ID is the notification's id: the one given with ID, or a random one.
+	ID string
+	// Status says whether the notification was Created, already Existing
+	// with the same content, or Replaced.
+	Status EnqueueStatus
+	// Notification is the stored record.
+	Notification *Notification
+}
+
+// EnqueueOption sets one field of a notification at enqueue.
+type EnqueueOption func(*notify.Request)
+
+// ID sets the notification's id, its idempotency key: enqueueing the same
+// id with the same content again returns the stored one (Existing), with
+// other content it is ErrConflict unless Replace is given. Without ID a
+// random id is chosen. An id matches [A-Za-z0-9._:-]{1,128}.
+func ID(id string) EnqueueOption { return func(r *notify.Request) { r.ID = id } }
+
+// Delay sends the notification d from now (its first attempt is then due
+// after the first backoff entry, normally 0).
+func Delay(d time.Duration) EnqueueOption {
+	return func(r *notify.Request) { v := notify.Duration(d); r.Delay = &v }
+}
+
+// SendAt sends the notification at t, to the millisecond, never earlier.
+func SendAt(t time.Time) EnqueueOption { return func(r *notify.Request) { r.SendAt = &t } }
+
+// Backoff sets the notification's own backoff array instead of its
+// policy's: attempt 0 is due backoff[0] after the send time, attempt n+1
+// backoff[n+1] after attempt n failed; its length is the number of
+// attempts.
+func Backoff(backoff ...time.Duration) EnqueueOption {
+	return func(r *notify.Request) {
+		r.Backoff = make([]notify.Duration, len(backoff))
+		for i, d := range backoff {
+			r.Backoff[i] = notify.Duration(d)
+		}
+	}
+}
+
+// Policy names the retry policy; default: the topic's, else "default".
+func Policy(name string) EnqueueOption { return func(r *notify.Request) { r.Policy = name } }
+
+// Target sets where a push notification goes: an http(s) URL for webhook
+// and poll, an E.164 number for sms. With a target and no channel, a URL
+// means webhook and a phone number sms.
+func Target(target string) EnqueueOption { return func(r *notify.Request) { r.Target = target } }
+
+// Channel sets the channel: ChannelWebhook, ChannelSMS, ChannelPoll or
+// ChannelPull. Without it the topic's channel applies; a topic with none is
+// pull (a Worker's handler takes it) unless Target says otherwise.
+func Channel(channel string) EnqueueOption { return func(r *notify.Request) { r.Channel = channel } }
+
+// TTR sets how long one attempt may hold its reservation before it counts
+// as failed; default the policy's (30s).
+func TTR(d time.Duration) EnqueueOption {
+	return func(r *notify.Request) { v := notify.Duration(d); r.TTR = &v }
+}
+
+// Headers adds HTTP headers to a webhook or poll request.
+func Headers(h map[string]string) EnqueueOption { return func(r *notify.Request) { r.Headers = h } }
+
+// Template renders the payload with the named template before sending.
+func Template(name string) EnqueueOption { return func(r *notify.Request) { r.Template = name } }
+
+// Replace reschedules an existing notification of the same id with the new
+// content, from attempt 0, unless it is being attempted right now
+// (ErrReserved).
+func Replace() EnqueueOption { return func(r *notify.Request) { r.Replace = true } }
+
+// Enqueue stores a notification for topic with payload: a []byte or
+// json.RawMessage holding JSON is stored as is, anything else is encoded
+// with encoding/json. A bad field is a *FieldError naming it.
+func (c *Client) Enqueue(ctx context.Context, topic string, payload any, opts ...EnqueueOption) (*EnqueueResult, error) {
+	raw, err := encodePayload(payload)
+	if err != nil {
+		return nil, err
+	}
+	req := &notify.Request{Topic: topic, Payload: raw}
+	for _, o := range opts {
+		o(req)
+	}
+	res, err := c.EnqueueBatch(ctx, []*Request{req})
+	if err != nil {
+		return nil, err
+	}
+	return res[0].EnqueueResult, res[0].Err
+}
+
+// BatchResult is the outcome of one request of a batch: its result, or the
+// error that kept it from being stored.
+type BatchResult struct {
+	*EnqueueResult
+	Err error
+}
+
+// EnqueueBatch stores up to 1000 requests in one round trip per Redis
+// node. Results follow the requests' order; a request that fails
+// validation has a *FieldError and is not stored, the others are. The
+// error is for the whole batch: too many requests, or Redis unreachable.
+func (c *Client) EnqueueBatch(ctx context.Context, reqs []*Request) ([]BatchResult, error) {
+	set := c.policies
+	resolved := make([]*notify.Request, len(reqs))
+	for i, r := range reqs {
+		resolved[i] = withDefaultChannel(r, set)
+	}
+	stored, err := c.client.EnqueueBatch(ctx, resolved)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]BatchResult, len(stored))
+	for i, r := range stored {
+		out[i].Err = r.Err
+		if r.Notification != nil {
+			out[i].EnqueueResult = &EnqueueResult{ID: r.Notification.ID, Status: r.Status, Notification: r.Notification}
+		}
+	}
+	return out, nil
+}
+
+// withDefaultChannel fills in the channel the front door infers when
+// neither the request nor its topic names one: the target's kind, or pull.
+func withDefaultChannel(r *notify.Request, set *Policies) *notify.Request {
+	if r.Channel != "" || set.Topics[r.Topic].Channel != "" {
+		return r
+	}
+	out := *r
+	target := cmp.Or(r.Target, set.Topics[r.Topic].Target)
+	switch {
+	case target == "":
+		out.Channel = notify.ChannelPull
+	case notify.ValidE164(target):
+		out.Channel = notify.ChannelSMS
+	default:
+		out.Channel = notify.ChannelWebhook
+	}
+	return &out
+}
+
+func encodePayload(payload any) (json.RawMessage, error) {
+	switch p := payload.(type) {
+	case nil:
+		return nil, nil
+	case json.RawMessage:
+		return p, nil
+	case []byte:
+		return json.RawMessage(p), nil
+	}
+	b, err := json.Marshal(payload)
+	if err != nil {
+		return nil, &FieldError{Field: "payload", Message: fmt.Sprintf("cannot be encoded as JSON: %v", err)}
+	}
+	return b, nil
+}
+
+// Get returns a notification with its payload and history.
+func (c *Client) Get(ctx context.Context, id string) (*Notification, error) {
+	return c.client.Get(ctx, id)
+}
+
+// Cancel cancels a scheduled or reserved notification and returns it; it
+// is ErrNotFound for an unknown id and ErrFinished once it succeeded or is
+// dead.
+func (c *Client) Cancel(ctx context.Context, id string) (*Notification, error) {
+	return c.client.Cancel(ctx, id)
+}
+
+// Job is one attempt handed to a handler.
+type Job struct {
+	// ID is the notification's id, stable across attempts: use it to
+	// de-duplicate, as delivery is at least once.
+	ID    string
+	Topic string
+	// Payload is the JSON the notification was enqueued with.
+	Payload json.RawMessage
+	// Attempt is the 0-based index of this attempt.
+	Attempt int
+	// Headers are the notification's headers.
+	Headers map[string]string
+	// Deadline is when the reservation ends; the handler's context ends
+	// then too, and an attempt still running counts as failed.
+	Deadline time.Time
+}
+
+// Decode unmarshals the job's JSON payload into v.
+func (j *Job) Decode(v any) error { return json.Unmarshal(j.Payload, v) }
+
+// Handler handles the jobs of a topic. Returning nil finishes the
+// notification; Permanent(err) sends it to the dead-letter set; any other
+// error retries it on its backoff array (RetryAfter asks for a later
+// retry).
+type Handler interface {
+	Handle(ctx context.Context, job *Job) error
+}
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc func(ctx context.Context, job *Job) error
+
+// Handle calls f.
+func (f HandlerFunc) Handle(ctx context.Context, job *Job) error { return f(ctx, job) }
+
+var _ Handler = HandlerFunc(nil)
+
+// WorkerConfig configures a Worker. The zero value works: namespace
+// "herald", 16 shards, 64 attempts at once, the default policy.
+type WorkerConfig struct {
+	// Namespace and Shards must match the producers'. Defaults
+	// NamespaceDefault and ShardsDefault.
+	Namespace string
+	Shards    int
+	// Concurrency is the most attempts running at once. Default 64.
+	Concurrency int
+	// Policies supply the timeout and retry rules of each attempt.
+	// Default: the default policy only.
+	Policies *Policies
+	// Senders deliver push channels (webhook, sms, poll) by channel name,
+	// for a worker that also dispatches what it does not handle itself.
+	// Optional.
+	Senders map[string]Sender
+	// Logger defaults to a warn-level text handler on stderr.
+	Logger *slog.Logger
+}
+
+// Worker runs the handlers registered for topics: it reserves each topic's
+// due jobs, calls the handler with the job's retries, ttr and history
+// handled as for any channel, and reaps attempts that outlived their ttr.
+// Register handlers, then Start; Stop waits for running attempts.
+type Worker struct {
+	rdb redis.UniversalClient
+	cfg WorkerConfig
+
+	mu         sync.Mutex // guards handlers and dispatcher
+	handlers   map[string]notify.Sender
+	dispatcher *schedule.Dispatcher
+}
+
+// NewWorker returns a worker over rdb.
+func NewWorker(rdb redis.UniversalClient, cfg *WorkerConfig) (*Worker, error) {
+	if cfg == nil {
+		cfg = &WorkerConfig{}
+	}
+	if rdb == nil {
+		return nil, errors.New("herald: a Redis client is required")
+	}
+	return &Worker{rdb: rdb, cfg: *cfg, handlers: map[string]notify.Sender{}}, nil
+}
+
+// Handle registers h for topic's jobs. It panics when called after Start
+// or with an invalid topic name: both are programming errors.
+func (w *Worker) Handle(topic string, h Handler) {
+	if !notify.ValidTopic(topic) {
+		panic(fmt.Sprintf("herald: handler topic %q must match [a-z0-9._-]{1,64}", topic))
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.dispatcher != nil {
+		panic("herald: Handle after Start")
+	}
+	w.handlers[topic] = notify.SenderFunc(func(ctx context.Context, n *notify.Notification) (notify.Response, error) {
+		job := &Job{ID: n.ID, Topic: n.Topic, Payload: n.Payload, Attempt: n.Attempts, Headers: n.Headers}
+		if n.Deadline != nil {
+			job.Deadline = *n.Deadline
+		}
+		return notify.Response{}, h.Handle(ctx, job)
+	})
+}
+
+// HandleFunc registers fn for topic's jobs; see Handle.
+func (w *Worker) HandleFunc(topic string, fn func(ctx context.Context, job *Job) error) {
+	w.Handle(topic, HandlerFunc(fn))
+}
+
+// Start starts reserving and running jobs and returns at once. It fails
+// when called twice or with neither handlers nor senders.
+func (w *Worker) Start(ctx context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.dispatcher != nil {
+		return errors.New("herald: worker already started")
+	}
+	st, err := openStore(w.rdb, w.cfg.Namespace, w.cfg.Shards, w.cfg.Logger)
+	if err != nil {
+		return err
+	}
+	set, err := policiesOrDefault(w.cfg.Policies)
+	if err != nil {
+		return err
+	}
+	d, err := schedule.New(&schedule.Config{
+		Store:        st,
+		Senders:      w.cfg.Senders,
+		Handlers:     w.handlers,
+		PoliciesFunc: func() *policy.Set { return set },
+		Concurrency:  w.cfg.Concurrency,
+		Logger:       w.cfg.Logger,
+	})
+	if err != nil {
+		return fmt.Errorf("herald: %w", err)
+	}
+	if err := d.Start(ctx); err != nil {
+		return err
+	}
+	w.dispatcher = d
+	return nil
+}
+
+// Stop stops reserving, waits for running attempts (up to 10s, then gives
+// them back unpenalised), records every outcome and returns. Stop before
+// Start, or a second Stop, does nothing.
+func (w *Worker) Stop() {
+	w.mu.Lock()
+	d := w.dispatcher
+	w.mu.Unlock()
+	if d != nil {
+		d.Stop()
+	}
+}
