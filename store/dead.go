@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -8,7 +9,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -44,142 +44,81 @@ func (f *DeadFilter) validate() error {
 	return nil
 }
 
-// deadCursor is where a dead listing stopped: the last returned entry.
+// deadCursor is where a dead listing stopped: the last returned entry, in
+// the listing's (time of death, id) order.
 type deadCursor struct {
-	Topic string `json:"t"`
-	Shard int    `json:"s"`
 	Score int64  `json:"c"`
 	ID    string `json:"i"`
 }
 
 // ListDead returns up to limit dead notifications (all topics when topic is
-// empty), ordered by topic, shard and time of death, and the cursor of the
-// next page ("" when there is none). Pass "" to start.
+// empty), oldest death first, and the cursor of the next page ("" when
+// there is none). Pass "" to start. A page costs two round trips whatever
+// the number of topics: one that reads every shard's next entries after the
+// cursor, merged here, and one that reads the records.
 func (s *Store) ListDead(ctx context.Context, topic string, limit int, cursor string) ([]*notify.Notification, string, error) {
 	limit = min(max(limit, 1), MaxBatch)
-	var cur *deadCursor
+	after := []any{"", "", limit + 1}
 	if cursor != "" {
+		var cur deadCursor
 		b, err := base64.RawURLEncoding.DecodeString(cursor)
-		cur = &deadCursor{}
-		if err != nil || json.Unmarshal(b, cur) != nil {
+		if err != nil || json.Unmarshal(b, &cur) != nil || cur.ID == "" {
 			return nil, "", notify.Errorf("cursor", "is not a cursor this server returned")
 		}
+		after = []any{strconv.FormatInt(cur.Score, 10), cur.ID, limit + 1}
 	}
-	topics, err := s.deadTopics(ctx, topic)
-	if err != nil {
-		return nil, "", err
+	if topic != "" && !notify.ValidTopic(topic) {
+		return nil, "", notify.Errorf("topic", "must match [a-z0-9._-]{1,64}")
+	}
+	calls := make([]*scriptCall, s.keys.shards)
+	for shard := range calls {
+		key := s.keys.deadAll(shard)
+		if topic != "" {
+			key = s.keys.dead(shard, topic)
+		}
+		calls[shard] = &scriptCall{script: deadPageScript, keys: []string{key}, args: after}
+	}
+	if err := s.runScripts(ctx, calls); err != nil {
+		return nil, "", fmt.Errorf("list dead: %w", err)
 	}
 	type entry struct {
-		shard int
-		z     redis.Z
+		score int64
+		id    string
 	}
-	var page []entry
-	var last deadCursor
-	more := false
-scan:
-	for _, t := range topics {
-		if cur != nil && t < cur.Topic {
-			continue
-		}
-		for shard := 0; shard < s.keys.shards; shard++ {
-			if cur != nil && t == cur.Topic && shard < cur.Shard {
-				continue
-			}
-			from := "-inf"
-			resume := cur != nil && t == cur.Topic && shard == cur.Shard
-			if resume {
-				from = strconv.FormatInt(cur.Score, 10)
-			}
-			for off := int64(0); ; {
-				want := int64(limit - len(page) + 1)
-				zs, err := s.client.ZRangeByScoreWithScores(ctx, s.keys.dead(shard, t),
-					&redis.ZRangeBy{Min: from, Max: "+inf", Offset: off, Count: want}).Result()
-				if err != nil {
-					return nil, "", fmt.Errorf("list dead: %w", err)
-				}
-				for _, z := range zs {
-					id := z.Member.(string)
-					if resume && int64(z.Score) == cur.Score && id <= cur.ID {
-						continue
-					}
-					if len(page) == limit {
-						more = true
-						break scan
-					}
-					page = append(page, entry{shard, z})
-					last = deadCursor{Topic: t, Shard: shard, Score: int64(z.Score), ID: id}
-				}
-				if int64(len(zs)) < want {
-					break
-				}
-				off += want
-			}
-		}
-	}
-	pipe := s.client.Pipeline()
-	cmds := make([][3]*redis.StringCmd, len(page))
-	for i, e := range page {
-		id := e.z.Member.(string)
-		cmds[i] = [3]*redis.StringCmd{
-			pipe.HGet(ctx, s.keys.meta(e.shard), id),
-			pipe.HGet(ctx, s.keys.payload(e.shard), id),
-			pipe.HGet(ctx, s.keys.hist(e.shard), id),
-		}
-	}
-	if len(page) > 0 {
-		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	var all []entry
+	for _, c := range calls {
+		v, err := c.cmd.Result()
+		if err != nil {
 			return nil, "", fmt.Errorf("list dead: %w", err)
 		}
-	}
-	out := make([]*notify.Notification, 0, len(page))
-	for _, c := range cmds {
-		if c[0].Err() != nil {
-			continue
+		l, _ := v.([]any)
+		for i := 0; i+1 < len(l); i += 2 {
+			score, _ := strconv.ParseInt(replyString(l[i+1]), 10, 64)
+			all = append(all, entry{score, replyString(l[i])})
 		}
-		n, err := decodeNotification(c[0].Val(), c[1].Val(), c[2].Val())
-		if err != nil {
-			return nil, "", err
-		}
-		out = append(out, n)
 	}
+	slices.SortFunc(all, func(a, b entry) int { return cmp.Or(cmp.Compare(a.score, b.score), cmp.Compare(a.id, b.id)) })
 	next := ""
-	if more {
-		b, _ := json.Marshal(last)
+	if len(all) > limit {
+		all = all[:limit]
+		b, _ := json.Marshal(deadCursor{Score: all[limit-1].score, ID: all[limit-1].id})
 		next = base64.RawURLEncoding.EncodeToString(b)
 	}
-	return out, next, nil
-}
-
-// deadTopics returns [topic], or every topic seen in any shard, sorted.
-func (s *Store) deadTopics(ctx context.Context, topic string) ([]string, error) {
-	if topic != "" {
-		return []string{topic}, nil
+	ids := make([]string, len(all))
+	for i, e := range all {
+		ids[i] = e.id
 	}
-	return s.Topics(ctx)
-}
-
-// Topics returns every topic that has ever had a notification, sorted.
-func (s *Store) Topics(ctx context.Context) ([]string, error) {
-	pipe := s.client.Pipeline()
-	cmds := make([]*redis.StringSliceCmd, s.keys.shards)
-	for shard := range cmds {
-		cmds[shard] = pipe.SMembers(ctx, s.keys.topics(shard))
+	got, err := s.getMany(ctx, ids)
+	if err != nil {
+		return nil, "", fmt.Errorf("list dead: %w", err)
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, fmt.Errorf("list topics: %w", err)
-	}
-	seen := map[string]bool{}
-	for _, c := range cmds {
-		for _, t := range c.Val() {
-			seen[t] = true
+	out := make([]*notify.Notification, 0, len(got))
+	for _, n := range got {
+		if n != nil { // replayed or purged between the two reads
+			out = append(out, n)
 		}
 	}
-	out := make([]string, 0, len(seen))
-	for t := range seen {
-		out = append(out, t)
-	}
-	slices.Sort(out)
-	return out, nil
+	return out, next, nil
 }
 
 // DeadOptions tune Replay and Purge.
@@ -197,17 +136,18 @@ type DeadOptions struct {
 // Replay moves the dead notifications f selects back to their queue, due
 // now, and returns how many matched and how many it moved.
 func (s *Store) Replay(ctx context.Context, f DeadFilter, opts DeadOptions) (matched, replayed int, err error) {
-	flag := "0"
-	if opts.Reset {
-		flag = "1"
-	}
 	now := ms(s.Now())
-	return s.eachDead(ctx, f, opts, func(shard int, topic string) *scriptCall {
-		k := s.keys
+	k := s.keys
+	return s.eachDead(ctx, f, opts, func(shard int, topic string, ids []string) *scriptCall {
+		args := []any{now, boolArg(opts.Reset), k.wake(), shard, topic}
+		for _, id := range ids {
+			args = append(args, id)
+		}
 		return &scriptCall{
 			script: replayScript,
-			keys:   []string{k.meta(shard), k.dead(shard, topic), k.due(shard, QueuePush), k.due(shard, PullQueue(topic)), k.stats(shard)},
-			args:   []any{now, flag, k.wake(), shard},
+			keys: []string{k.state(shard), k.deadAll(shard), k.dead(shard, topic), k.due(shard, QueuePush),
+				k.due(shard, PullQueue(topic)), k.stats(shard)},
+			args: args,
 		}
 	})
 }
@@ -215,34 +155,36 @@ func (s *Store) Replay(ctx context.Context, f DeadFilter, opts DeadOptions) (mat
 // Purge deletes the dead notifications f selects, for good, and returns
 // how many matched and how many it deleted.
 func (s *Store) Purge(ctx context.Context, f DeadFilter, opts DeadOptions) (matched, purged int, err error) {
-	return s.eachDead(ctx, f, opts, func(shard int, topic string) *scriptCall {
-		k := s.keys
+	k := s.keys
+	return s.eachDead(ctx, f, opts, func(shard int, topic string, ids []string) *scriptCall {
+		args := []any{topic}
+		for _, id := range ids {
+			args = append(args, id)
+		}
 		return &scriptCall{
 			script: purgeScript,
-			keys:   []string{k.meta(shard), k.payload(shard), k.hist(shard), k.dead(shard, topic), k.stats(shard)},
+			keys: []string{k.job(shard), k.state(shard), k.hist(shard), k.deadAll(shard), k.dead(shard, topic),
+				k.stats(shard)},
+			args: args,
 		}
 	})
 }
 
 // eachDead finds the dead notifications f selects in bounded batches and runs
-// the script newCall builds on each batch (its ids appended to the args).
-func (s *Store) eachDead(ctx context.Context, f DeadFilter, opts DeadOptions, newCall func(shard int, topic string) *scriptCall) (matched, done int, err error) {
+// the script newCall builds on each batch.
+func (s *Store) eachDead(ctx context.Context, f DeadFilter, opts DeadOptions, newCall func(shard int, topic string, ids []string) *scriptCall) (matched, done int, err error) {
 	if err := f.validate(); err != nil {
 		return 0, 0, err
 	}
-	dryRun := opts.DryRun
 	run := func(shard int, topic string, ids []string) error {
 		matched += len(ids)
 		if opts.Progress != nil && len(ids) > 0 {
 			defer func() { opts.Progress(matched, done) }()
 		}
-		if dryRun || len(ids) == 0 {
+		if opts.DryRun || len(ids) == 0 {
 			return nil
 		}
-		c := newCall(shard, topic)
-		for _, id := range ids {
-			c.args = append(c.args, id)
-		}
+		c := newCall(shard, topic, ids)
 		v, err := s.runScript(ctx, c.script, c.keys, c.args...)
 		if err != nil {
 			return err
@@ -256,8 +198,8 @@ func (s *Store) eachDead(ctx context.Context, f DeadFilter, opts DeadOptions, ne
 		if err != nil {
 			return 0, 0, err
 		}
-		for g, ids := range groups {
-			for chunk := range slices.Chunk(ids, deadBatch) {
+		for _, g := range groups {
+			for chunk := range slices.Chunk(g.ids, deadBatch) {
 				if err := run(g.shard, g.topic, chunk); err != nil {
 					return matched, done, fmt.Errorf("dead-letter batch: %w", err)
 				}
@@ -275,100 +217,129 @@ func (s *Store) eachDead(ctx context.Context, f DeadFilter, opts DeadOptions, ne
 		// open range is closed at the start time.
 		maxScore = "(" + strconv.FormatInt(ms(f.Until), 10)
 	}
+	if opts.DryRun {
+		n, err := s.countDead(ctx, f.Topic, minScore, maxScore)
+		if err == nil && opts.Progress != nil {
+			opts.Progress(n, 0)
+		}
+		return n, 0, err
+	}
 	for shard := 0; shard < s.keys.shards; shard++ {
 		key := s.keys.dead(shard, f.Topic)
-		for off := int64(0); ; {
-			ids, err := s.client.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: minScore, Max: maxScore, Offset: off, Count: deadBatch}).Result()
+		for {
+			ids, err := s.client.ZRangeByScore(ctx, key, &redis.ZRangeBy{Min: minScore, Max: maxScore, Count: deadBatch}).Result()
 			if err != nil {
 				return matched, done, fmt.Errorf("dead-letter batch: %w", err)
 			}
+			before := done
 			if err := run(shard, f.Topic, ids); err != nil {
 				return matched, done, fmt.Errorf("dead-letter batch: %w", err)
 			}
-			if len(ids) < deadBatch {
+			// A batch that moved nothing would come back the same: stop.
+			if len(ids) < deadBatch || done == before {
 				break
-			}
-			if dryRun {
-				off += deadBatch // nothing moved, so page on
 			}
 		}
 	}
 	return matched, done, nil
 }
 
-type shardTopic struct {
-	shard int
-	topic string
-}
-
-// deadByID reads the records of ids and groups the dead ones by shard and
-// topic, the keys their scripts need.
-func (s *Store) deadByID(ctx context.Context, ids []string) (map[shardTopic][]string, error) {
+// countDead counts a topic's dead notifications that died in [min, max],
+// in one pipeline.
+func (s *Store) countDead(ctx context.Context, topic, minScore, maxScore string) (int, error) {
 	pipe := s.client.Pipeline()
-	cmds := make([]*redis.StringCmd, len(ids))
-	for i, id := range ids {
-		cmds[i] = pipe.HGet(ctx, s.keys.meta(s.keys.shardOf(id)), id)
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("read dead notifications: %w", err)
-	}
-	groups := map[shardTopic][]string{}
-	for i, c := range cmds {
-		if c.Err() != nil {
-			continue
-		}
-		var r record
-		if json.Unmarshal([]byte(c.Val()), &r) != nil || r.State != notify.StateDead {
-			continue
-		}
-		g := shardTopic{s.keys.shardOf(ids[i]), r.Topic}
-		groups[g] = append(groups[g], ids[i])
-	}
-	return groups, nil
-}
-
-// TopicStats counts one topic's notifications.
-type TopicStats struct {
-	Scheduled           int64 `json:"scheduled"`
-	Reserved            int64 `json:"reserved"`
-	Dead                int64 `json:"dead"`
-	SucceededTotal      int64 `json:"succeeded_total"`
-	FailedAttemptsTotal int64 `json:"failed_attempts_total"`
-}
-
-// Stats returns counts per topic, summed over the shards in one pipeline.
-func (s *Store) Stats(ctx context.Context) (map[string]TopicStats, error) {
-	pipe := s.client.Pipeline()
-	cmds := make([]*redis.MapStringStringCmd, s.keys.shards)
+	cmds := make([]*redis.IntCmd, s.keys.shards)
 	for shard := range cmds {
-		cmds[shard] = pipe.HGetAll(ctx, s.keys.stats(shard))
+		cmds[shard] = pipe.ZCount(ctx, s.keys.dead(shard, topic), minScore, maxScore)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, fmt.Errorf("stats: %w", err)
+		return 0, fmt.Errorf("count dead: %w", err)
 	}
-	out := map[string]TopicStats{}
+	total := 0
 	for _, c := range cmds {
-		for field, v := range c.Val() {
-			topic, name, ok := strings.Cut(field, ":")
-			n, err := strconv.ParseInt(v, 10, 64)
-			if !ok || err != nil {
-				continue
-			}
-			ts := out[topic]
-			switch name {
-			case "scheduled":
-				ts.Scheduled += n
-			case "reserved":
-				ts.Reserved += n
-			case "dead":
-				ts.Dead += n
-			case "succeeded_total":
-				ts.SucceededTotal += n
-			case "failed_attempts_total":
-				ts.FailedAttemptsTotal += n
-			}
-			out[topic] = ts
+		total += int(c.Val())
+	}
+	return total, nil
+}
+
+type deadGroup struct {
+	shard int
+	topic string
+	ids   []string
+}
+
+// deadByID finds the dead ones among ids and groups them by shard and
+// topic, the keys their scripts need: one round trip for the states, one
+// for the topics (read from the content headers inside Redis, so no payload
+// travels).
+func (s *Store) deadByID(ctx context.Context, ids []string) ([]deadGroup, error) {
+	byShard := map[int][]string{}
+	for _, id := range slices.Compact(slices.Sorted(slices.Values(ids))) {
+		if notify.ValidID(id) {
+			byShard[s.keys.shardOf(id)] = append(byShard[s.keys.shardOf(id)], id)
 		}
 	}
-	return out, nil
+	pipe := s.client.Pipeline()
+	states := map[int]*redis.SliceCmd{}
+	for shard, list := range byShard {
+		states[shard] = pipe.HMGet(ctx, s.keys.state(shard), list...)
+	}
+	if len(states) == 0 {
+		return nil, nil
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("read dead notifications: %w", err)
+	}
+	var calls []*scriptCall
+	var lists [][]string
+	var shards []int
+	for _, shard := range sortedKeys(byShard) {
+		var dead []string
+		for i, v := range states[shard].Val() {
+			if line, ok := v.(string); ok {
+				if st, err := parseState(line); err == nil && st.state == notify.StateDead {
+					dead = append(dead, byShard[shard][i])
+				}
+			}
+		}
+		for chunk := range slices.Chunk(dead, deadBatch) {
+			args := make([]any, len(chunk))
+			for i, id := range chunk {
+				args[i] = id
+			}
+			calls = append(calls, &scriptCall{script: headersScript, keys: []string{s.keys.job(shard)}, args: args})
+			lists = append(lists, chunk)
+			shards = append(shards, shard)
+		}
+	}
+	if len(calls) == 0 {
+		return nil, nil
+	}
+	if err := s.runScripts(ctx, calls); err != nil {
+		return nil, fmt.Errorf("read dead notifications: %w", err)
+	}
+	index := map[[2]string]int{}
+	var groups []deadGroup
+	for c, call := range calls {
+		v, err := call.cmd.Result()
+		if err != nil {
+			return nil, errors.Join(errors.New("read dead notifications"), err)
+		}
+		topics, _ := v.([]any)
+		for i, t := range topics {
+			topic := replyString(t)
+			if topic == "" || i >= len(lists[c]) {
+				continue
+			}
+			key := [2]string{strconv.Itoa(shards[c]), topic}
+			g, ok := index[key]
+			if !ok {
+				g = len(groups)
+				index[key] = g
+				groups = append(groups, deadGroup{shard: shards[c], topic: topic})
+			}
+			groups[g].ids = append(groups[g].ids, lists[c][i])
+		}
+	}
+	return groups, nil
 }

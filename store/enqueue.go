@@ -2,8 +2,8 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/heraldhq/herald/notify"
@@ -47,124 +47,219 @@ type EnqueueResult struct {
 	Err          error
 }
 
-// Enqueue stores one notification; see EnqueueBatch.
+// Enqueue stores one notification; see EnqueueBatch. Calls made at the same
+// time from many goroutines are written together, one script per shard in
+// one round trip, while each caller still gets its own answer: under load
+// the store pays per batch, not per notification.
 func (s *Store) Enqueue(ctx context.Context, n *notify.Notification, replace bool) (*notify.Notification, EnqueueStatus, error) {
-	res, err := s.EnqueueBatch(ctx, []EnqueueRequest{{Notification: n, Replace: replace}})
+	res, err := s.batcher.do(ctx, EnqueueRequest{Notification: n, Replace: replace})
 	if err != nil {
 		return nil, 0, err
 	}
-	return res[0].Notification, res[0].Status, res[0].Err
+	return res.Notification, res.Status, res.Err
 }
 
-// EnqueueBatch stores up to MaxBatch notifications in one pipeline: one round
-// trip per Redis node however many there are. Each notification's first
-// attempt is due at SendAt + Backoff[0]. An id that exists with the same
-// content returns the stored record (Existing); with other content it is
-// notify.ErrConflict unless Replace is set. The returned error is for a
-// failure of the whole batch; per-item outcomes are in the results.
+// EnqueueBatch stores up to MaxBatch notifications in one pipeline: one
+// script per shard, one round trip per Redis node. Each notification's first
+// attempt is due at SendAt + Backoff[0], rounded up to the millisecond, never
+// earlier. An id that exists with the same content returns the stored record
+// (Existing); with other content it is notify.ErrConflict unless Replace is
+// set. A due time the store cannot hold exactly is a *notify.FieldError
+// naming send_at. The returned error is for a failure of the whole batch;
+// per-item outcomes are in the results.
 func (s *Store) EnqueueBatch(ctx context.Context, reqs []EnqueueRequest) ([]EnqueueResult, error) {
 	if len(reqs) > MaxBatch {
 		return nil, fmt.Errorf("enqueue: %d notifications, more than %d", len(reqs), MaxBatch)
 	}
-	now := s.Now().UTC().Truncate(time.Millisecond)
+	now := s.Now()
 	results := make([]EnqueueResult, len(reqs))
-	calls := make([]*scriptCall, len(reqs))
-	records := make([]*record, len(reqs))
+	items := make([]*enqueueItem, 0, len(reqs))
 	for i, req := range reqs {
 		n := req.Notification
-		rec := toRecord(n)
-		rec.State = notify.StateScheduled
-		rec.Attempts = 0
-		rec.Created, rec.Updated = ms(now), ms(now)
-		rec.NextAt = rec.SendAt + rec.Backoff[0]
-		records[i] = rec
-		calls[i] = s.enqueueCall(rec, n.Payload, req.Replace, "")
-	}
-	pending := make([]int, len(reqs))
-	for i := range pending {
-		pending[i] = i
-	}
-	// A replace that moves a record to another queue or topic needs the old
-	// keys; the script says so, and those items run once more with them.
-	for try := 0; len(pending) > 0; try++ {
-		batch := make([]*scriptCall, len(pending))
-		for j, i := range pending {
-			batch[j] = calls[i]
+		due := n.SendAt.Add(time.Duration(n.Backoff[0]))
+		if err := checkDue(n.SendAt); err != nil {
+			results[i].Err = notify.Errorf("send_at", "%v", err)
+			continue
 		}
-		if err := s.runScripts(ctx, batch); err != nil {
+		if err := checkDue(due); err != nil {
+			results[i].Err = notify.Errorf("backoff[0]", "puts the first attempt at a time that %v", err)
+			continue
+		}
+		items = append(items, &enqueueItem{index: i, req: req, due: dueMS(due), content: encodeContent(n, now)})
+	}
+	pending := items
+	// A replace that moves a record to another queue or topic needs the old
+	// keys; the script says which, and those items run once more with them.
+	for try := 0; len(pending) > 0 && try < 2; try++ {
+		calls, groups := s.enqueueCalls(pending, now)
+		if err := s.runScripts(ctx, calls); err != nil {
 			return nil, fmt.Errorf("enqueue: %w", err)
 		}
-		var again []int
-		for _, i := range pending {
-			var oldRec string
-			results[i], oldRec = s.enqueueResult(calls[i], reqs[i].Notification.Payload)
-			if oldRec != "" && try == 0 {
-				calls[i] = s.enqueueCall(records[i], reqs[i].Notification.Payload, true, oldRec)
-				again = append(again, i)
+		var again []*enqueueItem
+		for c, call := range calls {
+			codes, details, err := replyCodes(call, len(groups[c]))
+			for j, it := range groups[c] {
+				switch {
+				case err != nil:
+					results[it.index].Err = fmt.Errorf("enqueue: %w", err)
+				case codes[j] == codeNeedKeys && try == 0 && len(details[j]) == 2:
+					it.oldQueue, it.oldTopic = replyString(details[j][0]), replyString(details[j][1])
+					again = append(again, it)
+				default:
+					it.code = codes[j]
+				}
 			}
 		}
 		pending = again
 	}
+	if err := s.enqueueResults(ctx, items, results, now); err != nil {
+		return nil, err
+	}
 	return results, nil
 }
 
-// enqueueCall builds the script call for rec; oldRec, when set, is the
-// existing record whose queue and dead keys must be passed as well.
-func (s *Store) enqueueCall(rec *record, payload json.RawMessage, replace bool, oldRec string) *scriptCall {
-	recJSON, _ := json.Marshal(rec)
-	shard := s.keys.shardOf(rec.ID)
-	k := s.keys
-	keys := []string{
-		k.meta(shard), k.payload(shard), k.hist(shard), k.due(shard, rec.Queue),
-		k.dead(shard, rec.Topic), k.finished(shard), k.stats(shard), k.topics(shard),
-	}
-	if oldRec != "" {
-		var old record
-		if err := json.Unmarshal([]byte(oldRec), &old); err == nil {
-			keys = append(keys, k.due(shard, old.Queue), k.dead(shard, old.Topic))
-		}
-	}
-	flag := "0"
-	if replace {
-		flag = "1"
-	}
-	return &scriptCall{script: enqueueScript, keys: keys, args: []any{rec.ID, string(recJSON), string(payload), flag, k.wake(), shard}}
+// enqueueItem is one notification on its way into a script.
+type enqueueItem struct {
+	index   int
+	req     EnqueueRequest
+	due     int64
+	content []byte
+	// oldQueue and oldTopic are where a replaced record sits, when the
+	// script asked for those keys.
+	oldQueue, oldTopic string
+	code               int
 }
 
-// enqueueResult reads a call's reply; needKeys is the old record when the
-// script asked for its keys.
-func (s *Store) enqueueResult(c *scriptCall, payload json.RawMessage) (res EnqueueResult, needKeys string) {
-	v, err := c.cmd.Result()
+// enqueueCalls builds one script call per shard for items, and returns the
+// items of each call in order.
+func (s *Store) enqueueCalls(items []*enqueueItem, now time.Time) ([]*scriptCall, [][]*enqueueItem) {
+	byShard := map[int][]*enqueueItem{}
+	for _, it := range items {
+		shard := s.keys.shardOf(it.req.Notification.ID)
+		byShard[shard] = append(byShard[shard], it)
+	}
+	k := s.keys
+	var calls []*scriptCall
+	var groups [][]*enqueueItem
+	for _, shard := range sortedKeys(byShard) {
+		group := byShard[shard]
+		var queues, topics keyIndex
+		args := make([]any, 5, 5+10*len(group))
+		for _, it := range group {
+			n := it.req.Notification
+			queue := queueOf(n.Channel, n.Topic)
+			q, t := queues.of(queue), topics.of(n.Topic)
+			oq, ot := 0, 0
+			if it.oldQueue != "" {
+				oq, ot = queues.of(it.oldQueue), topics.of(it.oldTopic)
+			}
+			args = append(args, n.ID, it.content, it.due, boolArg(it.req.Replace), q, t, n.Topic, queue, oq, ot)
+		}
+		args[0], args[1], args[2], args[3], args[4] = ms(now), k.wake(), shard, len(queues), len(topics)
+		keyList := []string{k.job(shard), k.state(shard), k.hist(shard), k.stats(shard), k.finished(shard), k.deadAll(shard)}
+		for _, q := range queues {
+			keyList = append(keyList, k.due(shard, q))
+		}
+		for _, t := range topics {
+			keyList = append(keyList, k.dead(shard, t))
+		}
+		calls = append(calls, &scriptCall{script: enqueueScript, keys: keyList, args: args})
+		groups = append(groups, group)
+	}
+	return calls, groups
+}
+
+// enqueueResults fills in the result of each item from its code: a new or
+// replaced record is the request as stored; an existing one is read back.
+func (s *Store) enqueueResults(ctx context.Context, items []*enqueueItem, results []EnqueueResult, now time.Time) error {
+	var existing []*enqueueItem
+	for _, it := range items {
+		r := &results[it.index]
+		if r.Err != nil {
+			continue
+		}
+		switch it.code {
+		case codeOK, codeReplaced:
+			r.Status = Created
+			if it.code == codeReplaced {
+				r.Status = Replaced
+			}
+			r.Notification = stored(it.req.Notification, now, it.due)
+		case codeExists, codeConflict, codeReserved:
+			existing = append(existing, it)
+		case codeNeedKeys:
+			r.Err = fmt.Errorf("enqueue %s: the record kept moving during the replace", it.req.Notification.ID)
+		default:
+			r.Err = fmt.Errorf("enqueue %s: unexpected code %d", it.req.Notification.ID, it.code)
+		}
+	}
+	if len(existing) == 0 {
+		return nil
+	}
+	ids := make([]string, len(existing))
+	for i, it := range existing {
+		ids[i] = it.req.Notification.ID
+	}
+	got, err := s.getMany(ctx, ids)
 	if err != nil {
-		return EnqueueResult{Err: fmt.Errorf("enqueue: %w", err)}, ""
+		return fmt.Errorf("enqueue: read existing: %w", err)
 	}
-	l, err := replyList(v, 3)
-	if err != nil {
-		return EnqueueResult{Err: err}, ""
+	for i, it := range existing {
+		r := &results[it.index]
+		r.Notification = got[i]
+		switch {
+		case got[i] == nil:
+			r.Err = fmt.Errorf("enqueue %s: the existing record vanished", ids[i])
+		case it.code == codeExists:
+			r.Status = Existing
+		case it.code == codeConflict:
+			r.Err = notify.ErrConflict
+		default:
+			r.Err = notify.ErrReserved
+		}
 	}
-	code, _ := replyInt(l[0])
-	if code == codeNeedKeys {
-		return EnqueueResult{Err: fmt.Errorf("enqueue: record moved during replace")}, replyString(l[1])
+	return nil
+}
+
+// stored returns the record n became when stored at now, first due at due
+// (ms): what Get would read back.
+func stored(n *notify.Notification, now time.Time, due int64) *notify.Notification {
+	out := *n
+	out.State, out.Attempts = notify.StateScheduled, 0
+	out.CreatedAt = fromMS(ms(now))
+	out.UpdatedAt = out.CreatedAt
+	out.SendAt = fromMS(dueMS(n.SendAt))
+	out.NextAttemptAt = optMS(due)
+	out.History = []notify.Attempt{}
+	out.Receipt, out.Deadline = "", nil
+	return &out
+}
+
+// keyIndex numbers the distinct queues or topics of a script call: the
+// script finds item i's key at the index it was given.
+type keyIndex []string
+
+// of returns v's 1-based index, adding it when new.
+func (x *keyIndex) of(v string) int {
+	if i := slices.Index(*x, v); i >= 0 {
+		return i + 1
 	}
-	stored := replyString(l[2])
-	if code == codeOK || code == codeReplaced {
-		stored = string(payload)
+	*x = append(*x, v)
+	return len(*x)
+}
+
+func boolArg(b bool) string {
+	if b {
+		return "1"
 	}
-	n, err := decodeNotification(replyString(l[1]), stored, "")
-	if err != nil {
-		return EnqueueResult{Err: err}, ""
+	return "0"
+}
+
+func sortedKeys[V any](m map[int]V) []int {
+	out := make([]int, 0, len(m))
+	for k := range m {
+		out = append(out, k)
 	}
-	switch code {
-	case codeOK:
-		return EnqueueResult{Status: Created, Notification: n}, ""
-	case codeReplaced:
-		return EnqueueResult{Status: Replaced, Notification: n}, ""
-	case codeExists:
-		return EnqueueResult{Status: Existing, Notification: n}, ""
-	case codeConflict:
-		return EnqueueResult{Notification: n, Err: notify.ErrConflict}, ""
-	case codeReserved:
-		return EnqueueResult{Notification: n, Err: notify.ErrReserved}, ""
-	}
-	return EnqueueResult{Err: fmt.Errorf("enqueue: unexpected code %d", code)}, ""
+	slices.Sort(out)
+	return out
 }

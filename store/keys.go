@@ -5,21 +5,23 @@ import (
 	"strconv"
 )
 
-// Key layout. Every key is namespace, then the shard's hash tag, then a
+// Key layout. Every key is the namespace, then the shard's hash tag, then a
 // suffix, so that all keys of one shard live in one Redis Cluster slot and
 // one script touches one slot:
 //
-//	herald:{3}:meta          HASH  id -> record JSON (no payload, no history)
-//	herald:{3}:payload       HASH  id -> payload bytes
-//	herald:{3}:hist          HASH  id -> JSON array of attempts
-//	herald:{3}:due:push      ZSET  id -> due time (ms): work for the dispatchers
-//	herald:{3}:due:pull.T    ZSET  id -> due time (ms): work for topic T's consumers
-//	herald:{3}:reserved      ZSET  id -> reservation deadline (ms)
-//	herald:{3}:dead:T        ZSET  id -> time of death (ms), per topic
-//	herald:{3}:finished      ZSET  id -> expiry time (ms) of a succeeded or cancelled record
-//	herald:{3}:stats         HASH  "T:scheduled" ... -> count
-//	herald:{3}:topics        SET   topic names seen in the shard
-//	herald:wake              pub/sub channel: "queue shard due_ms" when a shard's head moves earlier
+//	herald:{3}:job          HASH  id -> content: header line + encoded body + payload (codec.go), written once
+//	herald:{3}:st           HASH  id -> state line (codec.go); absent while a new notification waits for its first attempt
+//	herald:{3}:hist         HASH  "id|n" -> attempt n's history entry (JSON), appended, never rewritten
+//	herald:{3}:due:push     ZSET  id -> due time (ms): work for the dispatchers
+//	herald:{3}:due:pull.T   ZSET  id -> due time (ms): work for topic T's consumers
+//	herald:{3}:reserved     ZSET  id -> reservation deadline (ms)
+//	herald:{3}:dead         ZSET  id -> time of death (ms), every topic: the dead-letter listing
+//	herald:{3}:dead:T       ZSET  id -> time of death (ms), topic T: replay and purge by topic
+//	herald:{3}:finished     ZSET  id -> expiry time (ms) of a succeeded or cancelled record
+//	herald:{3}:stats        HASH  "T:scheduled", "T:reserved", "T:dead", "T:succeeded_total", "T:failed_attempts_total" -> count
+//	herald:{3}:act:M        HASH  "T|ok", "T|fail", "T|lat|B" -> attempts in minute M (Unix minutes), expiring
+//	herald:{3}:quarantine   HASH  id -> why, and the content that could not be decoded
+//	herald:wake             pub/sub channel: "queue shard due_ms" when a shard's head moves earlier
 type keys struct {
 	ns     string
 	shards int
@@ -43,16 +45,25 @@ func (k keys) prefix(shard int) string {
 	return k.ns + ":{" + strconv.Itoa(shard) + "}:"
 }
 
-func (k keys) meta(shard int) string     { return k.prefix(shard) + "meta" }
-func (k keys) payload(shard int) string  { return k.prefix(shard) + "payload" }
-func (k keys) hist(shard int) string     { return k.prefix(shard) + "hist" }
-func (k keys) reserved(shard int) string { return k.prefix(shard) + "reserved" }
-func (k keys) finished(shard int) string { return k.prefix(shard) + "finished" }
-func (k keys) stats(shard int) string    { return k.prefix(shard) + "stats" }
-func (k keys) topics(shard int) string   { return k.prefix(shard) + "topics" }
+func (k keys) job(shard int) string        { return k.prefix(shard) + "job" }
+func (k keys) state(shard int) string      { return k.prefix(shard) + "st" }
+func (k keys) hist(shard int) string       { return k.prefix(shard) + "hist" }
+func (k keys) reserved(shard int) string   { return k.prefix(shard) + "reserved" }
+func (k keys) deadAll(shard int) string    { return k.prefix(shard) + "dead" }
+func (k keys) finished(shard int) string   { return k.prefix(shard) + "finished" }
+func (k keys) stats(shard int) string      { return k.prefix(shard) + "stats" }
+func (k keys) quarantine(shard int) string { return k.prefix(shard) + "quarantine" }
 
 func (k keys) due(shard int, queue string) string { return k.prefix(shard) + "due:" + queue }
 
 func (k keys) dead(shard int, topic string) string { return k.prefix(shard) + "dead:" + topic }
 
+func (k keys) activity(shard int, minute int64) string {
+	return k.prefix(shard) + "act:" + strconv.FormatInt(minute, 10)
+}
+
 func (k keys) wake() string { return k.ns + ":wake" }
+
+// histField names attempt n's entry of id's history; "|" cannot occur in an
+// id, so the field is unambiguous.
+func histField(id string, n int) string { return id + "|" + strconv.Itoa(n) }

@@ -1,108 +1,134 @@
 package store
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/heraldhq/herald/notify"
 )
 
-// record is a notification as the scripts see it: short names, times in Unix
-// milliseconds, and no payload or history (those live in their own hashes so
-// that a state change never decodes a 256 KiB payload).
-type record struct {
-	ID       string            `json:"id"`
-	Topic    string            `json:"t"`
-	Channel  string            `json:"c"`
-	Queue    string            `json:"q"`
-	Target   string            `json:"tg,omitempty"`
-	Template string            `json:"tp,omitempty"`
-	Policy   string            `json:"p,omitempty"`
-	Headers  map[string]string `json:"h,omitempty"`
-	Backoff  []int64           `json:"b"`
-	TTR      int64             `json:"ttr"`
-	State    notify.State      `json:"s"`
-	Attempts int               `json:"a"`
-	SendAt   int64             `json:"sa"`
-	NextAt   int64             `json:"na,omitempty"`
-	Created  int64             `json:"ca"`
-	Updated  int64             `json:"ua"`
-	Receipt  string            `json:"r,omitempty"`
-	Deadline int64             `json:"dl,omitempty"`
-	Digest   string            `json:"d"`
+// Get returns a notification with its payload and history.
+func (s *Store) Get(ctx context.Context, id string) (*notify.Notification, error) {
+	got, err := s.getMany(ctx, []string{id})
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", id, err)
+	}
+	if got[0] == nil {
+		return nil, notify.ErrNotFound
+	}
+	return got[0], nil
 }
 
-func ms(t time.Time) int64 { return t.UnixMilli() }
-
-// dueMS rounds a due time up to the millisecond: scripts compare whole
-// milliseconds, and rounding down would let an attempt start up to 1ms early.
-func dueMS(t time.Time) int64 { return ceilMS(t.UnixNano()) }
-
-func ceilMS(ns int64) int64 { return (ns + int64(time.Millisecond) - 1) / int64(time.Millisecond) }
-
-func fromMS(v int64) time.Time { return time.UnixMilli(v).UTC() }
-
-func optMS(v int64) *time.Time {
-	if v == 0 {
-		return nil
+// getMany reads notifications with payload and history in two round trips
+// however many there are: contents and states, then histories and the due
+// times of those that have no state yet. A missing id gives nil.
+func (s *Store) getMany(ctx context.Context, ids []string) ([]*notify.Notification, error) {
+	pipe := s.client.Pipeline()
+	contents := make([]*redis.StringCmd, len(ids))
+	states := make([]*redis.StringCmd, len(ids))
+	for i, id := range ids {
+		shard := s.keys.shardOf(id)
+		contents[i] = pipe.HGet(ctx, s.keys.job(shard), id)
+		states[i] = pipe.HGet(ctx, s.keys.state(shard), id)
 	}
-	t := fromMS(v)
-	return &t
-}
-
-// queueOf is where a notification waits: pull topics have their own queue
-// per topic, every other channel shares the dispatchers' push queue.
-func queueOf(channel, topic string) string {
-	if channel == notify.ChannelPull {
-		return PullQueue(topic)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
 	}
-	return QueuePush
-}
-
-func toRecord(n *notify.Notification) *record {
-	r := &record{
-		ID: n.ID, Topic: n.Topic, Channel: n.Channel, Queue: queueOf(n.Channel, n.Topic),
-		Target: n.Target, Template: n.Template, Policy: n.Policy, Headers: n.Headers,
-		Backoff: make([]int64, len(n.Backoff)), TTR: time.Duration(n.TTR).Milliseconds(),
-		State: n.State, Attempts: n.Attempts, SendAt: dueMS(n.SendAt),
-		Created: ms(n.CreatedAt), Updated: ms(n.UpdatedAt), Digest: n.Digest,
-	}
-	for i, d := range n.Backoff {
-		r.Backoff[i] = ceilMS(int64(d))
-	}
-	if n.NextAttemptAt != nil {
-		r.NextAt = dueMS(*n.NextAttemptAt)
-	}
-	return r
-}
-
-// decodeNotification rebuilds a notification from its record JSON, payload
-// and history JSON (either may be empty).
-func decodeNotification(recJSON, payload, hist string) (*notify.Notification, error) {
-	var r record
-	if err := json.Unmarshal([]byte(recJSON), &r); err != nil {
-		return nil, fmt.Errorf("decode record: %w", err)
-	}
-	n := &notify.Notification{
-		ID: r.ID, Topic: r.Topic, Channel: r.Channel, Target: r.Target, Template: r.Template,
-		Policy: r.Policy, Headers: r.Headers, State: r.State, Attempts: r.Attempts,
-		Backoff: make([]notify.Duration, len(r.Backoff)), TTR: notify.Duration(time.Duration(r.TTR) * time.Millisecond),
-		SendAt: fromMS(r.SendAt), NextAttemptAt: optMS(r.NextAt),
-		CreatedAt: fromMS(r.Created), UpdatedAt: fromMS(r.Updated),
-		Receipt: r.Receipt, Deadline: optMS(r.Deadline), Digest: r.Digest,
-		History: []notify.Attempt{},
-	}
-	for i, b := range r.Backoff {
-		n.Backoff[i] = notify.Duration(time.Duration(b) * time.Millisecond)
-	}
-	if payload != "" {
-		n.Payload = json.RawMessage(payload)
-	}
-	if hist != "" {
-		if err := json.Unmarshal([]byte(hist), &n.History); err != nil {
-			return nil, fmt.Errorf("decode history of %s: %w", r.ID, err)
+	out := make([]*notify.Notification, len(ids))
+	hists := make([]*redis.SliceCmd, len(ids))
+	dues := make([]*redis.FloatCmd, len(ids))
+	pipe = s.client.Pipeline()
+	for i, id := range ids {
+		if contents[i].Err() != nil {
+			continue
+		}
+		n, histLen, err := decode(id, contents[i].Val(), states[i].Val(), 0)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = n
+		shard := s.keys.shardOf(id)
+		if histLen > 0 {
+			fields := make([]string, histLen)
+			for j := range fields {
+				fields[j] = histField(id, j)
+			}
+			hists[i] = pipe.HMGet(ctx, s.keys.hist(shard), fields...)
+		}
+		if states[i].Val() == "" {
+			dues[i] = pipe.ZScore(ctx, s.keys.due(shard, queueOf(n.Channel, n.Topic)), id)
 		}
 	}
-	return n, nil
+	if pipe.Len() == 0 {
+		return out, nil
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	for i, n := range out {
+		if hists[i] != nil {
+			if err := decodeHistory(n, hists[i].Val()); err != nil {
+				return nil, err
+			}
+		}
+		if dues[i] != nil && dues[i].Err() == nil {
+			n.NextAttemptAt = optMS(int64(dues[i].Val()))
+		}
+	}
+	return out, nil
+}
+
+func decodeHistory(n *notify.Notification, entries []any) error {
+	n.History = make([]notify.Attempt, 0, len(entries))
+	for _, e := range entries {
+		raw, ok := e.(string)
+		if !ok {
+			continue // swept or never written: the history has a gap
+		}
+		var a notify.Attempt
+		if err := json.Unmarshal([]byte(raw), &a); err != nil {
+			return fmt.Errorf("decode history of %s: %w", n.ID, err)
+		}
+		n.History = append(n.History, a)
+	}
+	return nil
+}
+
+// Cancel cancels a scheduled or reserved notification and returns its
+// record. A reserved one's running attempt can no longer finish it: its ack
+// gets notify.ErrStaleReceipt. Cancelling a cancelled notification returns
+// it unchanged; a succeeded or dead one is notify.ErrFinished.
+func (s *Store) Cancel(ctx context.Context, id string) (*notify.Notification, error) {
+	shard := s.keys.shardOf(id)
+	queue := QueuePush
+	k := s.keys
+	for range 3 { // the script names the record's queue when it is another
+		v, err := s.runScript(ctx, cancelScript,
+			[]string{k.job(shard), k.state(shard), k.due(shard, queue), k.reserved(shard), k.finished(shard), k.stats(shard)},
+			id, ms(s.Now()), s.retentionMS(), queue)
+		if err != nil {
+			return nil, fmt.Errorf("cancel %s: %w", id, err)
+		}
+		l, err := replyList(v, 2)
+		if err != nil {
+			return nil, err
+		}
+		switch code, _ := replyInt(l[0]); code {
+		case codeOK, codeCancelled:
+			return s.Get(ctx, id)
+		case codeNotFound:
+			return nil, notify.ErrNotFound
+		case codeFinished:
+			return nil, notify.ErrFinished
+		case codeNeedKeys:
+			queue = replyString(l[1])
+		default:
+			return nil, fmt.Errorf("cancel %s: unexpected code %d", id, code)
+		}
+	}
+	return nil, fmt.Errorf("cancel %s: the record keeps moving between queues", id)
 }

@@ -6,10 +6,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -18,7 +17,7 @@ import (
 )
 
 // MaxReserve bounds the notifications one Reserve call hands out.
-const MaxReserve = 1000
+const MaxReserve = maxScriptBatch
 
 // Head is the due time of the earliest notification left in a shard's queue
 // after a reservation; zero when the queue is empty.
@@ -35,6 +34,9 @@ type Head struct {
 // Deadline (now + its ttr); nothing due later than now is ever returned.
 // The heads tell the caller when each asked shard has work next: a head
 // already due means the shard had more than its share.
+//
+// A reserved notification whose content cannot be decoded is quarantined
+// (see Quarantined) and left out, so that it cannot stop the queue.
 func (s *Store) Reserve(ctx context.Context, queue string, shards []int, limit int) ([]*notify.Notification, []Head, error) {
 	if len(shards) == 0 || limit < 1 {
 		return nil, nil, nil
@@ -44,12 +46,12 @@ func (s *Store) Reserve(ctx context.Context, queue string, shards []int, limit i
 	prefix := receiptPrefix()
 	quotas := splitQuotas(shards, limit, int(s.rotate.Add(1)))
 	calls := make([]*scriptCall, len(quotas))
+	k := s.keys
 	for i, q := range quotas {
-		k := s.keys
 		calls[i] = &scriptCall{
 			script: reserveScript,
-			keys:   []string{k.due(q.shard, queue), k.reserved(q.shard), k.meta(q.shard), k.payload(q.shard), k.stats(q.shard)},
-			args:   []any{now, q.max, prefix + strconv.Itoa(q.shard)},
+			keys:   []string{k.due(q.shard, queue), k.reserved(q.shard), k.job(q.shard), k.state(q.shard), k.stats(q.shard)},
+			args:   []any{now, q.max, prefix + strconv.Itoa(q.shard) + "."},
 		}
 	}
 	if err := s.runScripts(ctx, calls); err != nil {
@@ -59,25 +61,31 @@ func (s *Store) Reserve(ctx context.Context, queue string, shards []int, limit i
 	heads := make([]Head, 0, len(quotas))
 	var firstErr error
 	for i, c := range calls {
-		l, err := s.listReply(c)
+		shard := quotas[i].shard
+		v, err := c.cmd.Result()
+		var l []any
+		if err == nil {
+			l, err = replyList(v, 2)
+		}
 		if err != nil {
 			firstErr = cmp.Or(firstErr, err)
 			continue
 		}
-		items, _ := l[0].([]any)
-		h := Head{Shard: quotas[i].shard}
-		for j := 0; j+1 < len(items); j += 2 {
-			n, err := decodeNotification(replyString(items[j]), replyString(items[j+1]), "")
+		h := Head{Shard: shard}
+		if v, err := strconv.ParseInt(replyString(l[0]), 10, 64); err == nil {
+			h.Due = fromMS(v)
+		}
+		heads = append(heads, h)
+		items, _ := l[1].([]any)
+		for j := 0; j+2 < len(items); j += 3 {
+			id := replyString(items[j])
+			n, _, err := decode(id, replyString(items[j+1]), replyString(items[j+2]), 0)
 			if err != nil {
-				firstErr = cmp.Or(firstErr, err)
+				s.quarantine(ctx, shard, id, err)
 				continue
 			}
 			out = append(out, n)
 		}
-		if v, err := strconv.ParseInt(replyString(l[1]), 10, 64); err == nil {
-			h.Due = fromMS(v)
-		}
-		heads = append(heads, h)
 	}
 	// Reserved notifications are returned even when another shard failed:
 	// dropping them would strand them until their ttr.
@@ -111,6 +119,14 @@ func splitQuotas(shards []int, n, rotate int) []quota {
 	return out
 }
 
+// receiptPrefix is unique to one Reserve call; the script appends the
+// shard and the item's position.
+func receiptPrefix() string {
+	var b [9]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:]) + "."
+}
+
 // Heads returns, for every shard, when the earliest notification of queue
 // is due (Due zero when the shard's queue is empty), in one pipeline. Pull
 // consumers, which keep no state between requests, use it to reserve only
@@ -134,237 +150,120 @@ func (s *Store) Heads(ctx context.Context, queue string) ([]Head, error) {
 	return heads, nil
 }
 
-func (s *Store) listReply(c *scriptCall) ([]any, error) {
-	v, err := c.cmd.Result()
-	if err != nil {
-		return nil, err
-	}
-	return replyList(v, 2)
-}
-
-// receiptPrefix is unique to one Reserve call; the script appends the
-// shard and the item's position.
-func receiptPrefix() string {
-	var b [9]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:]) + "."
-}
-
 // Finish ends one reserved attempt.
 type Finish struct {
-	// Notification is the reserved notification: its ID, Receipt, Channel
-	// and Topic are used.
+	// Notification is the reserved notification: its ID, Receipt, Channel,
+	// Topic and NextAttemptAt (the due time of this attempt) are used.
 	Notification *notify.Notification
 	Action       notify.Action
-	// NextAt is when the next attempt is due, for ActionRetry and
-	// ActionRelease.
+	// NextAt is when the next attempt is due, for notify.ActionRetry and
+	// notify.ActionRelease; it is rounded up to the millisecond.
 	NextAt time.Time
 	// Attempt is appended to the history.
 	Attempt notify.Attempt
 }
 
 // Finish ends a batch of attempts in one pipeline, one script per shard.
-// The result holds one error per item: nil, notify.ErrStaleReceipt when the
-// receipt no longer holds the reservation (it expired and was taken over, or
-// the notification was cancelled), or notify.ErrNotFound. The returned error
-// is for a failure to reach Redis; the caller may retry the whole batch, as a
-// finish that already applied answers ErrStaleReceipt the second time.
+// The result holds one error per item: nil, or notify.ErrStaleReceipt when
+// the receipt no longer holds the reservation (it expired and was taken
+// over, or the notification was cancelled). The returned error is for a
+// failure to reach Redis; the caller may retry the whole batch, as a finish
+// that already applied answers ErrStaleReceipt the second time.
 func (s *Store) Finish(ctx context.Context, items []Finish) ([]error, error) {
+	errs := make([]error, len(items))
 	byShard := map[int][]int{}
 	for i, f := range items {
+		if err := checkFinish(&f); err != nil {
+			errs[i] = err
+			continue
+		}
 		shard := s.keys.shardOf(f.Notification.ID)
 		byShard[shard] = append(byShard[shard], i)
 	}
-	now := ms(s.Now())
+	now := s.Now()
+	minute := now.Unix() / 60
 	calls := make([]*scriptCall, 0, len(byShard))
 	order := make([][]int, 0, len(byShard))
-	k := s.keys
-	for shard, idx := range byShard {
-		keys := []string{k.meta(shard), k.hist(shard), k.reserved(shard), k.finished(shard), k.stats(shard)}
-		args := []any{now, s.retentionMS(), k.wake(), shard}
-		for _, i := range idx {
-			f := items[i]
-			n := f.Notification
-			keys = append(keys, k.due(shard, queueOf(n.Channel, n.Topic)), k.dead(shard, n.Topic))
-			att := f.Attempt
-			att.Error = notify.CutError(att.Error)
-			attJSON, _ := json.Marshal(att)
-			args = append(args, n.ID, n.Receipt, string(f.Action), dueMS(f.NextAt), string(attJSON))
+	for _, shard := range sortedKeys(byShard) {
+		for chunk := range slices.Chunk(byShard[shard], maxScriptBatch) {
+			calls = append(calls, s.finishCall(shard, items, chunk, now, minute))
+			order = append(order, chunk)
 		}
-		calls = append(calls, &scriptCall{script: finishScript, keys: keys, args: args})
-		order = append(order, idx)
+	}
+	if len(calls) == 0 {
+		return errs, nil
 	}
 	if err := s.runScripts(ctx, calls); err != nil {
 		return nil, fmt.Errorf("finish: %w", err)
 	}
-	errs := make([]error, len(items))
 	var failed error
 	for c, call := range calls {
-		v, err := call.cmd.Result()
-		var codes []any
-		if err == nil {
-			codes, err = replyList(v, len(order[c]))
-		}
+		codes, _, err := replyCodes(call, len(order[c]))
 		for j, i := range order[c] {
-			if err != nil {
+			switch {
+			case err != nil:
 				errs[i] = fmt.Errorf("finish: %w", err)
 				failed = errs[i]
-				continue
-			}
-			switch code, _ := replyInt(codes[j]); code {
-			case codeOK:
-			case codeStale:
+			case codes[j] == codeOK:
+			case codes[j] == codeStale:
 				errs[i] = notify.ErrStaleReceipt
-			case codeNotFound:
-				errs[i] = notify.ErrNotFound
 			default:
-				errs[i] = fmt.Errorf("finish: unexpected code %d", code)
+				errs[i] = fmt.Errorf("finish: unexpected code %d", codes[j])
 			}
 		}
 	}
 	// A shard that could not be reached fails the whole call so the caller
 	// retries; items that did apply answer ErrStaleReceipt next time.
-	if failed != nil {
-		return errs, failed
-	}
-	return errs, nil
+	return errs, failed
 }
 
-// Expired returns up to limit reserved notifications per shard whose
-// deadline passed before now-grace, with their current receipt: their
-// attempt counts as failed (ttr expired), and the caller finishes them with
-// Finish. grace absorbs clock skew between dispatchers.
-func (s *Store) Expired(ctx context.Context, grace time.Duration, limit int) ([]*notify.Notification, error) {
-	cutoff := strconv.FormatInt(ms(s.Now().Add(-grace)), 10)
-	pipe := s.client.Pipeline()
-	cmds := make([]*redis.StringSliceCmd, s.keys.shards)
-	for shard := range cmds {
-		cmds[shard] = pipe.ZRangeByScore(ctx, s.keys.reserved(shard), &redis.ZRangeBy{Min: "-inf", Max: cutoff, Count: int64(limit)})
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, fmt.Errorf("find expired reservations: %w", err)
-	}
-	pipe = s.client.Pipeline()
-	var metas []*redis.SliceCmd
-	for shard, c := range cmds {
-		if ids := c.Val(); len(ids) > 0 {
-			metas = append(metas, pipe.HMGet(ctx, s.keys.meta(shard), ids...))
+func checkFinish(f *Finish) error {
+	switch f.Action {
+	case notify.ActionAck, notify.ActionDead:
+	case notify.ActionRetry, notify.ActionRelease:
+		if err := checkDue(f.NextAt); err != nil {
+			return fmt.Errorf("finish %s: next attempt %w", f.Notification.ID, err)
 		}
+	default:
+		return fmt.Errorf("finish %s: unknown action %q", f.Notification.ID, f.Action)
 	}
-	if len(metas) == 0 {
-		return nil, nil
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, fmt.Errorf("read expired reservations: %w", err)
-	}
-	var out []*notify.Notification
-	for _, c := range metas {
-		for _, v := range c.Val() {
-			raw, ok := v.(string)
-			if !ok {
-				continue
-			}
-			n, err := decodeNotification(raw, "", "")
-			if err != nil {
-				return nil, err
-			}
-			if n.State == notify.StateReserved {
-				out = append(out, n)
-			}
-		}
-	}
-	return out, nil
+	return nil
 }
 
-// Sweep deletes up to limit records per shard whose retention has passed,
-// and returns how many it deleted.
-func (s *Store) Sweep(ctx context.Context, limit int) (int, error) {
-	now := ms(s.Now())
-	calls := make([]*scriptCall, s.keys.shards)
+// finishCall builds the script call that finishes items idx, all of shard.
+func (s *Store) finishCall(shard int, items []Finish, idx []int, now time.Time, minute int64) *scriptCall {
 	k := s.keys
-	for shard := range calls {
-		calls[shard] = &scriptCall{
-			script: sweepScript,
-			keys:   []string{k.finished(shard), k.meta(shard), k.payload(shard), k.hist(shard)},
-			args:   []any{now, limit},
+	var queues, topics keyIndex
+	args := make([]any, 7, 7+9*len(idx))
+	for _, i := range idx {
+		f := items[i]
+		n := f.Notification
+		q, t := 0, 0
+		next := ""
+		switch f.Action {
+		case notify.ActionRetry, notify.ActionRelease:
+			q = queues.of(queueOf(n.Channel, n.Topic))
+			next = strconv.FormatInt(dueMS(f.NextAt), 10)
+		case notify.ActionDead:
+			t = topics.of(n.Topic)
 		}
-	}
-	if err := s.runScripts(ctx, calls); err != nil {
-		return 0, fmt.Errorf("sweep: %w", err)
-	}
-	total := 0
-	for _, c := range calls {
-		n, _ := c.cmd.Int()
-		total += n
-	}
-	return total, nil
-}
-
-// Wake tells that a shard's queue has work due at Due, earlier than its
-// previous head.
-type Wake struct {
-	Queue string
-	Shard int
-	Due   time.Time
-}
-
-// Subscribe delivers wake-ups published by enqueues, retries and replays
-// until ctx ends. Messages lost while the connection is down are not
-// replayed, so subscribers must still poll now and then. ready is closed
-// once the subscription is confirmed.
-func (s *Store) Subscribe(ctx context.Context) (wakes <-chan Wake, ready <-chan struct{}) {
-	out := make(chan Wake, 256)
-	rdy := make(chan struct{})
-	go func() {
-		defer close(out)
-		ps := s.client.Subscribe(ctx, s.keys.wake())
-		defer ps.Close()
-		for {
-			_, err := ps.Receive(ctx)
-			if err == nil {
-				break
-			}
-			if ctx.Err() != nil {
-				return
-			}
-			s.cfg.Logger.WarnContext(ctx, "store: subscribe to wake-ups failed; retrying", "error", err)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(time.Second):
-			}
+		att := f.Attempt
+		att.Error = notify.CutError(att.Error)
+		entry, _ := json.Marshal(att)
+		bucket := ""
+		if n.NextAttemptAt != nil && f.Action != notify.ActionRelease && f.Attempt.Outcome != notify.OutcomeTTRExpired {
+			bucket = strconv.Itoa(latencyBucket(f.Attempt.StartedAt.Sub(*n.NextAttemptAt)))
 		}
-		close(rdy)
-		ch := ps.Channel(redis.WithChannelSize(256))
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case msg, ok := <-ch:
-				if !ok {
-					return
-				}
-				if w, err := parseWake(msg.Payload); err == nil {
-					select {
-					case out <- w:
-					default: // a slow reader only loses hints, never work
-					}
-				}
-			}
-		}
-	}()
-	return out, rdy
-}
-
-func parseWake(s string) (Wake, error) {
-	f := strings.Fields(s)
-	if len(f) != 3 {
-		return Wake{}, errors.New("bad wake message")
+		args = append(args, n.ID, n.Receipt, string(f.Action), next, q, t, n.Topic, entry, bucket)
 	}
-	shard, err1 := strconv.Atoi(f[1])
-	due, err2 := strconv.ParseInt(f[2], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return Wake{}, err
+	args[0], args[1], args[2], args[3] = ms(now), s.retentionMS(), k.wake(), shard
+	args[4], args[5], args[6] = len(queues), len(topics), int(ActivityRetention/time.Second)
+	keyList := []string{k.state(shard), k.reserved(shard), k.hist(shard), k.stats(shard), k.finished(shard), k.deadAll(shard), k.activity(shard, minute)}
+	for _, q := range queues {
+		keyList = append(keyList, k.due(shard, q))
 	}
-	return Wake{Queue: f[0], Shard: shard, Due: fromMS(due)}, nil
+	for _, t := range topics {
+		keyList = append(keyList, k.dead(shard, t))
+	}
+	return &scriptCall{script: finishScript, keys: keyList, args: args}
 }

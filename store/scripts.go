@@ -1,51 +1,29 @@
 package store
 
-import "github.com/redis/go-redis/v9"
+import (
+	"fmt"
+	"strings"
 
-// Every state change is one of these scripts. They follow three rules that
-// keep them safe on Redis Cluster and on proxies: every key they touch comes
-// in KEYS (all of one shard, so one slot), command names are literal strings,
-// and every loop is bounded by a batch the caller chose.
+	"github.com/redis/go-redis/v9"
+)
+
+// Every state change is one of these scripts. They keep four rules:
 //
-// Records are JSON in the shard's meta hash with short field names (see
-// record in record.go): id, t topic, c channel, q queue, s state, a attempts,
-// b backoff (ms), ttr (ms), na next attempt (ms), r receipt, dl deadline (ms),
-// d digest, ua updated at (ms). Times are Unix milliseconds, which cjson
-// encodes exactly (13 digits, under its 14-digit precision).
+//   - every key they touch comes in KEYS, all of one shard, so one slot;
+//     command names are literal strings;
+//   - they move a batch with one command per key (multi-member ZADD and
+//     ZREM, multi-field HSET, HMGET and HDEL), and every loop is bounded by
+//     the batch the caller chose;
+//   - they check every argument before their first write and answer an
+//     error reply for a bad one, so a call either changes nothing or does
+//     all of its work: Redis does not roll back a script that fails half-way;
+//   - they never decode a payload: the content's header line (codec.go)
+//     holds what they need.
+//
+// Result codes are named the same in Go and in the Lua, whose prelude is
+// generated from resultCodes.
 
-// prelude is shared by all scripts: gauge bookkeeping and scheduling with a
-// wake-up for dispatchers waiting on a later head.
-const prelude = `
-local function stat(stats, topic, field, delta)
-  if delta ~= 0 then redis.call('HINCRBY', stats, topic .. ':' .. field, delta) end
-end
-local function gauge(stats, topic, state, delta)
-  if state == 'scheduled' or state == 'reserved' or state == 'dead' then
-    stat(stats, topic, state, delta)
-  end
-end
--- schedule adds id to a due set at time at, and publishes a wake-up when it
--- becomes the set's new head, so sleeping dispatchers re-plan.
-local function schedule(due, id, at, channel, queue, shard)
-  local head = redis.call('ZRANGE', due, 0, 0, 'WITHSCORES')
-  redis.call('ZADD', due, at, id)
-  if head[2] == nil or at < tonumber(head[2]) then
-    redis.call('PUBLISH', channel, queue .. ' ' .. shard .. ' ' .. string.format('%d', at))
-  end
-end
-local function append_history(hist, id, entry)
-  local h = redis.call('HGET', hist, id)
-  if h then
-    redis.call('HSET', hist, id, string.sub(h, 1, -2) .. ',' .. entry .. ']')
-  else
-    redis.call('HSET', hist, id, '[' .. entry .. ']')
-  end
-end
-`
-
-func newScript(body string) *redis.Script { return redis.NewScript(prelude + body) }
-
-// Result codes shared by the scripts.
+// Result codes of the scripts.
 const (
 	codeOK        = 1
 	codeExists    = 2 // enqueue: same id and content
@@ -53,279 +31,632 @@ const (
 	codeReserved  = 4 // enqueue with replace: the notification is reserved
 	codeReplaced  = 5
 	codeNotFound  = 6
-	codeStale     = 7 // finish: receipt does not hold the reservation
+	codeStale     = 7 // finish: the receipt does not hold the reservation
 	codeFinished  = 8 // cancel: succeeded or dead
 	codeNeedKeys  = 9 // the record sits under a key the caller did not pass
 	codeCancelled = 10
 )
 
-// enqueueScript stores a new notification, or answers for an existing id.
-//
-// KEYS[1] meta HASH, [2] payload HASH, [3] hist HASH, [4] due ZSET of the
-// new queue, [5] dead ZSET of the new topic, [6] finished ZSET, [7] stats
-// HASH, [8] topics SET; only when the script asked for them with codeNeedKeys:
-// [9] due ZSET of the old record's queue, [10] dead ZSET of its topic.
-// ARGV[1] id, [2] record JSON, [3] payload, [4] "1" to replace, [5] wake
-// channel, [6] shard.
-//
-// Returns {code, record JSON, payload}: codeOK with the new record;
-// codeExists, codeConflict or codeReserved with the existing one; codeReplaced
-// with the new one; codeNeedKeys when a replace must clean keys not passed.
-var enqueueScript = newScript(`
-local id = ARGV[1]
-local new = cjson.decode(ARGV[2])
-local code = 1
-local old = redis.call('HGET', KEYS[1], id)
-if old then
-  local o = cjson.decode(old)
-  if o.d == new.d then return {2, old, redis.call('HGET', KEYS[2], id) or ''} end
-  if ARGV[4] ~= '1' then return {3, old, redis.call('HGET', KEYS[2], id) or ''} end
-  if o.s == 'reserved' then return {4, old, redis.call('HGET', KEYS[2], id) or ''} end
-  if o.s == 'scheduled' then
-    local k = KEYS[4]
-    if o.q ~= new.q then k = KEYS[9] end
-    if not k then return {9, old, ''} end
-    redis.call('ZREM', k, id)
-  elseif o.s == 'dead' then
-    local k = KEYS[5]
-    if o.t ~= new.t then k = KEYS[10] end
-    if not k then return {9, old, ''} end
-    redis.call('ZREM', k, id)
-  else
-    redis.call('ZREM', KEYS[6], id)
-  end
-  gauge(KEYS[7], o.t, o.s, -1)
-  redis.call('HDEL', KEYS[3], id)
-  code = 5
-end
-redis.call('HSET', KEYS[1], id, ARGV[2])
-redis.call('HSET', KEYS[2], id, ARGV[3])
-redis.call('SADD', KEYS[8], new.t)
-gauge(KEYS[7], new.t, 'scheduled', 1)
-schedule(KEYS[4], id, new.na, ARGV[5], new.q, ARGV[6])
-return {code, ARGV[2], ''}
-`)
+var resultCodes = []struct {
+	name string
+	code int
+}{
+	{"OK", codeOK}, {"EXISTS", codeExists}, {"CONFLICT", codeConflict}, {"RESERVED", codeReserved},
+	{"REPLACED", codeReplaced}, {"NOT_FOUND", codeNotFound}, {"STALE", codeStale},
+	{"FINISHED", codeFinished}, {"NEED_KEYS", codeNeedKeys}, {"CANCELLED", codeCancelled},
+}
 
-// reserveScript reserves up to a batch of due notifications of one queue in
-// one shard, earliest first.
+// maxScriptBatch bounds the items of one script call, so that no call
+// blocks Redis for long and argument lists stay far below Lua's stack
+// limit.
+const maxScriptBatch = 1000
+
+// luaPrelude is shared by all scripts.
+var luaPrelude = func() string {
+	var names, codes []string
+	for _, c := range resultCodes {
+		names = append(names, c.name)
+		codes = append(codes, fmt.Sprint(c.code))
+	}
+	return "local " + strings.Join(names, ", ") + " = " + strings.Join(codes, ", ") + "\n" + fmt.Sprintf("local MAX_BATCH = %d\n", maxScriptBatch) + `
+-- header reads a content's header line: digest, channel letter, ttr (ms), topic.
+local function header(content)
+  return string.match(content, '^(%S+) (%l) (%d+) ([^\n]+)\n')
+end
+local function queue_of(channel, topic)
+  if channel == 'u' then return 'pull.' .. topic end
+  return 'push'
+end
+-- st_parse splits a state line (codec.go); nil for none.
+local function st_parse(v)
+  if not v then return nil end
+  local s, a, h, c, r, dl, na, ua, x = string.match(v, '^(%u)|(%d+)|(%d+)|(%l)|([^|]*)|(%d*)|(%d*)|(%d*)|(.*)$')
+  if not s then return nil end
+  return {s = s, a = tonumber(a), h = tonumber(h), c = c, r = r, dl = dl, na = na, ua = ua, x = x}
+end
+-- fresh is the state of a notification waiting for its first attempt,
+-- which has no state line.
+local function fresh(channel)
+  return {s = 'S', a = 0, h = 0, c = channel, r = '', dl = '', na = '', ua = '', x = ''}
+end
+local function st_line(o)
+  return o.s .. '|' .. o.a .. '|' .. o.h .. '|' .. o.c .. '|' .. o.r .. '|' .. o.dl .. '|' .. o.na .. '|' .. o.ua .. '|' .. o.x
+end
+local GAUGES = {S = 'scheduled', R = 'reserved', D = 'dead'}
+-- bump adds n to a topic's counter in deltas; flush writes them, one
+-- HINCRBY per counter that changed.
+local function bump(deltas, topic, field, n)
+  local k = topic .. ':' .. field
+  deltas[k] = (deltas[k] or 0) + n
+end
+local function gauge(deltas, topic, state, n)
+  if GAUGES[state] then bump(deltas, topic, GAUGES[state], n) end
+end
+local function flush(stats, deltas)
+  for k, n in pairs(deltas) do
+    if n ~= 0 then redis.call('HINCRBY', stats, k, n) end
+  end
+end
+-- push appends values to list t[k], creating it.
+local function push(t, k, ...)
+  local l = t[k]
+  if not l then l = {}; t[k] = l end
+  for _, v in ipairs({...}) do l[#l + 1] = v end
+end
+-- chunked runs cmd on key with args in slices, keeping under Lua's
+-- argument limit.
+local function chunked(cmd, key, args)
+  for i = 1, #args, 4000 do
+    redis.call(cmd, key, unpack(args, i, math.min(i + 3999, #args)))
+  end
+end
+-- hist_fields lists the history fields of id with h entries.
+local function hist_fields(out, id, h)
+  for j = 0, h - 1 do out[#out + 1] = id .. '|' .. j end
+end
+-- schedule adds score/id pairs to a due set in one ZADD, and publishes a
+-- wake-up when the earliest becomes the set's new head, so that sleeping
+-- dispatchers re-plan.
+local function schedule(due, pairs_, earliest, channel, queue, shard)
+  local head = redis.call('ZRANGE', due, 0, 0, 'WITHSCORES')
+  redis.call('ZADD', due, unpack(pairs_))
+  if head[2] == nil or earliest < tonumber(head[2]) then
+    redis.call('PUBLISH', channel, queue .. ' ' .. shard .. ' ' .. string.format('%d', earliest))
+  end
+end
+-- due_add queues score and id for the due set KEYS[k]; due_flush writes
+-- every queued set with one ZADD, waking dispatchers as schedule does.
+local function due_add(adds, k, score, id)
+  local a = adds[k]
+  if not a then a = {pairs = {}, earliest = tonumber(score)}; adds[k] = a end
+  a.pairs[#a.pairs + 1] = score
+  a.pairs[#a.pairs + 1] = id
+  a.earliest = math.min(a.earliest, tonumber(score))
+end
+local function due_flush(adds, channel, shard)
+  for k, a in pairs(adds) do
+    schedule(KEYS[k], a.pairs, a.earliest, channel, string.match(KEYS[k], '^.*:due:(.*)$'), shard)
+  end
+end
+local function int_arg(v, lo, hi)
+  local n = tonumber(v)
+  if not n or n ~= math.floor(n) or n < lo or n > hi then return nil end
+  return n
+end
+`
+}()
+
+func newScript(body string) *redis.Script { return redis.NewScript(luaPrelude + body) }
+
+// enqueueScript stores a batch of notifications of one shard, or answers
+// for ids already stored.
 //
-// KEYS[1] due ZSET, [2] reserved ZSET, [3] meta HASH, [4] payload HASH,
-// [5] stats HASH. ARGV[1] now (ms), [2] batch size, [3] receipt prefix,
-// unique to this call.
+//	KEYS[1]    job HASH
+//	KEYS[2]    st HASH
+//	KEYS[3]    hist HASH
+//	KEYS[4]    stats HASH
+//	KEYS[5]    finished ZSET
+//	KEYS[6]    dead ZSET (every topic)
+//	KEYS[7..]  ARGV[4] due ZSETs, then ARGV[5] dead ZSETs of topics
+//	ARGV[1]    now (ms)
+//	ARGV[2]    wake channel
+//	ARGV[3]    shard
+//	ARGV[4]    number of due keys
+//	ARGV[5]    number of dead-topic keys
+//	ARGV[6..]  10 per item: id, content, due (ms), replace (1 or 0), its
+//	           queue's due key (index), its topic's dead key (index), topic,
+//	           queue, the old record's due key and dead key (index, 0 when
+//	           not passed)
 //
-// Returns {{record JSON, payload, ...}, next due (ms) or ""}: the reserved
-// records (state reserved, receipt prefix.i, deadline now+ttr) and the
-// queue's new head, so the caller knows when to come back.
-var reserveScript = newScript(`
-local now = tonumber(ARGV[1])
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
-local out = {}
-if #ids > 0 then
-  redis.call('ZREMRANGEBYRANK', KEYS[1], 0, #ids - 1)
-  local moved = {}
-  for i, id in ipairs(ids) do
-    local m = redis.call('HGET', KEYS[3], id)
-    if m then
-      local o = cjson.decode(m)
-      o.s = 'reserved'
-      o.r = ARGV[3] .. '.' .. i
-      o.dl = now + o.ttr
-      o.ua = now
-      local enc = cjson.encode(o)
-      redis.call('HSET', KEYS[3], id, enc)
-      redis.call('ZADD', KEYS[2], o.dl, id)
-      moved[o.t] = (moved[o.t] or 0) + 1
-      out[#out + 1] = enc
-      out[#out + 1] = redis.call('HGET', KEYS[4], id) or ''
+// Returns per item {code} (OK, EXISTS, CONFLICT, RESERVED, REPLACED), or
+// {NEED_KEYS, queue, topic} when a replace must clean keys not passed. An
+// id twice in one batch: the second is compared with the first.
+var enqueueScript = newScript(`
+local nq, nt = int_arg(ARGV[4], 1, MAX_BATCH), int_arg(ARGV[5], 1, MAX_BATCH)
+local F = 10
+local n = (#ARGV - 5) / F
+if not nq or not nt or n < 1 or n > MAX_BATCH or n ~= math.floor(n) or #KEYS ~= 6 + nq + nt then
+  return redis.error_reply('ERR herald enqueue: bad arguments')
+end
+local ids = {}
+for i = 1, n do
+  local b = 5 + (i - 1) * F
+  if ARGV[b + 1] == '' or not int_arg(ARGV[b + 3], 0, 9007199254740991) or (ARGV[b + 4] ~= '0' and ARGV[b + 4] ~= '1')
+    or not int_arg(ARGV[b + 5], 1, nq) or not int_arg(ARGV[b + 6], 1, nt)
+    or not int_arg(ARGV[b + 9], 0, nq) or not int_arg(ARGV[b + 10], 0, nt) or not header(ARGV[b + 2]) then
+    return redis.error_reply('ERR herald enqueue: bad item ' .. i)
+  end
+  ids[i] = ARGV[b + 1]
+end
+local old = redis.call('HMGET', KEYS[1], unpack(ids))
+local states = {}
+for i = 1, n do
+  if old[i] then
+    states = redis.call('HMGET', KEYS[2], unpack(ids))
+    break
+  end
+end
+local codes, seen, jobs, adds, drop, hist, rm, deltas = {}, {}, {}, {}, {}, {}, {}, {}
+for i = 1, n do
+  local b = 5 + (i - 1) * F
+  local id, content, due = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
+  local q, t, topic, queue = tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6]), ARGV[b + 7], ARGV[b + 8]
+  local prev = seen[id] or old[i]
+  local code = OK
+  if prev then
+    local pd, pc, _, pt = header(prev)
+    if pd == header(content) then
+      code = EXISTS
+    elseif ARGV[b + 4] ~= '1' or seen[id] or not pd then
+      code = CONFLICT
+    else
+      local o = st_parse(states[i]) or fresh(pc)
+      local oq = queue_of(pc, pt)
+      if o.s == 'R' then
+        code = RESERVED
+      else
+        local key
+        if o.s == 'S' then
+          if oq == queue then key = KEYS[6 + q] elseif tonumber(ARGV[b + 9]) > 0 then key = KEYS[6 + tonumber(ARGV[b + 9])] end
+        elseif o.s == 'D' then
+          if pt == topic then key = KEYS[6 + nq + t] elseif tonumber(ARGV[b + 10]) > 0 then key = KEYS[6 + nq + tonumber(ARGV[b + 10])] end
+          if key then push(rm, KEYS[6], id) end
+        else
+          key = KEYS[5]
+        end
+        if not key then
+          code = NEED_KEYS
+          codes[i] = {NEED_KEYS, oq, pt}
+        else
+          push(rm, key, id)
+          gauge(deltas, pt, o.s, -1)
+          drop[#drop + 1] = id
+          hist_fields(hist, id, o.h)
+          code = REPLACED
+        end
+      end
     end
   end
-  for t, n in pairs(moved) do
-    stat(KEYS[5], t, 'scheduled', -n)
-    stat(KEYS[5], t, 'reserved', n)
+  if code == OK or code == REPLACED then
+    seen[id] = content
+    jobs[#jobs + 1] = id
+    jobs[#jobs + 1] = content
+    due_add(adds, 6 + q, due, id)
+    bump(deltas, topic, 'scheduled', 1)
+  end
+  if not codes[i] then codes[i] = {code} end
+end
+if #drop > 0 then redis.call('HDEL', KEYS[2], unpack(drop)) end
+if #hist > 0 then chunked('HDEL', KEYS[3], hist) end
+for key, l in pairs(rm) do redis.call('ZREM', key, unpack(l)) end
+if #jobs > 0 then redis.call('HSET', KEYS[1], unpack(jobs)) end
+due_flush(adds, ARGV[2], ARGV[3])
+flush(KEYS[4], deltas)
+return codes
+`)
+
+// reserveScript reserves up to a limit of due notifications of one queue
+// in one shard, earliest first.
+//
+//	KEYS[1]  due ZSET of the queue
+//	KEYS[2]  reserved ZSET
+//	KEYS[3]  job HASH
+//	KEYS[4]  st HASH
+//	KEYS[5]  stats HASH
+//	ARGV[1]  now (ms): nothing due later is taken
+//	ARGV[2]  limit
+//	ARGV[3]  receipt prefix, unique to this call; an item's receipt is the
+//	         prefix and its position
+//
+// Returns {head, {id, content, state line, ...}}: the queue's earliest due
+// time left ("" when empty) and the reserved notifications with their new
+// state (reserved, receipt, deadline now+ttr, due time).
+var reserveScript = newScript(`
+local now, limit = int_arg(ARGV[1], 0, 9007199254740991), int_arg(ARGV[2], 1, MAX_BATCH)
+if not now or not limit or ARGV[3] == '' then return redis.error_reply('ERR herald reserve: bad arguments') end
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'WITHSCORES', 'LIMIT', 0, limit)
+local out = {}
+if #due > 0 then
+  local ids = {}
+  for i = 1, #due, 2 do ids[#ids + 1] = due[i] end
+  redis.call('ZREMRANGEBYRANK', KEYS[1], 0, #ids - 1)
+  local contents = redis.call('HMGET', KEYS[3], unpack(ids))
+  local states = redis.call('HMGET', KEYS[4], unpack(ids))
+  local sts, zs, deltas = {}, {}, {}
+  for i, id in ipairs(ids) do
+    local c = contents[i]
+    if c then
+      local _, ch, ttr, topic = header(c)
+      local o = st_parse(states[i]) or fresh(ch or 'w')
+      o.s, o.r, o.na, o.ua = 'R', ARGV[3] .. i, due[2 * i], ARGV[1]
+      o.dl = string.format('%d', now + (tonumber(ttr) or 0))
+      local line = st_line(o)
+      sts[#sts + 1] = id
+      sts[#sts + 1] = line
+      zs[#zs + 1] = o.dl
+      zs[#zs + 1] = id
+      bump(deltas, topic or '', 'scheduled', -1)
+      bump(deltas, topic or '', 'reserved', 1)
+      out[#out + 1] = id
+      out[#out + 1] = c
+      out[#out + 1] = line
+    end
+  end
+  if #sts > 0 then
+    redis.call('HSET', KEYS[4], unpack(sts))
+    redis.call('ZADD', KEYS[2], unpack(zs))
+    flush(KEYS[5], deltas)
   end
 end
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-return {out, head[2] or ''}
+return {head[2] or '', out}
 `)
 
-// finishScript ends the attempts of a batch of reserved notifications of one
-// shard: ack (succeeded), retry (scheduled again), dead, or release (given
-// back without counting an attempt).
+// finishScript ends the attempts of a batch of reserved notifications of
+// one shard: ack (succeeded), retry (scheduled again), dead, or release
+// (given back without counting an attempt).
 //
-// KEYS[1] meta HASH, [2] hist HASH, [3] reserved ZSET, [4] finished ZSET,
-// [5] stats HASH, then for item i (1-based) KEYS[4+2i] its queue's due ZSET
-// and KEYS[5+2i] its topic's dead ZSET.
-// ARGV[1] now (ms), [2] retention (ms, <= 0 keeps records), [3] wake
-// channel, [4] shard, then five per item: id, receipt, action (ack, retry,
-// dead, release), next attempt (ms), attempt JSON for the history.
+//	KEYS[1]    st HASH
+//	KEYS[2]    reserved ZSET
+//	KEYS[3]    hist HASH
+//	KEYS[4]    stats HASH
+//	KEYS[5]    finished ZSET
+//	KEYS[6]    dead ZSET (every topic)
+//	KEYS[7]    act HASH of this minute
+//	KEYS[8..]  ARGV[5] due ZSETs, then ARGV[6] dead ZSETs of topics
+//	ARGV[1]    now (ms)
+//	ARGV[2]    retention (ms); 0 or less keeps finished records
+//	ARGV[3]    wake channel
+//	ARGV[4]    shard
+//	ARGV[5]    number of due keys
+//	ARGV[6]    number of dead-topic keys
+//	ARGV[7]    seconds the act hash is kept
+//	ARGV[8..]  9 per item: id, receipt, action (ack, retry, dead or
+//	           release), next due (ms; retry and release), due key (index),
+//	           dead key (index), topic, history entry, lateness bucket ("" for
+//	           none)
 //
-// Returns one code per item: codeOK, codeNotFound, or codeStale when the
-// receipt no longer holds the reservation (it expired and was reaped, or the
-// notification was cancelled): a late finish changes nothing.
+// Returns one code per item: OK, or STALE when the receipt no longer holds
+// the reservation (it expired and was reaped, or the notification was
+// cancelled): a late finish changes nothing.
 var finishScript = newScript(`
-local now = tonumber(ARGV[1])
-local retention = tonumber(ARGV[2])
-local codes = {}
-local n = (#ARGV - 4) / 5
+local now, nq, nt = int_arg(ARGV[1], 0, 9007199254740991), int_arg(ARGV[5], 0, MAX_BATCH), int_arg(ARGV[6], 0, MAX_BATCH)
+local retention, keep = tonumber(ARGV[2]), int_arg(ARGV[7], 1, 1e9)
+local F = 9
+local n = (#ARGV - 7) / F
+if not now or not nq or not nt or not retention or not keep or n < 1 or n > MAX_BATCH or n ~= math.floor(n) or #KEYS ~= 7 + nq + nt then
+  return redis.error_reply('ERR herald finish: bad arguments')
+end
+local ACTIONS = {ack = true, retry = true, dead = true, release = true}
+local ids = {}
 for i = 1, n do
-  local b = 4 + (i - 1) * 5
-  local id, receipt, action, at = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], tonumber(ARGV[b + 4])
-  local due, dead = KEYS[4 + 2 * i], KEYS[5 + 2 * i]
-  local m = redis.call('HGET', KEYS[1], id)
-  if not m then
-    codes[i] = 6
+  local b = 7 + (i - 1) * F
+  local a = ARGV[b + 3]
+  if ARGV[b + 1] == '' or not ACTIONS[a] or not int_arg(ARGV[b + 5], 0, nq) or not int_arg(ARGV[b + 6], 0, nt)
+    or ((a == 'retry' or a == 'release') and (not int_arg(ARGV[b + 4], 0, 9007199254740991) or tonumber(ARGV[b + 5]) < 1))
+    or (a == 'dead' and tonumber(ARGV[b + 6]) < 1) then
+    return redis.error_reply('ERR herald finish: bad item ' .. i)
+  end
+  ids[i] = ARGV[b + 1]
+end
+local states = redis.call('HMGET', KEYS[1], unpack(ids))
+local codes, unres, hist, sts, adds, fin, deadall, dead, act, deltas = {}, {}, {}, {}, {}, {}, {}, {}, {}, {}
+for i = 1, n do
+  local b = 7 + (i - 1) * F
+  local id, action, topic = ids[i], ARGV[b + 3], ARGV[b + 7]
+  local o = st_parse(states[i])
+  if not o or o.s ~= 'R' or o.r ~= ARGV[b + 2] then
+    codes[i] = STALE
   else
-    local o = cjson.decode(m)
-    if o.s ~= 'reserved' or o.r ~= receipt then
-      codes[i] = 7
-    else
-      redis.call('ZREM', KEYS[3], id)
-      append_history(KEYS[2], id, ARGV[b + 5])
-      o.r = nil
-      o.dl = nil
-      o.ua = now
-      stat(KEYS[5], o.t, 'reserved', -1)
-      if action == 'release' then
-        o.s = 'scheduled'
-        o.na = at
+    codes[i] = OK
+    unres[#unres + 1] = id
+    hist[#hist + 1] = id .. '|' .. o.h
+    hist[#hist + 1] = ARGV[b + 8]
+    o.h, o.r, o.dl, o.ua, o.na = o.h + 1, '', '', ARGV[1], ''
+    bump(deltas, topic, 'reserved', -1)
+    if action == 'release' or action == 'retry' then
+      o.s, o.na = 'S', ARGV[b + 4]
+      due_add(adds, 7 + tonumber(ARGV[b + 5]), o.na, id)
+      bump(deltas, topic, 'scheduled', 1)
+    end
+    if action ~= 'release' then
+      o.a = o.a + 1
+      if action == 'ack' then
+        o.s = 'K'
+        bump(deltas, topic, 'succeeded_total', 1)
+        push(act, topic .. '|ok', 1)
+        if retention > 0 then
+          fin[#fin + 1] = string.format('%d', now + retention)
+          fin[#fin + 1] = id
+        end
       else
-        o.a = o.a + 1
-        if action == 'ack' then
-          o.s = 'succeeded'
-          o.na = nil
-          stat(KEYS[5], o.t, 'succeeded_total', 1)
-        else
-          stat(KEYS[5], o.t, 'failed_attempts_total', 1)
-          if action == 'retry' then
-            o.s = 'scheduled'
-            o.na = at
-          else
-            o.s = 'dead'
-            o.na = nil
-          end
+        bump(deltas, topic, 'failed_attempts_total', 1)
+        push(act, topic .. '|fail', 1)
+        if action == 'dead' then
+          o.s = 'D'
+          bump(deltas, topic, 'dead', 1)
+          deadall[#deadall + 1] = ARGV[1]
+          deadall[#deadall + 1] = id
+          push(dead, tonumber(ARGV[b + 6]), ARGV[1], id)
         end
       end
-      redis.call('HSET', KEYS[1], id, cjson.encode(o))
-      gauge(KEYS[5], o.t, o.s, 1)
-      if o.s == 'scheduled' then
-        schedule(due, id, at, ARGV[3], o.q, ARGV[4])
-      elseif o.s == 'dead' then
-        redis.call('ZADD', dead, now, id)
-      elseif retention > 0 then
-        redis.call('ZADD', KEYS[4], now + retention, id)
-      end
-      codes[i] = 1
+      if ARGV[b + 9] ~= '' then push(act, topic .. '|lat|' .. ARGV[b + 9], 1) end
     end
+    sts[#sts + 1] = id
+    sts[#sts + 1] = st_line(o)
   end
+end
+if #unres > 0 then
+  redis.call('ZREM', KEYS[2], unpack(unres))
+  redis.call('HSET', KEYS[3], unpack(hist))
+  redis.call('HSET', KEYS[1], unpack(sts))
+  due_flush(adds, ARGV[3], ARGV[4])
+  if #fin > 0 then redis.call('ZADD', KEYS[5], unpack(fin)) end
+  if #deadall > 0 then redis.call('ZADD', KEYS[6], unpack(deadall)) end
+  for t, l in pairs(dead) do redis.call('ZADD', KEYS[7 + nq + t], unpack(l)) end
+  flush(KEYS[4], deltas)
+  local any = false
+  for f, l in pairs(act) do
+    redis.call('HINCRBY', KEYS[7], f, #l)
+    any = true
+  end
+  if any then redis.call('EXPIRE', KEYS[7], keep) end
 end
 return codes
 `)
 
 // cancelScript cancels a scheduled or reserved notification.
 //
-// KEYS[1] meta HASH, [2] due ZSET of its queue, [3] reserved ZSET,
-// [4] finished ZSET, [5] stats HASH. ARGV[1] id, [2] now (ms), [3] retention
-// (ms), [4] the queue the caller expects the record in.
+//	KEYS[1]  job HASH
+//	KEYS[2]  st HASH
+//	KEYS[3]  due ZSET of the queue the caller expects
+//	KEYS[4]  reserved ZSET
+//	KEYS[5]  finished ZSET
+//	KEYS[6]  stats HASH
+//	ARGV[1]  id
+//	ARGV[2]  now (ms)
+//	ARGV[3]  retention (ms); 0 or less keeps the record
+//	ARGV[4]  the queue the caller expects
 //
-// Returns {code, record JSON}: codeOK (cancelled now), codeCancelled
-// (already), codeFinished (succeeded or dead), codeNotFound, or codeNeedKeys
-// when the record's queue is not ARGV[4].
+// Returns {code, detail}: OK (cancelled now) or CANCELLED (already) with the
+// state line, FINISHED (succeeded or dead), NOT_FOUND, or NEED_KEYS with
+// the record's queue when it is not ARGV[4].
 var cancelScript = newScript(`
-local id, now, retention = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local m = redis.call('HGET', KEYS[1], id)
-if not m then return {6, ''} end
-local o = cjson.decode(m)
-if o.s == 'cancelled' then return {10, m} end
-if o.s == 'succeeded' or o.s == 'dead' then return {8, m} end
-if o.q ~= ARGV[4] then return {9, m} end
-if o.s == 'scheduled' then
-  redis.call('ZREM', KEYS[2], id)
-else
-  redis.call('ZREM', KEYS[3], id)
-end
-gauge(KEYS[5], o.t, o.s, -1)
-o.s = 'cancelled'
-o.na = nil
-o.r = nil
-o.dl = nil
-o.ua = now
-local enc = cjson.encode(o)
-redis.call('HSET', KEYS[1], id, enc)
-if retention > 0 then redis.call('ZADD', KEYS[4], now + retention, id) end
-return {1, enc}
+local now, retention = int_arg(ARGV[2], 0, 9007199254740991), tonumber(ARGV[3])
+if ARGV[1] == '' or not now or not retention then return redis.error_reply('ERR herald cancel: bad arguments') end
+local id = ARGV[1]
+local c = redis.call('HGET', KEYS[1], id)
+if not c then return {NOT_FOUND, ''} end
+local _, ch, _, topic = header(c)
+if not ch then return {NOT_FOUND, ''} end
+local o = st_parse(redis.call('HGET', KEYS[2], id)) or fresh(ch)
+if o.s == 'C' then return {CANCELLED, st_line(o)} end
+if o.s == 'K' or o.s == 'D' then return {FINISHED, ''} end
+local queue = queue_of(ch, topic)
+if queue ~= ARGV[4] then return {NEED_KEYS, queue} end
+if o.s == 'R' then redis.call('ZREM', KEYS[4], id) else redis.call('ZREM', KEYS[3], id) end
+local deltas = {}
+gauge(deltas, topic, o.s, -1)
+o.s, o.r, o.dl, o.na, o.ua = 'C', '', '', '', ARGV[2]
+local line = st_line(o)
+redis.call('HSET', KEYS[2], id, line)
+if retention > 0 then redis.call('ZADD', KEYS[5], string.format('%d', now + retention), id) end
+flush(KEYS[6], deltas)
+return {OK, line}
 `)
 
 // replayScript moves dead notifications of one topic in one shard back to
 // their queue, due now.
 //
-// KEYS[1] meta HASH, [2] dead ZSET of the topic, [3] due ZSET of the push
-// queue, [4] due ZSET of the topic's pull queue, [5] stats HASH.
-// ARGV[1] now (ms), [2] "1" to reset attempts to 0, [3] wake channel,
-// [4] shard, [5...] ids (a bounded batch).
+//	KEYS[1]  st HASH
+//	KEYS[2]  dead ZSET (every topic)
+//	KEYS[3]  dead ZSET of the topic
+//	KEYS[4]  due ZSET of the push queue
+//	KEYS[5]  due ZSET of the topic's pull queue
+//	KEYS[6]  stats HASH
+//	ARGV[1]  now (ms)
+//	ARGV[2]  "1" to reset attempts to 0
+//	ARGV[3]  wake channel
+//	ARGV[4]  shard
+//	ARGV[5]  topic
+//	ARGV[6..] ids (a bounded batch)
 //
 // Without a reset the notification gets one more attempt, and goes dead
 // again if that fails; with it, the whole backoff array runs again. The
-// history is kept either way. Returns how many were replayed (ids no longer
-// dead are skipped).
+// history is kept either way. Returns how many were replayed; ids not dead
+// in the topic are skipped.
 var replayScript = newScript(`
-local now = tonumber(ARGV[1])
-local count = 0
-for i = 5, #ARGV do
-  local id = ARGV[i]
-  local m = redis.call('HGET', KEYS[1], id)
-  if m and redis.call('ZREM', KEYS[2], id) == 1 then
-    local o = cjson.decode(m)
-    if o.s == 'dead' then
-      gauge(KEYS[5], o.t, 'dead', -1)
-      gauge(KEYS[5], o.t, 'scheduled', 1)
-      o.s = 'scheduled'
-      if ARGV[2] == '1' then o.a = 0 end
-      o.na = now
-      o.ua = now
-      redis.call('HSET', KEYS[1], id, cjson.encode(o))
-      local due = KEYS[3]
-      if o.q ~= 'push' then due = KEYS[4] end
-      schedule(due, id, now, ARGV[3], o.q, ARGV[4])
-      count = count + 1
-    end
+local now = int_arg(ARGV[1], 0, 9007199254740991)
+if not now or (ARGV[2] ~= '0' and ARGV[2] ~= '1') or ARGV[5] == '' or #ARGV < 6 or #ARGV > 5 + MAX_BATCH then
+  return redis.error_reply('ERR herald replay: bad arguments')
+end
+local ids = {unpack(ARGV, 6)}
+local states = redis.call('HMGET', KEYS[1], unpack(ids))
+local scores = redis.call('ZMSCORE', KEYS[3], unpack(ids))
+local moved, sts, adds, deltas = {}, {}, {}, {}
+for i, id in ipairs(ids) do
+  local o = st_parse(states[i])
+  if o and o.s == 'D' and scores[i] then
+    moved[#moved + 1] = id
+    o.s, o.na, o.ua = 'S', ARGV[1], ARGV[1]
+    if ARGV[2] == '1' then o.a = 0 end
+    sts[#sts + 1] = id
+    sts[#sts + 1] = st_line(o)
+    due_add(adds, o.c == 'u' and 5 or 4, ARGV[1], id)
   end
 end
-return count
+if #moved > 0 then
+  redis.call('ZREM', KEYS[3], unpack(moved))
+  redis.call('ZREM', KEYS[2], unpack(moved))
+  redis.call('HSET', KEYS[1], unpack(sts))
+  due_flush(adds, ARGV[3], ARGV[4])
+  bump(deltas, ARGV[5], 'dead', -#moved)
+  bump(deltas, ARGV[5], 'scheduled', #moved)
+  flush(KEYS[6], deltas)
+end
+return #moved
 `)
 
 // purgeScript deletes dead notifications of one topic in one shard.
 //
-// KEYS[1] meta HASH, [2] payload HASH, [3] hist HASH, [4] dead ZSET of the
-// topic, [5] stats HASH. ARGV[1...] ids (a bounded batch).
-// Returns how many were deleted.
+//	KEYS[1]  job HASH
+//	KEYS[2]  st HASH
+//	KEYS[3]  hist HASH
+//	KEYS[4]  dead ZSET (every topic)
+//	KEYS[5]  dead ZSET of the topic
+//	KEYS[6]  stats HASH
+//	ARGV[1]  topic
+//	ARGV[2..] ids (a bounded batch)
+//
+// Returns how many were deleted; ids not dead in the topic are skipped.
 var purgeScript = newScript(`
-local count = 0
-for i = 1, #ARGV do
-  local id = ARGV[i]
-  if redis.call('ZREM', KEYS[4], id) == 1 then
-    local m = redis.call('HGET', KEYS[1], id)
-    if m then gauge(KEYS[5], cjson.decode(m).t, 'dead', -1) end
-    redis.call('HDEL', KEYS[1], id)
-    redis.call('HDEL', KEYS[2], id)
-    redis.call('HDEL', KEYS[3], id)
-    count = count + 1
+if ARGV[1] == '' or #ARGV < 2 or #ARGV > 1 + MAX_BATCH then return redis.error_reply('ERR herald purge: bad arguments') end
+local ids = {unpack(ARGV, 2)}
+local scores = redis.call('ZMSCORE', KEYS[5], unpack(ids))
+local states = redis.call('HMGET', KEYS[2], unpack(ids))
+local gone, hist, deltas = {}, {}, {}
+for i, id in ipairs(ids) do
+  if scores[i] then
+    gone[#gone + 1] = id
+    local o = st_parse(states[i])
+    if o then hist_fields(hist, id, o.h) end
   end
 end
-return count
+if #gone > 0 then
+  redis.call('ZREM', KEYS[5], unpack(gone))
+  redis.call('ZREM', KEYS[4], unpack(gone))
+  redis.call('HDEL', KEYS[1], unpack(gone))
+  redis.call('HDEL', KEYS[2], unpack(gone))
+  if #hist > 0 then chunked('HDEL', KEYS[3], hist) end
+  bump(deltas, ARGV[1], 'dead', -#gone)
+  flush(KEYS[6], deltas)
+end
+return #gone
 `)
 
 // sweepScript deletes finished records whose retention has passed.
 //
-// KEYS[1] finished ZSET, [2] meta HASH, [3] payload HASH, [4] hist HASH.
-// ARGV[1] now (ms), [2] batch size. Returns how many were deleted.
+//	KEYS[1]  finished ZSET
+//	KEYS[2]  job HASH
+//	KEYS[3]  st HASH
+//	KEYS[4]  hist HASH
+//	ARGV[1]  now (ms)
+//	ARGV[2]  limit
+//
+// Returns how many were deleted.
 var sweepScript = newScript(`
+if not int_arg(ARGV[1], 0, 9007199254740991) or not int_arg(ARGV[2], 1, MAX_BATCH) then
+  return redis.error_reply('ERR herald sweep: bad arguments')
+end
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
 if #ids == 0 then return 0 end
-redis.call('ZREMRANGEBYRANK', KEYS[1], 0, #ids - 1)
-for _, id in ipairs(ids) do
-  redis.call('HDEL', KEYS[2], id)
-  redis.call('HDEL', KEYS[3], id)
-  redis.call('HDEL', KEYS[4], id)
+local states = redis.call('HMGET', KEYS[3], unpack(ids))
+local hist = {}
+for i, id in ipairs(ids) do
+  local o = st_parse(states[i])
+  if o then hist_fields(hist, id, o.h) end
 end
+redis.call('ZREMRANGEBYRANK', KEYS[1], 0, #ids - 1)
+redis.call('HDEL', KEYS[2], unpack(ids))
+redis.call('HDEL', KEYS[3], unpack(ids))
+if #hist > 0 then chunked('HDEL', KEYS[4], hist) end
 return #ids
+`)
+
+// quarantineScript moves a reserved notification whose content cannot be
+// decoded out of the way, so that it stops every batch it falls in.
+//
+//	KEYS[1]  job HASH
+//	KEYS[2]  st HASH
+//	KEYS[3]  quarantine HASH
+//	KEYS[4]  reserved ZSET
+//	KEYS[5]  stats HASH
+//	ARGV[1]  id
+//	ARGV[2]  why
+//
+// Returns 1 when the notification was moved, 0 when it was gone.
+var quarantineScript = newScript(`
+if ARGV[1] == '' then return redis.error_reply('ERR herald quarantine: bad arguments') end
+local id = ARGV[1]
+local c = redis.call('HGET', KEYS[1], id)
+if not c then return 0 end
+redis.call('HSET', KEYS[3], id, ARGV[2] .. '\n' .. c)
+redis.call('HDEL', KEYS[1], id)
+redis.call('HDEL', KEYS[2], id)
+if redis.call('ZREM', KEYS[4], id) == 1 then
+  local _, _, _, topic = header(c)
+  if topic then redis.call('HINCRBY', KEYS[5], topic .. ':reserved', -1) end
+end
+return 1
+`)
+
+// deadPageScript reads one dead ZSET in (time of death, id) order after a
+// cursor; it writes nothing.
+//
+//	KEYS[1]  a dead ZSET
+//	ARGV[1]  cursor score ("" to start)
+//	ARGV[2]  cursor id
+//	ARGV[3]  limit
+//
+// Returns {id, score, ...}: up to limit entries after (score, id).
+var deadPageScript = newScript(`
+local limit = int_arg(ARGV[3], 1, MAX_BATCH)
+if not limit then return redis.error_reply('ERR herald dead page: bad arguments') end
+if ARGV[1] == '' then
+  return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '+inf', 'WITHSCORES', 'LIMIT', 0, limit)
+end
+local out, off = {}, 0
+for _ = 1, 100 do
+  local zs = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[1], '+inf', 'WITHSCORES', 'LIMIT', off, limit)
+  for i = 1, #zs, 2 do
+    if tonumber(zs[i + 1]) > tonumber(ARGV[1]) or zs[i] > ARGV[2] then
+      out[#out + 1] = zs[i]
+      out[#out + 1] = zs[i + 1]
+      if #out == 2 * limit then return out end
+    end
+  end
+  if #zs < 2 * limit then return out end
+  off = off + limit
+end
+return out
+`)
+
+// headersScript reads the topic of each notification from its content's
+// header, inside Redis, so that a caller grouping ids by topic does not
+// fetch their payloads; it writes nothing.
+//
+//	KEYS[1]  job HASH
+//	ARGV[1..] ids (a bounded batch)
+//
+// Returns one topic per id, "" for an unknown id.
+var headersScript = newScript(`
+if #ARGV < 1 or #ARGV > MAX_BATCH then return redis.error_reply('ERR herald headers: bad arguments') end
+local contents = redis.call('HMGET', KEYS[1], unpack(ARGV))
+local out = {}
+for i = 1, #ARGV do
+  local topic
+  if contents[i] then topic = select(4, header(contents[i])) end
+  out[i] = topic or ''
+end
+return out
 `)

@@ -34,10 +34,10 @@ func TestRunScriptsRunsEachCallOnce(t *testing.T) {
 
 	k := st.keys
 	reserve := &scriptCall{script: reserveScript,
-		keys: []string{k.due(0, PullQueue("jobs")), k.reserved(0), k.meta(0), k.payload(0), k.stats(0)},
+		keys: []string{k.due(0, PullQueue("jobs")), k.reserved(0), k.job(0), k.state(0), k.stats(0)},
 		args: []any{ms(time.Now()), 1, "r."}}
 	sweep := &scriptCall{script: sweepScript,
-		keys: []string{k.finished(0), k.meta(0), k.payload(0), k.hist(0)}, args: []any{ms(time.Now()), 10}}
+		keys: []string{k.finished(0), k.job(0), k.state(0), k.hist(0)}, args: []any{ms(time.Now()), 10}}
 	require.NoError(t, st.runScripts(ctx, []*scriptCall{reserve, sweep}))
 	require.NoError(t, sweep.cmd.Err(), "the uncached script was loaded and run")
 	reserved, err := client.ZCard(ctx, k.reserved(0)).Result()

@@ -1,13 +1,20 @@
 // Package store keeps Herald's state in Redis: notifications, their queues,
 // reservations, history, the dead-letter sets and the statistics.
 //
-// Every state change is one atomic Lua script (scripts.go). Keys are sharded
-// by a hash of the notification id into Config.Shards partitions, each under
-// one Redis Cluster hash tag (keys.go), so one script touches one slot and a
-// cluster spreads the shards. Calls that span shards pipeline one script per
-// shard, so a batch costs one round trip per Redis node, not one per
-// notification. The store knows nothing of HTTP or of retry policies: callers
-// decide what a failure means and pass the next due time.
+// Every state change is one atomic Lua script (scripts.go) that moves a
+// whole batch with one command per key. Keys are sharded by a hash of the
+// notification id into Config.Shards partitions, each under one Redis
+// Cluster hash tag (keys.go), so one script touches one slot and a cluster
+// spreads the shards. Calls that span shards pipeline one script per shard,
+// so a batch costs one round trip per Redis node, not one per notification;
+// single enqueues made at the same time are written together (batcher.go).
+//
+// A notification is stored as content written once and a small state line
+// rewritten at each transition (codec.go), so no transition reads or writes a
+// payload, and attempts are appended to the history without rewriting it.
+// Due times keep the caller's instant rounded up to the millisecond, so no
+// attempt starts early. The store knows nothing of HTTP or of retry policies:
+// callers decide what a failure means and pass the next due time.
 package store
 
 import (
@@ -22,8 +29,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/heraldhq/herald/notify"
 )
 
 // Defaults of Config.
@@ -92,6 +97,10 @@ type Store struct {
 	// rotate turns the first shard served when a reservation is smaller
 	// than the shards with due work.
 	rotate atomic.Int64
+	// batcher writes concurrent single enqueues together.
+	batcher batcher
+	// quarantined counts the records moved aside as undecodable.
+	quarantined atomic.Int64
 }
 
 // New returns a Store for cfg.
@@ -100,7 +109,9 @@ func New(cfg *Config) (*Store, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Store{client: cfg.Client, keys: keys{ns: cfg.Namespace, shards: cfg.Shards}, cfg: cfg}, nil
+	s := &Store{client: cfg.Client, keys: keys{ns: cfg.Namespace, shards: cfg.Shards}, cfg: cfg}
+	s.batcher.store = s
+	return s, nil
 }
 
 // Shards returns the number of partitions.
@@ -230,58 +241,29 @@ func replyString(v any) string {
 	return s
 }
 
-// Get returns a notification with its payload and history.
-func (s *Store) Get(ctx context.Context, id string) (*notify.Notification, error) {
-	shard := s.keys.shardOf(id)
-	pipe := s.client.Pipeline()
-	m := pipe.HGet(ctx, s.keys.meta(shard), id)
-	p := pipe.HGet(ctx, s.keys.payload(shard), id)
-	h := pipe.HGet(ctx, s.keys.hist(shard), id)
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("get %s: %w", id, err)
+// replyCodes decodes the reply of a batch script: one result code per item,
+// each an integer or an array whose first element is the code (and whose
+// other elements, returned as details, say more).
+func replyCodes(c *scriptCall, items int) ([]int, [][]any, error) {
+	v, err := c.cmd.Result()
+	if err != nil {
+		return nil, nil, err
 	}
-	if errors.Is(m.Err(), redis.Nil) {
-		return nil, notify.ErrNotFound
+	l, err := replyList(v, items)
+	if err != nil {
+		return nil, nil, err
 	}
-	return decodeNotification(m.Val(), p.Val(), h.Val())
-}
-
-// Cancel cancels a scheduled or reserved notification and returns its
-// record. A reserved one's running attempt can no longer finish it: its ack
-// gets notify.ErrStaleReceipt. Cancelling a cancelled notification returns
-// it unchanged; a succeeded or dead one is notify.ErrFinished.
-func (s *Store) Cancel(ctx context.Context, id string) (*notify.Notification, error) {
-	shard := s.keys.shardOf(id)
-	queue := QueuePush
-	for range 3 { // the queue is read from the record; a replace can move it
-		k := s.keys
-		v, err := s.runScript(ctx, cancelScript,
-			[]string{k.meta(shard), k.due(shard, queue), k.reserved(shard), k.finished(shard), k.stats(shard)},
-			id, ms(s.Now()), s.retentionMS(), queue)
+	codes := make([]int, items)
+	details := make([][]any, items)
+	for i, e := range l[:items] {
+		if sub, ok := e.([]any); ok && len(sub) > 0 {
+			e, details[i] = sub[0], sub[1:]
+		}
+		code, err := replyInt(e)
 		if err != nil {
-			return nil, fmt.Errorf("cancel %s: %w", id, err)
+			return nil, nil, err
 		}
-		l, err := replyList(v, 2)
-		if err != nil {
-			return nil, err
-		}
-		code, _ := replyInt(l[0])
-		switch code {
-		case codeOK, codeCancelled:
-			return s.Get(ctx, id)
-		case codeNotFound:
-			return nil, notify.ErrNotFound
-		case codeFinished:
-			return nil, notify.ErrFinished
-		case codeNeedKeys:
-			n, err := decodeNotification(replyString(l[1]), "", "")
-			if err != nil {
-				return nil, err
-			}
-			queue = queueOf(n.Channel, n.Topic)
-		default:
-			return nil, fmt.Errorf("cancel %s: unexpected code %d", id, code)
-		}
+		codes[i] = int(code)
 	}
-	return nil, fmt.Errorf("cancel %s: record keeps moving between queues", id)
+	return codes, details, nil
 }

@@ -1,0 +1,118 @@
+package store
+
+import (
+	"context"
+	"sync"
+)
+
+// batcher writes enqueues made at the same time together (a group commit):
+// a caller that finds no write under way writes its own request at once;
+// requests that arrive while a write is under way wait, and the first of
+// them writes all that waited, up to MaxBatch, as soon as the write before
+// ends. An idle store therefore answers in one round trip, and a busy one
+// pays one script per shard per batch instead of one per notification.
+type batcher struct {
+	store *Store
+
+	mu sync.Mutex // guards the fields below
+	// writing is true while a batch is being written.
+	writing bool
+	// waiting holds the requests that arrived during the write.
+	waiting []*waiter
+}
+
+// waiter is one caller's request and, once written, its result.
+type waiter struct {
+	req EnqueueRequest
+	res EnqueueResult
+	err error
+	// done is closed when res and err are set; lead is closed when the
+	// waiter must write the batch it heads.
+	done, lead chan struct{}
+}
+
+// do writes req, alone or with the requests of other callers, and returns
+// its result. A cancelled ctx stops the wait, not a write under way.
+func (b *batcher) do(ctx context.Context, req EnqueueRequest) (EnqueueResult, error) {
+	w := &waiter{req: req, done: make(chan struct{}), lead: make(chan struct{})}
+	b.mu.Lock()
+	b.waiting = append(b.waiting, w)
+	first := !b.writing
+	if first {
+		b.writing = true
+	}
+	b.mu.Unlock()
+	if !first {
+		select {
+		case <-w.done:
+			return w.res, w.err
+		case <-w.lead:
+		case <-ctx.Done():
+			// Leadership may already be on its way: pass it on rather than
+			// strand the others.
+			b.abandon(w)
+			return EnqueueResult{}, ctx.Err()
+		}
+	}
+	b.write(context.WithoutCancel(ctx))
+	<-w.done
+	return w.res, w.err
+}
+
+// write takes what waits, up to MaxBatch, writes it and answers each
+// waiter, then hands the writing on to the first of those that arrived
+// meanwhile, or stops.
+func (b *batcher) write(ctx context.Context) {
+	b.mu.Lock()
+	n := min(len(b.waiting), MaxBatch)
+	batch := b.waiting[:n:n]
+	b.waiting = b.waiting[n:]
+	b.mu.Unlock()
+
+	reqs := make([]EnqueueRequest, len(batch))
+	for i, w := range batch {
+		reqs[i] = w.req
+	}
+	results, err := b.store.EnqueueBatch(ctx, reqs)
+	for i, w := range batch {
+		if err != nil {
+			w.err = err
+		} else {
+			w.res = results[i]
+		}
+		close(w.done)
+	}
+	b.handOff()
+}
+
+// handOff makes the first waiting request the next writer, or marks the
+// batcher idle.
+func (b *batcher) handOff() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.waiting) == 0 {
+		b.writing = false
+		return
+	}
+	close(b.waiting[0].lead)
+}
+
+// abandon removes w, whose caller gave up; if w had just been made the
+// writer, the next waiting request takes over.
+func (b *batcher) abandon(w *waiter) {
+	b.mu.Lock()
+	for i, o := range b.waiting {
+		if o == w {
+			b.waiting = append(b.waiting[:i:i], b.waiting[i+1:]...)
+			b.mu.Unlock()
+			select {
+			case <-w.lead:
+				b.handOff()
+			default:
+			}
+			return
+		}
+	}
+	b.mu.Unlock()
+	// w was taken into a batch already: the batch's writer answers it.
+}

@@ -1,0 +1,328 @@
+package store
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/heraldhq/herald/notify"
+)
+
+// A notification is stored in two parts (see keys.go): its content, written
+// once at enqueue and never changed, and its state, rewritten at every
+// transition. A state change therefore never reads or writes a payload, and
+// a notification that waits for its first attempt has no state at all: its
+// place in a due set says everything.
+//
+// Content is a header line that the scripts read, then a body only Go
+// reads:
+//
+//	<digest> <channel letter> <ttr ms> <topic>\n
+//	version byte (1)
+//	uvarint created (ms), uvarint send_at (ms)
+//	uvarint len(backoff), then each entry (ms)
+//	string policy, template, target, order key, endpoint, trace
+//	uvarint len(headers), then name and value strings
+//	payload: the rest, as given
+//
+// where a string is a uvarint length and its bytes. The header carries what
+// the scripts need without the body: the digest (idempotent enqueue), the
+// channel (which queue) and the topic (which gauges and dead set), and the
+// ttr (the reservation's deadline).
+//
+// State is one line of fields separated by "|":
+//
+//	<state letter>|<attempts>|<history length>|<channel letter>|<receipt>|<deadline ms>|<next attempt ms>|<updated ms>|<extra>
+//
+// The history length differs from attempts when attempts were released
+// (given back without counting). extra is free for later use and empty.
+
+const contentVersion = 1
+
+// Letters of the state line and the content header.
+var (
+	stateLetters   = map[notify.State]string{notify.StateScheduled: "S", notify.StateReserved: "R", notify.StateSucceeded: "K", notify.StateDead: "D", notify.StateCancelled: "C"}
+	channelLetters = map[string]string{notify.ChannelWebhook: "w", notify.ChannelSMS: "s", notify.ChannelPoll: "p", notify.ChannelPull: "u"}
+	letterStates   = invert(stateLetters)
+	letterChannels = invert(channelLetters)
+)
+
+func invert[K comparable](m map[K]string) map[string]K {
+	out := make(map[string]K, len(m))
+	for k, v := range m {
+		out[v] = k
+	}
+	return out
+}
+
+// maxScoreMS is the largest time, in Unix milliseconds, a Redis score (a
+// double) holds exactly.
+const maxScoreMS = 1<<53 - 1
+
+// dueMS rounds a due time up to the millisecond: scripts compare whole
+// milliseconds, and rounding down would let an attempt start up to 1ms
+// early. It works on seconds and nanoseconds apart, so no time overflows
+// (time.Time.UnixNano does after 2262).
+func dueMS(t time.Time) int64 {
+	return t.Unix()*1000 + int64((t.Nanosecond()+int(time.Millisecond)-1)/int(time.Millisecond))
+}
+
+// checkDue reports whether t can be stored as a due time: from the Unix
+// epoch to the largest time a score holds exactly.
+func checkDue(t time.Time) error {
+	if t.Before(time.Unix(0, 0)) {
+		return errors.New("is before 1970-01-01T00:00:00Z")
+	}
+	if dueMS(t) > maxScoreMS {
+		return errors.New("is later than the store can hold exactly")
+	}
+	return nil
+}
+
+func ms(t time.Time) int64 { return t.UnixMilli() }
+
+func fromMS(v int64) time.Time { return time.UnixMilli(v).UTC() }
+
+func durMS(d notify.Duration) int64 {
+	return (int64(d) + int64(time.Millisecond) - 1) / int64(time.Millisecond)
+}
+
+// queueOf is where a notification waits: pull topics have their own queue
+// per topic, every other channel shares the dispatchers' push queue.
+func queueOf(channel, topic string) string {
+	if channel == notify.ChannelPull {
+		return PullQueue(topic)
+	}
+	return QueuePush
+}
+
+// encodeContent returns n's content as stored. created is the enqueue time.
+func encodeContent(n *notify.Notification, created time.Time) []byte {
+	var b bytes.Buffer
+	b.Grow(96 + len(n.Topic) + len(n.Target) + len(n.Payload))
+	fmt.Fprintf(&b, "%s %s %d %s\n", n.Digest, channelLetters[n.Channel], durMS(n.TTR), n.Topic)
+	b.WriteByte(contentVersion)
+	putUvarint(&b, uint64(ms(created)))
+	putUvarint(&b, uint64(dueMS(n.SendAt)))
+	putUvarint(&b, uint64(len(n.Backoff)))
+	for _, d := range n.Backoff {
+		putUvarint(&b, uint64(durMS(d)))
+	}
+	for _, s := range []string{n.Policy, n.Template, n.Target, "", "", ""} {
+		putString(&b, s)
+	}
+	putUvarint(&b, uint64(len(n.Headers)))
+	for k, v := range n.Headers {
+		putString(&b, k)
+		putString(&b, v)
+	}
+	b.Write(n.Payload)
+	return b.Bytes()
+}
+
+func putUvarint(b *bytes.Buffer, v uint64) {
+	var tmp [binary.MaxVarintLen64]byte
+	b.Write(tmp[:binary.PutUvarint(tmp[:], v)])
+}
+
+func putString(b *bytes.Buffer, s string) {
+	putUvarint(b, uint64(len(s)))
+	b.WriteString(s)
+}
+
+// header is the part of the content the scripts read.
+type header struct {
+	digest, channel, topic string
+	ttr                    int64
+}
+
+func parseHeader(content string) (header, string, error) {
+	line, body, ok := strings.Cut(content, "\n")
+	f := strings.SplitN(line, " ", 4)
+	if !ok || len(f) != 4 {
+		return header{}, "", errors.New("no header line")
+	}
+	ttr, err := strconv.ParseInt(f[2], 10, 64)
+	channel, known := letterChannels[f[1]]
+	if err != nil || !known {
+		return header{}, "", fmt.Errorf("bad header %q", line)
+	}
+	return header{digest: f[0], channel: channel, ttr: ttr, topic: f[3]}, body, nil
+}
+
+// decodeContent rebuilds the content fields of a notification: everything
+// but its state.
+func decodeContent(id, content string) (*notify.Notification, error) {
+	h, body, err := parseHeader(content)
+	if err != nil {
+		return nil, fmt.Errorf("decode %s: %w", id, err)
+	}
+	r := &reader{s: body}
+	if v := r.byte(); v != contentVersion {
+		return nil, fmt.Errorf("decode %s: unknown content version %d", id, v)
+	}
+	n := &notify.Notification{
+		ID: id, Topic: h.topic, Channel: h.channel, Digest: h.digest,
+		TTR:   notify.Duration(time.Duration(h.ttr) * time.Millisecond),
+		State: notify.StateScheduled, History: []notify.Attempt{},
+	}
+	n.CreatedAt = fromMS(int64(r.uvarint()))
+	n.UpdatedAt = n.CreatedAt
+	n.SendAt = fromMS(int64(r.uvarint()))
+	if nb := r.uvarint(); nb <= notify.MaxBackoff {
+		n.Backoff = make([]notify.Duration, nb)
+		for i := range n.Backoff {
+			n.Backoff[i] = notify.Duration(time.Duration(r.uvarint()) * time.Millisecond)
+		}
+	} else {
+		r.err = errors.New("backoff too long")
+	}
+	n.Policy, n.Template, n.Target = r.string(), r.string(), r.string()
+	_, _, _ = r.string(), r.string(), r.string() // order key, endpoint, trace: not used yet
+	if nh := r.uvarint(); nh > 0 && nh <= uint64(len(r.s)) {
+		n.Headers = make(map[string]string, nh)
+		for range nh {
+			k := r.string()
+			n.Headers[k] = r.string()
+		}
+	}
+	if r.err != nil {
+		return nil, fmt.Errorf("decode %s: %w", id, r.err)
+	}
+	if r.s != "" {
+		n.Payload = []byte(r.s)
+	}
+	return n, nil
+}
+
+// reader reads the body; the first error sticks and later reads return
+// zero values.
+type reader struct {
+	s   string
+	err error
+}
+
+func (r *reader) byte() byte {
+	if r.err != nil || r.s == "" {
+		r.fail()
+		return 0
+	}
+	c := r.s[0]
+	r.s = r.s[1:]
+	return c
+}
+
+func (r *reader) uvarint() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint([]byte(r.s[:min(len(r.s), binary.MaxVarintLen64)]))
+	if n <= 0 {
+		r.fail()
+		return 0
+	}
+	r.s = r.s[n:]
+	return v
+}
+
+func (r *reader) string() string {
+	l := r.uvarint()
+	if r.err != nil || l > uint64(len(r.s)) {
+		r.fail()
+		return ""
+	}
+	s := r.s[:l]
+	r.s = r.s[l:]
+	return s
+}
+
+func (r *reader) fail() {
+	if r.err == nil {
+		r.err = errors.New("truncated content")
+	}
+}
+
+// stateLine is a parsed state line.
+type stateLine struct {
+	state    notify.State
+	attempts int
+	// histLen is how many history entries there are.
+	histLen  int
+	channel  string
+	receipt  string
+	deadline int64
+	next     int64
+	updated  int64
+}
+
+func parseState(s string) (stateLine, error) {
+	f := strings.SplitN(s, "|", 9)
+	if len(f) != 9 {
+		return stateLine{}, fmt.Errorf("bad state %q", s)
+	}
+	st := stateLine{receipt: f[4]}
+	var ok1, ok2 bool
+	st.state, ok1 = letterStates[f[0]]
+	st.channel, ok2 = letterChannels[f[3]]
+	var errs [5]error
+	st.attempts, errs[0] = strconv.Atoi(f[1])
+	st.histLen, errs[1] = strconv.Atoi(f[2])
+	st.deadline, errs[2] = optInt(f[5])
+	st.next, errs[3] = optInt(f[6])
+	st.updated, errs[4] = optInt(f[7])
+	if !ok1 || !ok2 || errors.Join(errs[:]...) != nil {
+		return stateLine{}, fmt.Errorf("bad state %q", s)
+	}
+	return st, nil
+}
+
+func optInt(s string) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	return strconv.ParseInt(s, 10, 64)
+}
+
+func optMS(v int64) *time.Time {
+	if v == 0 {
+		return nil
+	}
+	t := fromMS(v)
+	return &t
+}
+
+// apply sets n's state fields from st.
+func (st stateLine) apply(n *notify.Notification) {
+	n.State, n.Attempts = st.state, st.attempts
+	n.Receipt, n.Deadline = st.receipt, optMS(st.deadline)
+	n.NextAttemptAt = optMS(st.next)
+	if st.state.Finished() {
+		n.NextAttemptAt = nil
+	}
+	if st.updated != 0 {
+		n.UpdatedAt = fromMS(st.updated)
+	}
+}
+
+// decode rebuilds a notification from its content and state line ("" for
+// a notification that waits for its first attempt, due at due ms).
+func decode(id, content, state string, due int64) (*notify.Notification, int, error) {
+	n, err := decodeContent(id, content)
+	if err != nil {
+		return nil, 0, err
+	}
+	if state == "" {
+		n.NextAttemptAt = optMS(due)
+		return n, 0, nil
+	}
+	st, err := parseState(state)
+	if err != nil {
+		return nil, 0, fmt.Errorf("decode %s: %w", id, err)
+	}
+	st.apply(n)
+	return n, st.histLen, nil
+}

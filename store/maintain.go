@@ -1,0 +1,118 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/heraldhq/herald/notify"
+)
+
+// Expired returns up to limit reserved notifications per shard whose
+// deadline passed before now-grace, with their current receipt: their
+// attempt counts as failed (ttr expired), and the caller finishes them with
+// Finish. grace absorbs clock skew between dispatchers. One whose content
+// cannot be decoded is quarantined instead of returned.
+func (s *Store) Expired(ctx context.Context, grace time.Duration, limit int) ([]*notify.Notification, error) {
+	cutoff := strconv.FormatInt(ms(s.Now().Add(-grace)), 10)
+	pipe := s.client.Pipeline()
+	cmds := make([]*redis.StringSliceCmd, s.keys.shards)
+	for shard := range cmds {
+		cmds[shard] = pipe.ZRangeByScore(ctx, s.keys.reserved(shard), &redis.ZRangeBy{Min: "-inf", Max: cutoff, Count: int64(limit)})
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("find expired reservations: %w", err)
+	}
+	type read struct {
+		shard             int
+		ids               []string
+		contents, records *redis.SliceCmd
+	}
+	var reads []read
+	pipe = s.client.Pipeline()
+	for shard, c := range cmds {
+		if ids := c.Val(); len(ids) > 0 {
+			reads = append(reads, read{shard, ids,
+				pipe.HMGet(ctx, s.keys.job(shard), ids...), pipe.HMGet(ctx, s.keys.state(shard), ids...)})
+		}
+	}
+	if len(reads) == 0 {
+		return nil, nil
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("read expired reservations: %w", err)
+	}
+	var out []*notify.Notification
+	for _, r := range reads {
+		for i, id := range r.ids {
+			content, _ := r.contents.Val()[i].(string)
+			state, _ := r.records.Val()[i].(string)
+			n, _, err := decode(id, content, state, 0)
+			if err != nil {
+				s.quarantine(ctx, r.shard, id, err)
+				continue
+			}
+			if n.State == notify.StateReserved {
+				out = append(out, n)
+			}
+		}
+	}
+	return out, nil
+}
+
+// quarantine moves a reserved notification that cannot be decoded aside,
+// so that it stops neither reservations nor reaping, logs it and counts it
+// (see Quarantined). An operator finds it in the shard's quarantine hash
+// with the reason.
+func (s *Store) quarantine(ctx context.Context, shard int, id string, why error) {
+	k := s.keys
+	_, err := s.runScript(ctx, quarantineScript,
+		[]string{k.job(shard), k.state(shard), k.quarantine(shard), k.reserved(shard), k.stats(shard)}, id, why.Error())
+	if err != nil {
+		s.cfg.Logger.ErrorContext(ctx, "store: could not quarantine an undecodable notification", "id", id, "reason", why, "error", err)
+		return
+	}
+	s.quarantined.Add(1)
+	s.cfg.Logger.ErrorContext(ctx, "store: quarantined an undecodable notification", "id", id, "reason", why,
+		"key", k.quarantine(shard))
+}
+
+// Quarantined returns how many notifications this Store has moved to
+// quarantine because their record could not be decoded.
+func (s *Store) Quarantined() int64 { return s.quarantined.Load() }
+
+// Sweep deletes up to limit records per shard whose retention has passed,
+// and returns how many it deleted.
+func (s *Store) Sweep(ctx context.Context, limit int) (int, error) {
+	limit = min(max(limit, 1), maxScriptBatch)
+	now := ms(s.Now())
+	calls := make([]*scriptCall, s.keys.shards)
+	k := s.keys
+	for shard := range calls {
+		calls[shard] = &scriptCall{
+			script: sweepScript,
+			keys:   []string{k.finished(shard), k.job(shard), k.state(shard), k.hist(shard)},
+			args:   []any{now, limit},
+		}
+	}
+	if err := s.runScripts(ctx, calls); err != nil {
+		return 0, fmt.Errorf("sweep: %w", err)
+	}
+	total := 0
+	var firstErr error
+	for _, c := range calls {
+		n, err := c.cmd.Int()
+		if err != nil {
+			firstErr = errors.Join(firstErr, err)
+		}
+		total += n
+	}
+	if firstErr != nil {
+		return total, fmt.Errorf("sweep: %w", firstErr)
+	}
+	return total, nil
+}

@@ -1,0 +1,187 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// TopicStats counts one topic's notifications.
+type TopicStats struct {
+	Scheduled           int64 `json:"scheduled"`
+	Reserved            int64 `json:"reserved"`
+	Dead                int64 `json:"dead"`
+	SucceededTotal      int64 `json:"succeeded_total"`
+	FailedAttemptsTotal int64 `json:"failed_attempts_total"`
+}
+
+// Stats returns counts per topic, summed over the shards in one pipeline.
+// The scripts keep them as they move notifications, one counter update per
+// topic per batch.
+func (s *Store) Stats(ctx context.Context) (map[string]TopicStats, error) {
+	pipe := s.client.Pipeline()
+	cmds := make([]*redis.MapStringStringCmd, s.keys.shards)
+	for shard := range cmds {
+		cmds[shard] = pipe.HGetAll(ctx, s.keys.stats(shard))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("stats: %w", err)
+	}
+	out := map[string]TopicStats{}
+	for _, c := range cmds {
+		for field, v := range c.Val() {
+			topic, name, ok := strings.Cut(field, ":")
+			n, err := strconv.ParseInt(v, 10, 64)
+			if !ok || err != nil {
+				continue
+			}
+			ts := out[topic]
+			switch name {
+			case "scheduled":
+				ts.Scheduled += n
+			case "reserved":
+				ts.Reserved += n
+			case "dead":
+				ts.Dead += n
+			case "succeeded_total":
+				ts.SucceededTotal += n
+			case "failed_attempts_total":
+				ts.FailedAttemptsTotal += n
+			}
+			out[topic] = ts
+		}
+	}
+	return out, nil
+}
+
+// Topics returns every topic that has ever had a notification, sorted: the
+// topics the statistics count.
+func (s *Store) Topics(ctx context.Context) ([]string, error) {
+	stats, err := s.Stats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(stats))
+	for t := range stats {
+		out = append(out, t)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// ActivityRetention is how long the per-minute attempt counts behind
+// Activity are kept.
+const ActivityRetention = 2 * time.Hour
+
+// latencyBounds are the upper bounds of the lateness buckets Activity
+// counts in; the last bucket holds everything later.
+var latencyBounds = []time.Duration{
+	time.Millisecond, 2 * time.Millisecond, 5 * time.Millisecond, 10 * time.Millisecond, 25 * time.Millisecond,
+	50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond, time.Second,
+	2500 * time.Millisecond, 5 * time.Second, 10 * time.Second, 30 * time.Second, time.Minute, 5 * time.Minute,
+}
+
+// latencyBucket returns the index of the bucket that counts lateness d.
+func latencyBucket(d time.Duration) int {
+	i, _ := slices.BinarySearch(latencyBounds, d)
+	return i
+}
+
+// MinuteActivity is what one topic's attempts did in one minute, across
+// every dispatcher and pull consumer.
+type MinuteActivity struct {
+	Minute time.Time
+	Topic  string
+	// Succeeded and Failed count finished attempts; released ones (given
+	// back at a shutdown) are not counted.
+	Succeeded, Failed int64
+	// LatenessP99 is the 99th percentile of how late attempts started after
+	// their due time, as the upper bound of its bucket (1ms, 2ms, 5ms, ...,
+	// 5m); zero when no attempt recorded its lateness. Reaped attempts
+	// (ttr expired) have none.
+	LatenessP99 time.Duration
+}
+
+// Activity returns the attempts of each topic and minute from since (at
+// most ActivityRetention ago) to now, oldest first, in one pipeline.
+func (s *Store) Activity(ctx context.Context, since time.Time) ([]MinuteActivity, error) {
+	now := s.Now()
+	if oldest := now.Add(-ActivityRetention); since.Before(oldest) {
+		since = oldest
+	}
+	first, last := since.Unix()/60, now.Unix()/60
+	pipe := s.client.Pipeline()
+	var cmds []*redis.MapStringStringCmd
+	for m := first; m <= last; m++ {
+		for shard := range s.keys.shards {
+			cmds = append(cmds, pipe.HGetAll(ctx, s.keys.activity(shard, m)))
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("activity: %w", err)
+	}
+	type acc struct {
+		MinuteActivity
+		buckets []int64
+	}
+	var out []MinuteActivity
+	for m := first; m <= last; m++ {
+		byTopic := map[string]*acc{}
+		for shard := range s.keys.shards {
+			for field, v := range cmds[int(m-first)*s.keys.shards+shard].Val() {
+				parts := strings.Split(field, "|")
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil || len(parts) < 2 {
+					continue
+				}
+				a := byTopic[parts[0]]
+				if a == nil {
+					a = &acc{MinuteActivity: MinuteActivity{Minute: time.Unix(m*60, 0).UTC(), Topic: parts[0]},
+						buckets: make([]int64, len(latencyBounds)+1)}
+					byTopic[parts[0]] = a
+				}
+				switch {
+				case parts[1] == "ok":
+					a.Succeeded += n
+				case parts[1] == "fail":
+					a.Failed += n
+				case parts[1] == "lat" && len(parts) == 3:
+					if b, err := strconv.Atoi(parts[2]); err == nil && b >= 0 && b < len(a.buckets) {
+						a.buckets[b] += n
+					}
+				}
+			}
+		}
+		for _, t := range slices.Sorted(maps.Keys(byTopic)) {
+			a := byTopic[t]
+			a.LatenessP99 = p99(a.buckets)
+			out = append(out, a.MinuteActivity)
+		}
+	}
+	return out, nil
+}
+
+// p99 returns the upper bound of the bucket holding the 99th percentile.
+func p99(buckets []int64) time.Duration {
+	var total int64
+	for _, n := range buckets {
+		total += n
+	}
+	if total == 0 {
+		return 0
+	}
+	want := (total*99 + 99) / 100
+	var seen int64
+	for i, n := range buckets {
+		if seen += n; seen >= want {
+			return latencyBounds[min(i, len(latencyBounds)-1)]
+		}
+	}
+	return latencyBounds[len(latencyBounds)-1]
+}
