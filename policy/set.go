@@ -162,13 +162,21 @@ func (s *Set) Resolve(req *notify.Request, now time.Time, maxPayload int) (*noti
 	case req.SendAt != nil && req.Delay != nil:
 		return nil, notify.Errorf("delay", "give send_at or delay, not both")
 	case req.SendAt != nil:
-		n.SendAt = req.SendAt.UTC().Truncate(time.Millisecond)
+		// The caller's instant is kept to the nanosecond: the store rounds
+		// due times up, so truncating here would start attempts early.
+		n.SendAt = req.SendAt.UTC()
 		schedule = n.SendAt.Format(time.RFC3339Nano)
+		if err := checkSendAt(n.SendAt); err != nil {
+			return nil, notify.Errorf("send_at", "%v", err)
+		}
 	case req.Delay != nil:
-		n.SendAt = now.Add(time.Duration(*req.Delay)).UTC().Truncate(time.Millisecond)
+		n.SendAt = now.Add(time.Duration(*req.Delay)).UTC()
 		schedule = "delay " + req.Delay.String()
+		if err := checkSendAt(n.SendAt); err != nil {
+			return nil, notify.Errorf("delay", "%v", err)
+		}
 	default:
-		n.SendAt = now.UTC().Truncate(time.Millisecond)
+		n.SendAt = now.UTC()
 		schedule = "now"
 	}
 	if err := n.Validate(maxPayload); err != nil {
@@ -176,4 +184,19 @@ func (s *Set) Resolve(req *notify.Request, now time.Time, maxPayload int) (*noti
 	}
 	n.Digest = n.ComputeDigest(schedule)
 	return n, nil
+}
+
+// Bounds of a send time: a Redis score holds whole milliseconds exactly up
+// to 2^53, and times before the Unix epoch are refused rather than read as
+// "now".
+var (
+	minSendAt = time.Unix(0, 0)
+	maxSendAt = time.UnixMilli(1<<53 - 1)
+)
+
+func checkSendAt(t time.Time) error {
+	if t.Before(minSendAt) || t.After(maxSendAt) {
+		return fmt.Errorf("must be between %s and %s", minSendAt.UTC().Format(time.RFC3339), maxSendAt.UTC().Format(time.RFC3339))
+	}
+	return nil
 }

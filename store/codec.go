@@ -280,15 +280,18 @@ func parseState(s string) (stateLine, error) {
 	return st, nil
 }
 
+// optInt reads an optional field of a state line: -1 when empty, since 0
+// is a time like any other (the Unix epoch).
 func optInt(s string) (int64, error) {
 	if s == "" {
-		return 0, nil
+		return -1, nil
 	}
 	return strconv.ParseInt(s, 10, 64)
 }
 
+// optMS returns the time of v milliseconds, or nil for -1 (none).
 func optMS(v int64) *time.Time {
-	if v == 0 {
+	if v < 0 {
 		return nil
 	}
 	t := fromMS(v)
@@ -303,13 +306,14 @@ func (st stateLine) apply(n *notify.Notification) {
 	if st.state.Finished() {
 		n.NextAttemptAt = nil
 	}
-	if st.updated != 0 {
+	if st.updated >= 0 {
 		n.UpdatedAt = fromMS(st.updated)
 	}
 }
 
 // decode rebuilds a notification from its content and state line ("" for
-// a notification that waits for its first attempt, due at due ms).
+// a notification that waits for its first attempt, due at due ms; -1 when
+// unknown).
 func decode(id, content, state string, due int64) (*notify.Notification, int, error) {
 	n, err := decodeContent(id, content)
 	if err != nil {

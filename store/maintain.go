@@ -13,7 +13,7 @@ import (
 )
 
 // Expired returns up to limit reserved notifications per shard whose
-// deadline passed before now-grace, with their current receipt: their
+// deadline is before now-grace, with their current receipt: their
 // attempt counts as failed (ttr expired), and the caller finishes them with
 // Finish. grace absorbs clock skew between dispatchers. One whose content
 // cannot be decoded is quarantined instead of returned.
@@ -22,7 +22,7 @@ func (s *Store) Expired(ctx context.Context, grace time.Duration, limit int) ([]
 	pipe := s.client.Pipeline()
 	cmds := make([]*redis.StringSliceCmd, s.keys.shards)
 	for shard := range cmds {
-		cmds[shard] = pipe.ZRangeByScore(ctx, s.keys.reserved(shard), &redis.ZRangeBy{Min: "-inf", Max: cutoff, Count: int64(limit)})
+		cmds[shard] = pipe.ZRangeByScore(ctx, s.keys.reserved(shard), &redis.ZRangeBy{Min: "-inf", Max: "(" + cutoff, Count: int64(limit)})
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("find expired reservations: %w", err)
@@ -51,7 +51,7 @@ func (s *Store) Expired(ctx context.Context, grace time.Duration, limit int) ([]
 		for i, id := range r.ids {
 			content, _ := r.contents.Val()[i].(string)
 			state, _ := r.records.Val()[i].(string)
-			n, _, err := decode(id, content, state, 0)
+			n, _, err := decode(id, content, state, -1)
 			if err != nil {
 				s.quarantine(ctx, r.shard, id, err)
 				continue

@@ -46,7 +46,7 @@ func (s *Store) getMany(ctx context.Context, ids []string) ([]*notify.Notificati
 		if contents[i].Err() != nil {
 			continue
 		}
-		n, histLen, err := decode(id, contents[i].Val(), states[i].Val(), 0)
+		n, histLen, err := decode(id, contents[i].Val(), states[i].Val(), -1)
 		if err != nil {
 			return nil, err
 		}

@@ -79,7 +79,7 @@ func (s *Store) Reserve(ctx context.Context, queue string, shards []int, limit i
 		items, _ := l[1].([]any)
 		for j := 0; j+2 < len(items); j += 3 {
 			id := replyString(items[j])
-			n, _, err := decode(id, replyString(items[j+1]), replyString(items[j+2]), 0)
+			n, _, err := decode(id, replyString(items[j+1]), replyString(items[j+2]), -1)
 			if err != nil {
 				s.quarantine(ctx, shard, id, err)
 				continue

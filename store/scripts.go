@@ -584,7 +584,8 @@ return #ids
 `)
 
 // quarantineScript moves a reserved notification whose content cannot be
-// decoded out of the way, so that it stops every batch it falls in.
+// decoded out of the way, so that it stops every batch it falls in. Its
+// topic's reserved gauge is lowered when the header still names the topic.
 //
 //	KEYS[1]  job HASH
 //	KEYS[2]  st HASH

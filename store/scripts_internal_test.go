@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/redistest"
@@ -43,4 +44,123 @@ func TestRunScriptsRunsEachCallOnce(t *testing.T) {
 	reserved, err := client.ZCard(ctx, k.reserved(0)).Result()
 	require.NoError(t, err)
 	require.Equal(t, int64(1), reserved, "the cached reserve ran exactly once")
+}
+
+// dumpAll returns every key of the namespace with its DUMP, the value's
+// exact bytes.
+func dumpAll(t *testing.T, st *Store) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	out := map[string]string{}
+	iter := st.client.Scan(ctx, 0, st.keys.ns+":*", 100).Iterator()
+	for iter.Next(ctx) {
+		v, err := st.client.Dump(ctx, iter.Val()).Result()
+		require.NoError(t, err)
+		out[iter.Val()] = v
+	}
+	require.NoError(t, iter.Err())
+	return out
+}
+
+// TestRejectedCallChangesNothing gives each batch script a batch whose
+// last item is bad: the script refuses the call before its first write, so
+// Redis is left byte for byte as it was, the good items included.
+func TestRejectedCallChangesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := redistest.Start(t, redistest.Options{}).Client(t)
+	st, err := New(&Config{Client: client, Shards: 1})
+	require.NoError(t, err)
+	now := time.Now().UTC().Add(-time.Second)
+	for _, id := range []string{"a", "b", "c"} {
+		n := &notify.Notification{ID: id, Topic: "jobs", Channel: notify.ChannelPull, Payload: json.RawMessage(`{}`),
+			Backoff: []notify.Duration{0, 0}, TTR: notify.Duration(time.Minute), SendAt: now, Digest: id}
+		_, _, err := st.Enqueue(ctx, n, false)
+		require.NoError(t, err)
+	}
+	reserved, _, err := st.Reserve(ctx, PullQueue("jobs"), []int{0}, 2)
+	require.NoError(t, err)
+	require.Len(t, reserved, 2)
+	before := dumpAll(t, st)
+
+	k := st.keys
+	good := &notify.Notification{ID: "d", Topic: "jobs", Channel: notify.ChannelPull, Backoff: []notify.Duration{0},
+		TTR: notify.Duration(time.Minute), SendAt: now, Digest: "d"}
+	enqueueKeys := []string{k.job(0), k.state(0), k.hist(0), k.stats(0), k.finished(0), k.deadAll(0), k.due(0, PullQueue("jobs")), k.dead(0, "jobs")}
+	finishKeys := []string{k.state(0), k.reserved(0), k.hist(0), k.stats(0), k.finished(0), k.deadAll(0), k.activity(0, 1), k.due(0, PullQueue("jobs")), k.dead(0, "jobs")}
+	tests := []struct {
+		name   string
+		script *redis.Script
+		keys   []string
+		args   []any
+	}{
+		{"EnqueueBadDue", enqueueScript, enqueueKeys, []any{ms(now), k.wake(), 0, 1, 1,
+			"d", encodeContent(good, now), ms(now), 0, 1, 1, "jobs", "pull.jobs", 0, 0,
+			"e", encodeContent(good, now), "soon", 0, 1, 1, "jobs", "pull.jobs", 0, 0}},
+		{"EnqueueBadKeyIndex", enqueueScript, enqueueKeys, []any{ms(now), k.wake(), 0, 1, 1,
+			"d", encodeContent(good, now), ms(now), 0, 1, 1, "jobs", "pull.jobs", 0, 0,
+			"e", encodeContent(good, now), ms(now), 0, 2, 1, "jobs", "pull.jobs", 0, 0}},
+		{"FinishBadAction", finishScript, finishKeys, []any{ms(now), 1000, k.wake(), 0, 1, 1, 60,
+			reserved[0].ID, reserved[0].Receipt, "ack", "", 0, 0, "jobs", "{}", "",
+			reserved[1].ID, reserved[1].Receipt, "explode", "", 0, 0, "jobs", "{}", ""}},
+		{"FinishRetryWithoutDue", finishScript, finishKeys, []any{ms(now), 1000, k.wake(), 0, 1, 1, 60,
+			reserved[0].ID, reserved[0].Receipt, "ack", "", 0, 0, "jobs", "{}", "",
+			reserved[1].ID, reserved[1].Receipt, "retry", "", 1, 0, "jobs", "{}", ""}},
+		{"ReserveBadLimit", reserveScript, []string{k.due(0, PullQueue("jobs")), k.reserved(0), k.job(0), k.state(0), k.stats(0)},
+			[]any{ms(time.Now()), 0, "r."}},
+	}
+	for _, tc := range tests {
+		_, err := st.runScript(ctx, tc.script, tc.keys, tc.args...)
+		require.ErrorContains(t, err, "herald", tc.name)
+		require.Equal(t, before, dumpAll(t, st), "%s changed Redis", tc.name)
+	}
+}
+
+// TestQuarantine corrupts one stored notification: reservations and the
+// reaper move it aside and carry on with the others.
+func TestQuarantine(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := redistest.Start(t, redistest.Options{}).Client(t)
+	st, err := New(&Config{Client: client, Shards: 1})
+	require.NoError(t, err)
+	now := time.Now().UTC().Add(-time.Second)
+	for _, id := range []string{"a", "bad", "c", "late-bad"} {
+		n := &notify.Notification{ID: id, Topic: "jobs", Channel: notify.ChannelPull, Payload: json.RawMessage(`{}`),
+			Backoff: []notify.Duration{0}, TTR: notify.Duration(time.Millisecond), SendAt: now, Digest: id}
+		_, _, err := st.Enqueue(ctx, n, false)
+		require.NoError(t, err)
+	}
+	k := st.keys
+	// A header that parses but a body that does not.
+	require.NoError(t, client.HSet(ctx, k.job(0), "bad", "d u 1000 jobs\nnot a body").Err())
+
+	got, _, err := st.Reserve(ctx, PullQueue("jobs"), []int{0}, 10)
+	require.NoError(t, err)
+	var ids []string
+	for _, n := range got {
+		ids = append(ids, n.ID)
+	}
+	require.ElementsMatch(t, []string{"a", "c", "late-bad"}, ids, "the others are handed out")
+	require.EqualValues(t, 1, st.Quarantined())
+	why, err := client.HGet(ctx, k.quarantine(0), "bad").Result()
+	require.NoError(t, err)
+	require.Contains(t, why, "not a body")
+
+	// One that breaks while reserved is quarantined by the reaper's read.
+	require.NoError(t, client.HSet(ctx, k.job(0), "late-bad", "d u 1 jobs\n\x09").Err())
+	time.Sleep(5 * time.Millisecond) // past the 1ms ttr
+	expired, err := st.Expired(ctx, 0, 10)
+	require.NoError(t, err)
+	ids = nil
+	for _, n := range expired {
+		ids = append(ids, n.ID)
+	}
+	require.ElementsMatch(t, []string{"a", "c"}, ids)
+	require.EqualValues(t, 2, st.Quarantined())
+	_, err = st.Get(ctx, "late-bad")
+	require.ErrorIs(t, err, notify.ErrNotFound, "moved aside")
+	stats, err := st.Stats(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, stats["jobs"].Reserved, "the quarantined ones left the gauges")
 }

@@ -2,16 +2,15 @@ package store_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldhq/herald/internal/heraldtest"
 	"github.com/heraldhq/herald/internal/redistest"
 	"github.com/heraldhq/herald/notify"
-	"github.com/heraldhq/herald/policy"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -21,34 +20,31 @@ var server *redistest.Server
 func TestMain(m *testing.M) { redistest.RunMain(m, &server) }
 
 type testBundle struct {
-	store    *store.Store
-	policies *policy.Set
+	store *store.Store
+	clock *heraldtest.Clock
 }
 
+// setup opens a store in a namespace of the test's own whose clock moves
+// only when the test says so.
 func setup(t *testing.T, cfg store.Config) *testBundle {
 	t.Helper()
+	clock := heraldtest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	cfg.Client = server.Client(t)
 	cfg.Namespace = redistest.Namespace(t)
 	cfg.Shards = max(cfg.Shards, 4)
+	cfg.TimeNowFunc = clock.Now
+	cfg.Logger = heraldtest.Logger(t)
 	st, err := store.New(&cfg)
 	require.NoError(t, err)
-	set, err := policy.NewSet(nil, nil)
-	require.NoError(t, err)
-	return &testBundle{store: st, policies: set}
+	t.Cleanup(func() { heraldtest.RequireStatsMatch(t, st) })
+	return &testBundle{store: st, clock: clock}
 }
 
-// newNotification resolves a pull notification due after delay with the
-// given backoff.
+// newNotification resolves a pull notification of topic jobs, sent delay
+// from the store's now, with the given backoff.
 func (b *testBundle) newNotification(t *testing.T, id string, delay time.Duration, backoff ...time.Duration) *notify.Notification {
 	t.Helper()
-	d := notify.Duration(delay)
-	req := &notify.Request{ID: id, Topic: "jobs", Channel: notify.ChannelPull, Payload: json.RawMessage(`{"n":1}`), Delay: &d}
-	for _, b := range backoff {
-		req.Backoff = append(req.Backoff, notify.Duration(b))
-	}
-	n, err := b.policies.Resolve(req, time.Now(), 0)
-	require.NoError(t, err)
-	return n
+	return heraldtest.Notification(t, id, b.clock.Now(), heraldtest.Delay(delay), heraldtest.Backoff(backoff...))
 }
 
 func (b *testBundle) enqueue(t *testing.T, n *notify.Notification) *notify.Notification {
@@ -67,8 +63,8 @@ func (b *testBundle) reserveAll(t *testing.T) []*notify.Notification {
 	return items
 }
 
-func finish(action notify.Action, n *notify.Notification, next time.Time) store.Finish {
-	now := time.Now()
+func (b *testBundle) finish(action notify.Action, n *notify.Notification, next time.Time) store.Finish {
+	now := b.clock.Now()
 	outcome := map[notify.Action]notify.Outcome{
 		notify.ActionAck: notify.OutcomeSuccess, notify.ActionRetry: notify.OutcomeRetry,
 		notify.ActionDead: notify.OutcomePermanent, notify.ActionRelease: notify.OutcomeReleased,
@@ -83,7 +79,7 @@ func TestEnqueueAndGet(t *testing.T) {
 	n := b.newNotification(t, "order-1", time.Hour, 5*time.Second, time.Minute)
 	got := b.enqueue(t, n)
 	require.Equal(t, notify.StateScheduled, got.State)
-	require.Equal(t, n.SendAt.Add(5*time.Second), *got.NextAttemptAt)
+	require.Equal(t, n.SendAt.Add(5*time.Second), *got.NextAttemptAt, "the clock is on a whole millisecond")
 
 	rec, err := b.store.Get(context.Background(), "order-1")
 	require.NoError(t, err)
@@ -165,7 +161,7 @@ func TestReserveOnlyWhatIsDue(t *testing.T) {
 	require.Equal(t, "now", n.ID)
 	require.Equal(t, notify.StateReserved, n.State)
 	require.NotEmpty(t, n.Receipt)
-	require.WithinDuration(t, time.Now().Add(time.Duration(n.TTR)), *n.Deadline, time.Second)
+	require.Equal(t, b.clock.Now().Add(time.Duration(n.TTR)), *n.Deadline)
 	require.JSONEq(t, `{"n":1}`, string(n.Payload))
 	require.Empty(t, b.reserveAll(t), "a reserved notification is not handed out twice")
 }
@@ -204,7 +200,7 @@ func TestFinish(t *testing.T) {
 		b := setup(t, store.Config{})
 		b.enqueue(t, b.newNotification(t, "a", 0, 0))
 		n := b.reserveAll(t)[0]
-		errs, err := b.store.Finish(ctx, []store.Finish{finish(notify.ActionAck, n, time.Time{})})
+		errs, err := b.store.Finish(ctx, []store.Finish{b.finish(notify.ActionAck, n, time.Time{})})
 		require.NoError(t, err)
 		require.NoError(t, errs[0])
 		rec, err := b.store.Get(ctx, "a")
@@ -223,7 +219,7 @@ func TestFinish(t *testing.T) {
 		n := b.reserveAll(t)[0]
 		stale := *n
 		stale.Receipt = "someone-else"
-		errs, err := b.store.Finish(ctx, []store.Finish{finish(notify.ActionAck, &stale, time.Time{})})
+		errs, err := b.store.Finish(ctx, []store.Finish{b.finish(notify.ActionAck, &stale, time.Time{})})
 		require.NoError(t, err)
 		require.ErrorIs(t, errs[0], notify.ErrStaleReceipt)
 		rec, _ := b.store.Get(ctx, "a")
@@ -235,8 +231,8 @@ func TestFinish(t *testing.T) {
 		b := setup(t, store.Config{})
 		b.enqueue(t, b.newNotification(t, "a", 0, 0, time.Hour))
 		n := b.reserveAll(t)[0]
-		next := time.Now().Add(time.Hour).Truncate(time.Millisecond)
-		errs, err := b.store.Finish(ctx, []store.Finish{finish(notify.ActionRetry, n, next)})
+		next := b.clock.Now().Add(time.Hour)
+		errs, err := b.store.Finish(ctx, []store.Finish{b.finish(notify.ActionRetry, n, next)})
 		require.NoError(t, err)
 		require.NoError(t, errs[0])
 		rec, _ := b.store.Get(ctx, "a")
@@ -251,7 +247,7 @@ func TestFinish(t *testing.T) {
 		b := setup(t, store.Config{})
 		b.enqueue(t, b.newNotification(t, "a", 0, 0))
 		n := b.reserveAll(t)[0]
-		_, err := b.store.Finish(ctx, []store.Finish{finish(notify.ActionRelease, n, time.Now().Add(-time.Millisecond))})
+		_, err := b.store.Finish(ctx, []store.Finish{b.finish(notify.ActionRelease, n, b.clock.Now())})
 		require.NoError(t, err)
 		again := b.reserveAll(t)
 		require.Len(t, again, 1)
@@ -283,7 +279,7 @@ func TestCancel(t *testing.T) {
 		n := b.reserveAll(t)[0]
 		_, err := b.store.Cancel(ctx, "a")
 		require.NoError(t, err)
-		errs, err := b.store.Finish(ctx, []store.Finish{finish(notify.ActionAck, n, time.Time{})})
+		errs, err := b.store.Finish(ctx, []store.Finish{b.finish(notify.ActionAck, n, time.Time{})})
 		require.NoError(t, err)
 		require.ErrorIs(t, errs[0], notify.ErrStaleReceipt)
 		rec, _ := b.store.Get(ctx, "a")
@@ -295,7 +291,7 @@ func TestCancel(t *testing.T) {
 		b := setup(t, store.Config{})
 		b.enqueue(t, b.newNotification(t, "a", 0, 0))
 		n := b.reserveAll(t)[0]
-		_, err := b.store.Finish(ctx, []store.Finish{finish(notify.ActionAck, n, time.Time{})})
+		_, err := b.store.Finish(ctx, []store.Finish{b.finish(notify.ActionAck, n, time.Time{})})
 		require.NoError(t, err)
 		_, err = b.store.Cancel(ctx, "a")
 		require.ErrorIs(t, err, notify.ErrFinished)
@@ -313,13 +309,14 @@ func TestExpired(t *testing.T) {
 	b.enqueue(t, n)
 	reserved := b.reserveAll(t)[0]
 
+	b.clock.Advance(50 * time.Millisecond)
 	got, err := b.store.Expired(ctx, 0, 10)
 	require.NoError(t, err)
-	require.Empty(t, got, "not expired before its ttr")
-	require.Eventually(t, func() bool {
-		got, err = b.store.Expired(ctx, 0, 10)
-		return err == nil && len(got) == 1
-	}, 5*time.Second, 10*time.Millisecond)
+	require.Empty(t, got, "not expired at its deadline")
+	b.clock.Advance(time.Millisecond)
+	got, err = b.store.Expired(ctx, 0, 10)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
 	require.Equal(t, reserved.Receipt, got[0].Receipt)
 }
 
@@ -331,7 +328,7 @@ func killAll(t *testing.T, b *testBundle, ids ...string) {
 	}
 	var fs []store.Finish
 	for _, n := range b.reserveAll(t) {
-		fs = append(fs, finish(notify.ActionDead, n, time.Time{}))
+		fs = append(fs, b.finish(notify.ActionDead, n, time.Time{}))
 	}
 	require.Len(t, fs, len(ids))
 	_, err := b.store.Finish(context.Background(), fs)
@@ -395,8 +392,8 @@ func TestDeadLetters(t *testing.T) {
 		t.Parallel()
 		b := setup(t, store.Config{})
 		killAll(t, b, "old")
-		time.Sleep(20 * time.Millisecond) // the two deaths need distinct milliseconds
-		since := time.Now()
+		b.clock.Advance(time.Millisecond)
+		since := b.clock.Now()
 		killAll(t, b, "new")
 		matched, replayed, err := b.store.Replay(ctx, store.DeadFilter{Topic: "jobs", Since: since}, store.DeadOptions{})
 		require.NoError(t, err)
@@ -437,20 +434,20 @@ func TestRetention(t *testing.T) {
 	killAll(t, b, "dead")
 	b.enqueue(t, b.newNotification(t, "done", 0, 0))
 	n := b.reserveAll(t)[0]
-	_, err := b.store.Finish(ctx, []store.Finish{finish(notify.ActionAck, n, time.Time{})})
+	_, err := b.store.Finish(ctx, []store.Finish{b.finish(notify.ActionAck, n, time.Time{})})
 	require.NoError(t, err)
 	b.enqueue(t, b.newNotification(t, "gone", time.Hour, 0))
 	_, err = b.store.Cancel(ctx, "gone")
 	require.NoError(t, err)
 
+	b.clock.Advance(49 * time.Millisecond)
 	deleted, err := b.store.Sweep(ctx, 100)
 	require.NoError(t, err)
 	require.Zero(t, deleted, "kept while within retention")
-	require.Eventually(t, func() bool {
-		n, err := b.store.Sweep(ctx, 100)
-		deleted += n
-		return err == nil && deleted == 2
-	}, 5*time.Second, 10*time.Millisecond)
+	b.clock.Advance(time.Millisecond)
+	deleted, err = b.store.Sweep(ctx, 100)
+	require.NoError(t, err)
+	require.Equal(t, 2, deleted)
 	for _, id := range []string{"done", "gone"} {
 		_, err = b.store.Get(ctx, id)
 		require.ErrorIs(t, err, notify.ErrNotFound, id)

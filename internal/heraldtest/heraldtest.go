@@ -1,0 +1,131 @@
+// Package heraldtest holds helpers that Herald's tests share: a logger that
+// writes to the test's log, a stub clock, a notification builder, and a
+// check that the store's statistics agree with its sets. It is test-only:
+// production packages must not import it.
+package heraldtest
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/policy"
+	"github.com/heraldhq/herald/store"
+)
+
+// Logger returns a debug-level logger whose lines go to tb's log, shown
+// when the test fails or runs with -v.
+func Logger(tb testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tb.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// Clock is a clock that moves only when told; it is safe for concurrent
+// use. Pass its Now as a TimeNowFunc.
+type Clock struct {
+	mu  sync.Mutex // guards now
+	now time.Time
+}
+
+// NewClock returns a clock stopped at start.
+func NewClock(start time.Time) *Clock { return &Clock{now: start} }
+
+// Now returns the clock's time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Advance moves the clock forward by d.
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// NotificationOption changes the request a test notification is resolved
+// from.
+type NotificationOption func(*notify.Request)
+
+// Topic sets the topic (default "jobs").
+func Topic(topic string) NotificationOption { return func(r *notify.Request) { r.Topic = topic } }
+
+// Channel and Target set where it goes (default: channel pull).
+func Channel(channel, target string) NotificationOption {
+	return func(r *notify.Request) { r.Channel, r.Target = channel, target }
+}
+
+// Backoff sets its backoff array.
+func Backoff(backoff ...time.Duration) NotificationOption {
+	return func(r *notify.Request) {
+		r.Backoff = nil
+		for _, d := range backoff {
+			r.Backoff = append(r.Backoff, notify.Duration(d))
+		}
+	}
+}
+
+// Delay sets how long after now it is sent (default 0).
+func Delay(d time.Duration) NotificationOption {
+	return func(r *notify.Request) { v := notify.Duration(d); r.Delay = &v }
+}
+
+// SendAt sets the instant it is sent at, instead of a delay.
+func SendAt(t time.Time) NotificationOption {
+	return func(r *notify.Request) { r.Delay, r.SendAt = nil, &t }
+}
+
+// TTR sets its reservation time.
+func TTR(d time.Duration) NotificationOption {
+	return func(r *notify.Request) { v := notify.Duration(d); r.TTR = &v }
+}
+
+// Payload sets its JSON payload (default {"n":1}).
+func Payload(payload string) NotificationOption {
+	return func(r *notify.Request) { r.Payload = json.RawMessage(payload) }
+}
+
+// Notification resolves a notification with the default policy set, as
+// the API would, sent at now: by default a pull notification of topic
+// "jobs" with payload {"n":1}, due at once.
+func Notification(tb testing.TB, id string, now time.Time, opts ...NotificationOption) *notify.Notification {
+	tb.Helper()
+	zero := notify.Duration(0)
+	req := &notify.Request{ID: id, Topic: "jobs", Channel: notify.ChannelPull, Payload: json.RawMessage(`{"n":1}`), Delay: &zero}
+	for _, o := range opts {
+		o(req)
+	}
+	set, err := policy.NewSet(nil, nil)
+	require.NoError(tb, err)
+	n, err := set.Resolve(req, now, 0)
+	require.NoError(tb, err)
+	return n
+}
+
+// RequireStatsMatch fails tb unless the statistics the scripts keep
+// (scheduled, reserved and dead per topic) equal what the store's sets
+// hold, counted afresh.
+func RequireStatsMatch(tb testing.TB, st *store.Store) {
+	tb.Helper()
+	ctx := context.Background()
+	kept, err := st.Stats(ctx)
+	require.NoError(tb, err)
+	counted, err := st.Recount(ctx)
+	require.NoError(tb, err)
+	gauges := func(m map[string]store.TopicStats) map[string][3]int64 {
+		out := map[string][3]int64{}
+		for t, s := range m {
+			if g := [3]int64{s.Scheduled, s.Reserved, s.Dead}; g != [3]int64{} {
+				out[t] = g
+			}
+		}
+		return out
+	}
+	require.Equal(tb, gauges(counted), gauges(kept), "gauges [scheduled reserved dead] per topic: counted afresh vs kept by the scripts")
+}

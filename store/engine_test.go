@@ -1,0 +1,125 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/internal/heraldtest"
+	"github.com/heraldhq/herald/internal/redistest"
+	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/store"
+)
+
+// TestDueTimes checks that a notification is due at the instant asked for,
+// rounded up to the millisecond and never earlier, at the edges of what the
+// store holds.
+func TestDueTimes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tests := []struct {
+		name   string
+		sendAt time.Time
+		// due is when the notification must be reserved, first: not a
+		// millisecond earlier.
+		due time.Time
+	}{
+		{"Nanosecond", time.Date(2026, 3, 1, 12, 0, 0, 1, time.UTC), time.Date(2026, 3, 1, 12, 0, 0, int(time.Millisecond), time.UTC)},
+		{"SubMillisecond", time.Date(2026, 3, 1, 12, 0, 0, 999_999, time.UTC), time.Date(2026, 3, 1, 12, 0, 0, int(time.Millisecond), time.UTC)},
+		{"WholeMillisecond", time.Date(2026, 3, 1, 12, 0, 0, int(2*time.Millisecond), time.UTC), time.Date(2026, 3, 1, 12, 0, 0, int(2*time.Millisecond), time.UTC)},
+		{"Epoch", time.Unix(0, 0).UTC(), time.Unix(0, 0).UTC()},
+		{"Year2300", time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, store.Config{})
+			got := b.enqueue(t, heraldtest.Notification(t, "n", b.clock.Now(), heraldtest.SendAt(tc.sendAt)))
+			require.Equal(t, tc.due, *got.NextAttemptAt)
+			rec, err := b.store.Get(ctx, "n")
+			require.NoError(t, err)
+			require.Equal(t, tc.due, *rec.NextAttemptAt, "Get reads the same due time")
+			if b.clock.Now().Before(tc.due) {
+				b.clock.Advance(tc.due.Sub(b.clock.Now()) - time.Nanosecond)
+				require.Empty(t, b.reserveAll(t), "not due a nanosecond before")
+				b.clock.Advance(time.Nanosecond)
+			}
+			if tc.due.Year() > 2100 {
+				return // the clock is not moved three centuries
+			}
+			items := b.reserveAll(t)
+			require.Len(t, items, 1)
+			require.Equal(t, tc.due, *items[0].NextAttemptAt)
+		})
+	}
+
+	t.Run("OutOfRangeNamesTheField", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, store.Config{})
+		n := heraldtest.Notification(t, "n", b.clock.Now())
+		n.SendAt = time.Date(1969, 12, 31, 23, 59, 59, 0, time.UTC)
+		_, _, err := b.store.Enqueue(ctx, n, false)
+		var fe *notify.FieldError
+		require.ErrorAs(t, err, &fe)
+		require.Equal(t, "send_at", fe.Field)
+		_, err = b.store.Get(ctx, "n")
+		require.ErrorIs(t, err, notify.ErrNotFound, "nothing half-written")
+	})
+}
+
+// TestConcurrentEnqueuesShareScripts enqueues from many goroutines at once:
+// each gets its own answer, and the store writes them in fewer scripts
+// than notifications.
+func TestConcurrentEnqueuesShareScripts(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	client := srv.Client(t)
+	st, err := store.New(&store.Config{Client: client, Shards: 4})
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NoError(t, client.ConfigResetStat(ctx).Err())
+
+	const n = 200
+	var wg sync.WaitGroup
+	statuses := make([]store.EnqueueStatus, n)
+	for i := range n {
+		wg.Go(func() {
+			id := fmt.Sprintf("n%d", i)
+			got, status, err := st.Enqueue(ctx, heraldtest.Notification(t, id, time.Now()), false)
+			if err == nil && got.ID != id {
+				err = fmt.Errorf("answer for %s went to %s", got.ID, id)
+			}
+			require.NoError(t, err)
+			statuses[i] = status
+		})
+	}
+	wg.Wait()
+	for i, s := range statuses {
+		require.Equal(t, store.Created, s, "n%d", i)
+	}
+	evals := commandCalls(t, client.Info(ctx, "commandstats").Val(), "evalsha") + commandCalls(t, client.Info(ctx, "commandstats").Val(), "eval")
+	require.Less(t, evals, int64(n), "concurrent enqueues share scripts")
+	t.Logf("%d concurrent enqueues ran %d scripts", n, evals)
+}
+
+// commandCalls reads a command's call count from INFO commandstats.
+func commandCalls(t *testing.T, info, cmd string) int64 {
+	t.Helper()
+	for line := range strings.Lines(info) {
+		rest, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":calls=")
+		if !ok {
+			continue
+		}
+		v, _, _ := strings.Cut(rest, ",")
+		n, err := strconv.ParseInt(v, 10, 64)
+		require.NoError(t, err)
+		return n
+	}
+	return 0
+}
