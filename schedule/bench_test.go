@@ -3,6 +3,10 @@ package schedule_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -186,4 +190,93 @@ func BenchmarkLateness(b *testing.B) {
 		b.ReportMetric(ms(res.Lateness.Max), "max-ms")
 		b.ReportMetric(float64(res.Lateness.Early), "early")
 	}
+}
+
+// serverCost reads what a redis-server has done so far: commands run,
+// counting those inside scripts, and CPU seconds.
+func serverCost(b *testing.B, client *redis.Client) (calls int64, cpu float64) {
+	b.Helper()
+	info, err := client.Info(context.Background(), "commandstats", "cpu").Result()
+	require.NoError(b, err)
+	for line := range strings.Lines(info) {
+		line = strings.TrimSpace(line)
+		if rest, ok := strings.CutPrefix(line, "cmdstat_"); ok {
+			name, stats, _ := strings.Cut(rest, ":")
+			if name == "info" || name == "config|resetstat" {
+				continue
+			}
+			v, _, _ := strings.Cut(strings.TrimPrefix(stats, "calls="), ",")
+			n, _ := strconv.ParseInt(v, 10, 64)
+			calls += n
+		}
+		for _, k := range []string{"used_cpu_sys:", "used_cpu_user:"} {
+			if v, ok := strings.CutPrefix(line, k); ok {
+				f, _ := strconv.ParseFloat(v, 64)
+				cpu += f
+			}
+		}
+	}
+	return calls, cpu
+}
+
+// BenchmarkLife measures a notification's whole life, enqueue by 8
+// producers making single calls then one successful attempt by a dispatcher
+// at concurrency 16 with a no-op handler, on a redis-server of its own: the
+// Redis commands (those inside scripts included) and Redis CPU it costs,
+// and both rates. ns/op is per notification.
+func BenchmarkLife(b *testing.B) {
+	srv := redistest.Start(b, redistest.Options{})
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
+	b.Cleanup(func() { _ = client.Close() })
+	st, err := store.New(&store.Config{Client: client})
+	require.NoError(b, err)
+	set, err := policy.NewSet(nil, nil)
+	require.NoError(b, err)
+	payload := []byte(`{"order":"2026112200001","amount":"10.00","note":"` + strings.Repeat("x", 48) + `"}`)
+	calls0, cpu0 := serverCost(b, client)
+	b.ResetTimer()
+	start := time.Now()
+	var seq atomic.Int64
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for i := seq.Add(1); i <= int64(b.N); i = seq.Add(1) {
+				n, err := set.Resolve(&notify.Request{ID: fmt.Sprintf("n%d", i), Topic: "bench", Channel: notify.ChannelPull, Payload: payload}, time.Now(), 0)
+				if err == nil {
+					_, _, err = st.Enqueue(context.Background(), n, false)
+				}
+				if err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	enqueued := time.Since(start)
+	var done atomic.Int64
+	finished := make(chan struct{})
+	d, err := schedule.New(&schedule.Config{Store: st, Concurrency: 16, PoliciesFunc: func() *policy.Set { return set },
+		Handlers: map[string]notify.Sender{"bench": notify.SenderFunc(func(context.Context, *notify.Notification) (notify.Response, error) {
+			if done.Add(1) == int64(b.N) {
+				close(finished)
+			}
+			return notify.Response{}, nil
+		})}})
+	require.NoError(b, err)
+	drainStart := time.Now()
+	require.NoError(b, d.Start(context.Background()))
+	<-finished
+	drained := time.Since(drainStart)
+	d.Stop()
+	b.StopTimer()
+	calls, cpu := serverCost(b, client)
+	if os.Getenv("HERALD_BENCH_STATS") != "" {
+		_ = os.WriteFile(os.Getenv("HERALD_BENCH_STATS"), []byte(client.Info(context.Background(), "commandstats").Val()), 0o644)
+	}
+	n := float64(b.N)
+	b.ReportMetric(n/enqueued.Seconds(), "enqueues/s")
+	b.ReportMetric(n/drained.Seconds(), "drained/s")
+	b.ReportMetric(float64(calls-calls0)/n, "redis-cmds/notification")
+	b.ReportMetric((cpu-cpu0)/n*1e6, "redis-cpu-us/notification")
 }

@@ -1,8 +1,8 @@
 // Package schedule is Herald's dispatcher: it reserves due notifications in
-// batches, runs each attempt on a bounded pool of workers through the sender
+// batches, runs each attempt on a fixed pool of workers through the sender
 // of its channel (or a library-mode handler registered for its topic),
-// records the outcome, reaps reservations whose ttr ran out, and deletes
-// finished records past their retention.
+// records the outcomes in batches, reaps reservations whose ttr ran out, and
+// deletes finished records past their retention.
 //
 // # Timing
 //
@@ -11,7 +11,16 @@
 // until the earliest of those, and wakes early when an enqueue or a retry
 // publishes an earlier head. A notification due now therefore starts within
 // milliseconds, and none starts before it is due: the reserve script only
-// takes notifications whose due time has passed by the dispatcher's clock.
+// takes notifications whose due time has passed by the dispatcher's clock,
+// and due times are stored rounded up to the millisecond.
+//
+// # Throughput
+//
+// Reservations run ahead of the workers by up to Prefetch notifications, so
+// that under a backlog each reservation moves a large batch instead of one
+// notification per freed worker; outcomes are written together, one script
+// per shard for all the attempts that ended while the previous write was
+// under way.
 //
 // # Safety
 //
@@ -48,6 +57,8 @@ const (
 	ReapIntervalDefault    = time.Second
 	ReapGraceDefault       = time.Second
 	ShutdownTimeoutDefault = 10 * time.Second
+	// finishBatchMax bounds the outcomes one write records.
+	finishBatchMax = 1000
 )
 
 // Store is what the dispatcher needs of the store; *store.Store implements
@@ -67,8 +78,11 @@ var _ Store = (*store.Store)(nil)
 // Observer is told about attempts and store failures; the metrics adapter
 // implements it. Calls come from many goroutines and must not block.
 type Observer interface {
-	// AttemptFinished reports an attempt's outcome, what the store was
-	// asked to do with it, and how late it started (start minus due time).
+	// AttemptFinished reports an attempt whose outcome the store recorded,
+	// what was done with the notification, and how late the attempt started
+	// (start minus due time). An attempt whose outcome could not be
+	// recorded (its notification was cancelled meanwhile, or its
+	// reservation was taken over) is not reported.
 	AttemptFinished(n *notify.Notification, a notify.Attempt, action notify.Action, lateness time.Duration)
 	// StoreError reports a failed store call ("reserve", "finish", "reap",
 	// "sweep").
@@ -90,10 +104,16 @@ type Config struct {
 	// PoliciesFunc returns the current policies (it may change on reload).
 	// Default: the built-in default policy only.
 	PoliciesFunc func() *policy.Set
-	// Concurrency is the most attempts running at once. Default 64.
+	// Concurrency is the most attempts running at once: the number of
+	// workers. Default 64.
 	Concurrency int
-	// Batch is the most notifications one reservation or one finish call
-	// moves per shard. Default 100.
+	// Prefetch is how many due notifications may wait reserved for a free
+	// worker, so that a backlog drains in large reservations. Their ttr
+	// runs while they wait, so keep it small next to what the workers get
+	// through in a ttr. Default Batch; -1 reserves only for idle workers.
+	Prefetch int
+	// Batch is the most notifications one reservation takes from one shard
+	// and the most the reaper and sweeper move per call. Default 100.
 	Batch int
 	// PollInterval is the longest the dispatcher sleeps without asking Redis,
 	// a safety net for wake-ups lost while disconnected. Default 1s.
@@ -118,6 +138,10 @@ func (c *Config) WithDefaults() *Config {
 	out := *c
 	out.Concurrency = cmp.Or(out.Concurrency, ConcurrencyDefault)
 	out.Batch = cmp.Or(out.Batch, BatchDefault)
+	out.Prefetch = cmp.Or(out.Prefetch, out.Batch)
+	if out.Prefetch < 0 {
+		out.Prefetch = 0
+	}
 	out.PollInterval = cmp.Or(out.PollInterval, PollIntervalDefault)
 	out.ReapInterval = cmp.Or(out.ReapInterval, ReapIntervalDefault)
 	out.ReapGrace = cmp.Or(out.ReapGrace, ReapGraceDefault)
@@ -164,10 +188,15 @@ type Dispatcher struct {
 	store Store
 	log   *slog.Logger
 
-	// slots holds one token per running attempt, bounding concurrency.
-	slots chan struct{}
-	// finishes carries finished attempts to the finisher, which batches them.
-	finishes chan store.Finish
+	// capacity counts the notifications the dispatcher may still reserve:
+	// Concurrency + Prefetch, less those reserved whose attempt has not
+	// ended.
+	capacity *capacity
+	// work holds reserved notifications waiting for a worker.
+	work chan *notify.Notification
+	// finishes carries ended attempts to the finisher, which records them
+	// in batches.
+	finishes chan pendingFinish
 
 	mu       sync.Mutex // guards started, stop
 	started  bool
@@ -180,9 +209,19 @@ type Dispatcher struct {
 	attemptCtx    context.Context
 	cancelAttempt context.CancelFunc
 
-	loops    sync.WaitGroup // reserve loops, reaper, subscriber
-	attempts sync.WaitGroup // running attempts
+	loops    sync.WaitGroup // reserve loops, maintenance, wake-up fan-out
+	workers  sync.WaitGroup
 	finisher sync.WaitGroup
+}
+
+// pendingFinish is an ended attempt on its way to the store, with what the
+// observer is told once it is recorded.
+type pendingFinish struct {
+	store.Finish
+	lateness time.Duration
+	// report is false for a notification given back unstarted: no attempt
+	// to report.
+	report bool
 }
 
 // New returns a dispatcher for cfg.
@@ -191,12 +230,14 @@ func New(cfg *Config) (*Dispatcher, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	total := cfg.Concurrency + cfg.Prefetch
 	return &Dispatcher{
 		cfg:      cfg,
 		store:    cfg.Store,
 		log:      cfg.Logger,
-		slots:    make(chan struct{}, cfg.Concurrency),
-		finishes: make(chan store.Finish, cfg.Concurrency),
+		capacity: newCapacity(total),
+		work:     make(chan *notify.Notification, total),
+		finishes: make(chan pendingFinish, total),
 		ready:    make(chan struct{}),
 	}, nil
 }
@@ -240,16 +281,25 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 		defer d.loops.Done()
 		d.maintenanceLoop(ctx)
 	}()
+	d.workers.Add(d.cfg.Concurrency)
+	for range d.cfg.Concurrency {
+		go func() {
+			defer d.workers.Done()
+			d.worker(ctx)
+		}()
+	}
 	d.finisher.Add(1)
 	go func() {
 		defer d.finisher.Done()
 		d.finishLoop()
 	}()
-	d.log.InfoContext(ctx, "schedule: dispatcher started", "queues", len(queues), "concurrency", d.cfg.Concurrency)
+	d.log.InfoContext(ctx, "schedule: dispatcher started", "queues", len(queues), "concurrency", d.cfg.Concurrency,
+		"prefetch", d.cfg.Prefetch)
 	return nil
 }
 
-// Stop stops reserving, waits up to ShutdownTimeout for running attempts,
+// Stop stops reserving, gives back the notifications reserved ahead that no
+// worker started, waits up to ShutdownTimeout for running attempts,
 // releases those still running (without counting an attempt), records every
 // outcome, and returns. A second Stop does nothing.
 func (d *Dispatcher) Stop() {
@@ -262,8 +312,9 @@ func (d *Dispatcher) Stop() {
 	d.stopOnce.Do(func() {
 		stop()
 		d.loops.Wait()
+		close(d.work) // no reserve loop sends any more
 		done := make(chan struct{})
-		go func() { d.attempts.Wait(); close(done) }()
+		go func() { d.workers.Wait(); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(d.cfg.ShutdownTimeout):
@@ -307,7 +358,9 @@ func (d *Dispatcher) fanOutWakes(ctx context.Context, wakes <-chan store.Wake, r
 // makes the loop look at it again.
 const never = math.MaxInt64
 
-// reserveLoop serves one queue until ctx ends.
+// reserveLoop serves one queue until ctx ends: it waits until a shard has
+// due work and there is room to take it, reserves as much as there is room
+// for in one call, and hands what it got to the workers.
 func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan store.Wake) {
 	shards := d.store.Shards()
 	// heads[s] is the due time (ms) of shard s's earliest notification as
@@ -315,6 +368,10 @@ func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan
 	heads := make([]int64, shards)
 	lastPoll := d.store.Now()
 	failures := 0
+	// lowWater is the room worth a round trip while workers are busy: under
+	// a backlog the loop waits for this much rather than reserving one
+	// notification per freed worker.
+	lowWater := max(1, min(d.cfg.Batch, d.capacity.total/4))
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for ctx.Err() == nil {
@@ -334,12 +391,22 @@ func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan
 			}
 		}
 		if len(due) > 0 {
-			got := d.acquire(ctx, min(d.cfg.Concurrency, len(due)*d.cfg.Batch))
-			if got == 0 {
-				return
+			changed := d.capacity.changed() // before the look, so no give is missed
+			room := d.capacity.free()
+			if room < lowWater && (room == 0 || len(d.work) > 0) {
+				// Busy: wait for room, or for news of this queue.
+				select {
+				case <-ctx.Done():
+					return
+				case <-changed:
+				case w := <-wakes:
+					heads[w.Shard%shards] = min(heads[w.Shard%shards], w.Due.UnixMilli())
+				}
+				continue
 			}
+			got := d.capacity.take(min(room, len(due)*d.cfg.Batch, store.MaxReserve))
 			items, hs, err := d.store.Reserve(ctx, queue, due, got)
-			d.release(got - len(items))
+			d.capacity.give(got - len(items))
 			if err != nil {
 				if ctx.Err() != nil {
 					return
@@ -353,16 +420,14 @@ func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan
 			}
 			failures = 0
 			for _, h := range hs {
-				switch {
-				case h.Due.IsZero():
+				if h.Due.IsZero() {
 					heads[h.Shard] = never
-				default:
+				} else {
 					heads[h.Shard] = h.Due.UnixMilli()
 				}
 			}
 			for _, n := range items {
-				d.attempts.Add(1)
-				go d.attempt(n)
+				d.work <- n // never blocks: work holds as many as capacity
 			}
 			continue
 		}
@@ -387,32 +452,6 @@ func drainTimer(t *time.Timer) {
 	}
 }
 
-// acquire takes up to n worker slots, waiting for the first; 0 means ctx
-// ended.
-func (d *Dispatcher) acquire(ctx context.Context, n int) int {
-	select {
-	case d.slots <- struct{}{}:
-	case <-ctx.Done():
-		return 0
-	}
-	got := 1
-	for got < n {
-		select {
-		case d.slots <- struct{}{}:
-			got++
-		default:
-			return got
-		}
-	}
-	return got
-}
-
-func (d *Dispatcher) release(n int) {
-	for range n {
-		<-d.slots
-	}
-}
-
 // backoffDelay is the wait after the n-th consecutive store failure: 10ms
 // doubling to 5s, so an outage costs no busy loop and recovery is quick.
 func backoffDelay(n int) time.Duration {
@@ -428,10 +467,29 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
+// worker runs the attempts handed to it until the work channel closes. Once
+// the dispatcher stops, what is left in the channel was reserved ahead and
+// never started: it is given back as it was, due at its own time.
+func (d *Dispatcher) worker(ctx context.Context) {
+	for n := range d.work {
+		if ctx.Err() != nil {
+			d.finishes <- pendingFinish{Finish: store.Finish{Notification: n, Action: notify.ActionRelease, NextAt: dueOf(n, d.store.Now())}}
+		} else {
+			d.attempt(n)
+		}
+		d.capacity.give(1)
+	}
+}
+
+func dueOf(n *notify.Notification, fallback time.Time) time.Time {
+	if n.NextAttemptAt != nil {
+		return *n.NextAttemptAt
+	}
+	return fallback
+}
+
 // attempt runs one attempt of n and hands its outcome to the finisher.
 func (d *Dispatcher) attempt(n *notify.Notification) {
-	defer d.attempts.Done()
-	defer d.release(1)
 	p := d.cfg.PoliciesFunc().PolicyFor(n)
 	start := d.store.Now()
 	var lateness time.Duration
@@ -444,9 +502,7 @@ func (d *Dispatcher) attempt(n *notify.Notification) {
 	if err != nil && d.attemptCtx.Err() != nil {
 		err = notify.ErrReleased
 	}
-	f := finishOf(&p, n, start, d.store.Now(), resp, err)
-	d.cfg.Observer.AttemptFinished(n, f.Attempt, f.Action, lateness)
-	d.finishes <- f
+	d.finishes <- pendingFinish{Finish: finishOf(&p, n, start, d.store.Now(), resp, err), lateness: lateness, report: true}
 }
 
 func (d *Dispatcher) send(ctx context.Context, n *notify.Notification) (resp notify.Response, err error) {
@@ -465,13 +521,14 @@ func (d *Dispatcher) send(ctx context.Context, n *notify.Notification) (resp not
 	return sender.Send(ctx, n)
 }
 
-// finishLoop records finished attempts in batches: it takes what is waiting,
-// up to Batch, and writes it in one pipeline.
+// finishLoop records ended attempts in batches: it takes everything that
+// waits, up to finishBatchMax, and writes it in one pipeline; what ends
+// during that write goes into the next.
 func (d *Dispatcher) finishLoop() {
 	for f := range d.finishes {
-		batch := []store.Finish{f}
+		batch := []pendingFinish{f}
 	drain:
-		for len(batch) < d.cfg.Batch {
+		for len(batch) < finishBatchMax {
 			select {
 			case f, ok := <-d.finishes:
 				if !ok {
@@ -486,29 +543,37 @@ func (d *Dispatcher) finishLoop() {
 	}
 }
 
-// finishBatch writes a batch, retrying through a Redis outage. It gives up
-// only when every reservation in the batch has passed its deadline, since the
-// reaper then owns them (the attempt is retried: at-least-once).
-func (d *Dispatcher) finishBatch(batch []store.Finish) {
+// finishBatch writes a batch, retrying through a Redis outage, and reports
+// each recorded attempt to the observer. It gives up only when every
+// reservation in the batch has passed its deadline, since the reaper then
+// owns them (the attempt is retried: at-least-once).
+func (d *Dispatcher) finishBatch(batch []pendingFinish) {
 	ctx := context.Background()
+	items := make([]store.Finish, len(batch))
+	for i, f := range batch {
+		items[i] = f.Finish
+	}
 	for failures := 1; ; failures++ {
-		errs, err := d.store.Finish(ctx, batch)
+		errs, err := d.store.Finish(ctx, items)
 		if err == nil {
 			for i, e := range errs {
-				if e != nil {
-					d.log.DebugContext(ctx, "schedule: finish ignored", "id", batch[i].Notification.ID, "error", e)
+				switch {
+				case e != nil:
+					d.log.DebugContext(ctx, "schedule: finish ignored", "id", items[i].Notification.ID, "error", e)
+				case batch[i].report:
+					d.cfg.Observer.AttemptFinished(items[i].Notification, items[i].Attempt, items[i].Action, batch[i].lateness)
 				}
 			}
 			return
 		}
 		d.cfg.Observer.StoreError("finish", err)
-		if d.allExpired(batch) {
+		if d.allExpired(items) {
 			d.log.ErrorContext(ctx, "schedule: could not record attempts before their reservations expired; they will be retried",
-				"count", len(batch), "error", err)
+				"count", len(items), "error", err)
 			return
 		}
 		wait := backoffDelay(failures)
-		d.log.WarnContext(ctx, "schedule: finish failed; retrying", "count", len(batch), "error", err, "retry_in", wait)
+		d.log.WarnContext(ctx, "schedule: finish failed; retrying", "count", len(items), "error", err, "retry_in", wait)
 		time.Sleep(wait)
 	}
 }
@@ -555,9 +620,15 @@ func (d *Dispatcher) reap(ctx context.Context) {
 					started = n.Deadline.Add(-time.Duration(n.TTR))
 				}
 				items[i] = finishOf(&p, n, started, now, notify.Response{}, notify.ErrTTRExpired)
-				d.cfg.Observer.AttemptFinished(n, items[i].Attempt, items[i].Action, 0)
 			}
-			_, err = d.store.Finish(ctx, items)
+			var errs []error
+			if errs, err = d.store.Finish(ctx, items); err == nil {
+				for i, e := range errs {
+					if e == nil {
+						d.cfg.Observer.AttemptFinished(items[i].Notification, items[i].Attempt, items[i].Action, 0)
+					}
+				}
+			}
 		}
 		if err != nil {
 			if ctx.Err() == nil {

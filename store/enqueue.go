@@ -144,7 +144,7 @@ func (s *Store) enqueueCalls(items []*enqueueItem, now time.Time) ([]*scriptCall
 	for _, shard := range sortedKeys(byShard) {
 		group := byShard[shard]
 		var queues, topics keyIndex
-		args := make([]any, 5, 5+10*len(group))
+		args := make([]any, 6, 6+10*len(group))
 		for _, it := range group {
 			n := it.req.Notification
 			queue := queueOf(n.Channel, n.Topic)
@@ -156,6 +156,7 @@ func (s *Store) enqueueCalls(items []*enqueueItem, now time.Time) ([]*scriptCall
 			args = append(args, n.ID, it.content, it.due, boolArg(it.req.Replace), q, t, n.Topic, queue, oq, ot)
 		}
 		args[0], args[1], args[2], args[3], args[4] = ms(now), k.wake(), shard, len(queues), len(topics)
+		args[5] = s.cfg.WakeHorizon.Milliseconds()
 		keyList := []string{k.job(shard), k.state(shard), k.hist(shard), k.stats(shard), k.finished(shard), k.deadAll(shard)}
 		for _, q := range queues {
 			keyList = append(keyList, k.due(shard, q))

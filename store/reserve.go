@@ -98,23 +98,24 @@ func (s *Store) Reserve(ctx context.Context, queue string, shards []int, limit i
 // quota is one shard's share of a reservation.
 type quota struct{ shard, max int }
 
-// splitQuotas shares n reservations among shards; when there are fewer than
-// shards, a rotating start keeps any shard from starving.
+// minQuota is the smallest share worth a script call of its own: a
+// reservation serves fewer shards in larger batches rather than every due
+// shard a notification or two, since each call costs Redis the same however
+// few it moves.
+const minQuota = 32
+
+// splitQuotas shares n reservations among shards, at least minQuota each,
+// starting at a rotating shard so that none starves: shards left out now
+// are served first by the next calls.
 func splitQuotas(shards []int, n, rotate int) []quota {
-	if n < len(shards) {
-		out := make([]quota, n)
-		for i := range out {
-			out[i] = quota{shard: shards[(rotate+i)%len(shards)], max: 1}
-		}
-		return out
-	}
-	out := make([]quota, len(shards))
-	for i, s := range shards {
-		q := n / len(shards)
-		if i < n%len(shards) {
+	k := min(len(shards), max(1, n/minQuota))
+	out := make([]quota, k)
+	for i := range out {
+		q := n / k
+		if i < n%k {
 			q++
 		}
-		out[i] = quota{shard: s, max: q}
+		out[i] = quota{shard: shards[(rotate+i)%len(shards)], max: q}
 	}
 	return out
 }
@@ -159,7 +160,9 @@ type Finish struct {
 	// NextAt is when the next attempt is due, for notify.ActionRetry and
 	// notify.ActionRelease; it is rounded up to the millisecond.
 	NextAt time.Time
-	// Attempt is appended to the history.
+	// Attempt is appended to the history. An attempt with no Outcome is
+	// not recorded: a release of a notification whose attempt never
+	// started (a dispatcher giving back what it reserved ahead).
 	Attempt notify.Attempt
 }
 
@@ -194,11 +197,15 @@ func (s *Store) Finish(ctx context.Context, items []Finish) ([]error, error) {
 		return errs, nil
 	}
 	if err := s.runScripts(ctx, calls); err != nil {
+		s.forgetActivityExpiry()
 		return nil, fmt.Errorf("finish: %w", err)
 	}
 	var failed error
 	for c, call := range calls {
 		codes, _, err := replyCodes(call, len(order[c]))
+		if err != nil {
+			s.forgetActivityExpiry()
+		}
 		for j, i := range order[c] {
 			switch {
 			case err != nil:
@@ -247,17 +254,20 @@ func (s *Store) finishCall(shard int, items []Finish, idx []int, now time.Time, 
 		case notify.ActionDead:
 			t = topics.of(n.Topic)
 		}
-		att := f.Attempt
-		att.Error = notify.CutError(att.Error)
-		entry, _ := json.Marshal(att)
+		var entry []byte
+		if f.Attempt.Outcome != "" {
+			att := f.Attempt
+			att.Error = notify.CutError(att.Error)
+			entry, _ = json.Marshal(att)
+		}
 		bucket := ""
-		if n.NextAttemptAt != nil && f.Action != notify.ActionRelease && f.Attempt.Outcome != notify.OutcomeTTRExpired {
+		if n.NextAttemptAt != nil && entry != nil && f.Action != notify.ActionRelease && f.Attempt.Outcome != notify.OutcomeTTRExpired {
 			bucket = strconv.Itoa(latencyBucket(f.Attempt.StartedAt.Sub(*n.NextAttemptAt)))
 		}
 		args = append(args, n.ID, n.Receipt, string(f.Action), next, q, t, n.Topic, entry, bucket)
 	}
 	args[0], args[1], args[2], args[3] = ms(now), s.retentionMS(), k.wake(), shard
-	args[4], args[5], args[6] = len(queues), len(topics), int(ActivityRetention/time.Second)
+	args[4], args[5], args[6] = len(queues), len(topics), s.activityExpiry(shard, minute)
 	keyList := []string{k.state(shard), k.reserved(shard), k.hist(shard), k.stats(shard), k.finished(shard), k.deadAll(shard), k.activity(shard, minute)}
 	for _, q := range queues {
 		keyList = append(keyList, k.due(shard, q))
@@ -266,4 +276,28 @@ func (s *Store) finishCall(shard int, items []Finish, idx []int, now time.Time, 
 		keyList = append(keyList, k.dead(shard, t))
 	}
 	return &scriptCall{script: finishScript, keys: keyList, args: args}
+}
+
+// activityExpiry returns the expiry to give shard's activity hash of
+// minute: its retention the first time this store writes it, 0 (leave it)
+// after that, which saves an EXPIRE per finish.
+func (s *Store) activityExpiry(shard int, minute int64) int {
+	s.actMu.Lock()
+	defer s.actMu.Unlock()
+	if s.actMinute == nil {
+		s.actMinute = map[int]int64{}
+	}
+	if s.actMinute[shard] == minute {
+		return 0
+	}
+	s.actMinute[shard] = minute
+	return int(ActivityRetention / time.Second)
+}
+
+// forgetActivityExpiry makes the next finish of every shard set its
+// activity hash's expiry again, after a failed call may have left it unset.
+func (s *Store) forgetActivityExpiry() {
+	s.actMu.Lock()
+	defer s.actMu.Unlock()
+	clear(s.actMinute)
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -51,80 +52,82 @@ var resultCodes = []struct {
 // limit.
 const maxScriptBatch = 1000
 
-// luaPrelude is shared by all scripts.
-var luaPrelude = func() string {
-	var names, codes []string
-	for _, c := range resultCodes {
-		names = append(names, c.name)
-		codes = append(codes, fmt.Sprint(c.code))
-	}
-	return "local " + strings.Join(names, ", ") + " = " + strings.Join(codes, ", ") + "\n" + fmt.Sprintf("local MAX_BATCH = %d\n", maxScriptBatch) + `
--- header reads a content's header line: digest, channel letter, ttr (ms), topic.
+// luaHelpers are the functions the scripts share, in dependency order: a
+// helper uses only those before it. newScript gives each script the result
+// codes and just the helpers it uses, as every call of a script pays for
+// defining them.
+var luaHelpers = []struct{ name, code string }{
+	{"header", `-- header reads a content's header line: digest, channel letter, ttr (ms), topic.
 local function header(content)
   return string.match(content, '^(%S+) (%l) (%d+) ([^\n]+)\n')
-end
-local function queue_of(channel, topic)
+end`},
+	{"queue_of", `local function queue_of(channel, topic)
   if channel == 'u' then return 'pull.' .. topic end
   return 'push'
-end
--- st_parse splits a state line (codec.go); nil for none.
+end`},
+	{"st_parse", `-- st_parse splits a state line (codec.go); nil for none.
 local function st_parse(v)
   if not v then return nil end
   local s, a, h, c, r, dl, na, ua, x = string.match(v, '^(%u)|(%d+)|(%d+)|(%l)|([^|]*)|(%d*)|(%d*)|(%d*)|(.*)$')
   if not s then return nil end
   return {s = s, a = tonumber(a), h = tonumber(h), c = c, r = r, dl = dl, na = na, ua = ua, x = x}
-end
--- fresh is the state of a notification waiting for its first attempt,
+end`},
+	{"fresh", `-- fresh is the state of a notification waiting for its first attempt,
 -- which has no state line.
 local function fresh(channel)
   return {s = 'S', a = 0, h = 0, c = channel, r = '', dl = '', na = '', ua = '', x = ''}
-end
-local function st_line(o)
+end`},
+	{"st_line", `local function st_line(o)
   return o.s .. '|' .. o.a .. '|' .. o.h .. '|' .. o.c .. '|' .. o.r .. '|' .. o.dl .. '|' .. o.na .. '|' .. o.ua .. '|' .. o.x
-end
-local GAUGES = {S = 'scheduled', R = 'reserved', D = 'dead'}
--- bump adds n to a topic's counter in deltas; flush writes them, one
+end`},
+	{"GAUGES", `local GAUGES = {S = 'scheduled', R = 'reserved', D = 'dead'}`},
+	{"bump", `-- bump adds n to a topic's counter in deltas; flush writes them, one
 -- HINCRBY per counter that changed.
 local function bump(deltas, topic, field, n)
   local k = topic .. ':' .. field
   deltas[k] = (deltas[k] or 0) + n
-end
-local function gauge(deltas, topic, state, n)
+end`},
+	{"gauge", `local function gauge(deltas, topic, state, n)
   if GAUGES[state] then bump(deltas, topic, GAUGES[state], n) end
-end
-local function flush(stats, deltas)
+end`},
+	{"flush", `local function flush(stats, deltas)
   for k, n in pairs(deltas) do
     if n ~= 0 then redis.call('HINCRBY', stats, k, n) end
   end
-end
--- push appends values to list t[k], creating it.
+end`},
+	{"push", `-- push appends values to list t[k], creating it.
 local function push(t, k, ...)
   local l = t[k]
   if not l then l = {}; t[k] = l end
   for _, v in ipairs({...}) do l[#l + 1] = v end
-end
--- chunked runs cmd on key with args in slices, keeping under Lua's
+end`},
+	{"chunked", `-- chunked runs cmd on key with args in slices, keeping under Lua's
 -- argument limit.
 local function chunked(cmd, key, args)
   for i = 1, #args, 4000 do
     redis.call(cmd, key, unpack(args, i, math.min(i + 3999, #args)))
   end
-end
--- hist_fields lists the history fields of id with h entries.
+end`},
+	{"hist_fields", `-- hist_fields lists the history fields of id with h entries.
 local function hist_fields(out, id, h)
   for j = 0, h - 1 do out[#out + 1] = id .. '|' .. j end
-end
--- schedule adds score/id pairs to a due set in one ZADD, and publishes a
+end`},
+	{"schedule", `-- schedule adds score/id pairs to a due set in one ZADD, and publishes a
 -- wake-up when the earliest becomes the set's new head, so that sleeping
--- dispatchers re-plan.
-local function schedule(due, pairs_, earliest, channel, queue, shard)
+-- dispatchers re-plan. An earliest time later than horizon needs none:
+-- dispatchers poll every queue more often than that.
+local function schedule(due, pairs_, earliest, channel, queue, shard, horizon)
+  if horizon and earliest > horizon then
+    redis.call('ZADD', due, unpack(pairs_))
+    return
+  end
   local head = redis.call('ZRANGE', due, 0, 0, 'WITHSCORES')
   redis.call('ZADD', due, unpack(pairs_))
   if head[2] == nil or earliest < tonumber(head[2]) then
     redis.call('PUBLISH', channel, queue .. ' ' .. shard .. ' ' .. string.format('%d', earliest))
   end
-end
--- due_add queues score and id for the due set KEYS[k]; due_flush writes
+end`},
+	{"due_add", `-- due_add queues score and id for the due set KEYS[k]; due_flush writes
 -- every queued set with one ZADD, waking dispatchers as schedule does.
 local function due_add(adds, k, score, id)
   local a = adds[k]
@@ -132,21 +135,48 @@ local function due_add(adds, k, score, id)
   a.pairs[#a.pairs + 1] = score
   a.pairs[#a.pairs + 1] = id
   a.earliest = math.min(a.earliest, tonumber(score))
-end
-local function due_flush(adds, channel, shard)
+end`},
+	{"due_flush", `local function due_flush(adds, channel, shard, horizon)
   for k, a in pairs(adds) do
-    schedule(KEYS[k], a.pairs, a.earliest, channel, string.match(KEYS[k], '^.*:due:(.*)$'), shard)
+    schedule(KEYS[k], a.pairs, a.earliest, channel, string.match(KEYS[k], '^.*:due:(.*)$'), shard, horizon)
   end
-end
-local function int_arg(v, lo, hi)
+end`},
+	{"int_arg", `local function int_arg(v, lo, hi)
   local n = tonumber(v)
   if not n or n ~= math.floor(n) or n < lo or n > hi then return nil end
   return n
-end
-`
-}()
+end`},
+}
 
-func newScript(body string) *redis.Script { return redis.NewScript(luaPrelude + body) }
+// newScript builds a script from its body, the result codes and the helpers
+// the body uses, directly or through other helpers.
+func newScript(body string) *redis.Script {
+	var names, codes []string
+	for _, c := range resultCodes {
+		names = append(names, c.name)
+		codes = append(codes, fmt.Sprint(c.code))
+	}
+	src := "local " + strings.Join(names, ", ") + " = " + strings.Join(codes, ", ") + "\n" +
+		fmt.Sprintf("local MAX_BATCH = %d\n", maxScriptBatch)
+	uses := regexp.MustCompile(`[A-Za-z_]\w*`)
+	needed := map[string]bool{}
+	for _, w := range uses.FindAllString(body, -1) {
+		needed[w] = true
+	}
+	for i := len(luaHelpers) - 1; i >= 0; i-- {
+		if h := luaHelpers[i]; needed[h.name] {
+			for _, w := range uses.FindAllString(h.code, -1) {
+				needed[w] = true
+			}
+		}
+	}
+	for _, h := range luaHelpers {
+		if needed[h.name] {
+			src += h.code + "\n"
+		}
+	}
+	return redis.NewScript(src + body)
+}
 
 // enqueueScript stores a batch of notifications of one shard, or answers
 // for ids already stored.
@@ -163,7 +193,10 @@ func newScript(body string) *redis.Script { return redis.NewScript(luaPrelude + 
 //	ARGV[3]    shard
 //	ARGV[4]    number of due keys
 //	ARGV[5]    number of dead-topic keys
-//	ARGV[6..]  10 per item: id, content, due (ms), replace (1 or 0), its
+//	ARGV[6]    wake horizon (ms): a queue whose earliest new due time is
+//	           later than now plus this needs no wake-up, as every dispatcher
+//	           polls more often
+//	ARGV[7..]  10 per item: id, content, due (ms), replace (1 or 0), its
 //	           queue's due key (index), its topic's dead key (index), topic,
 //	           queue, the old record's due key and dead key (index, 0 when
 //	           not passed)
@@ -172,85 +205,102 @@ func newScript(body string) *redis.Script { return redis.NewScript(luaPrelude + 
 // {NEED_KEYS, queue, topic} when a replace must clean keys not passed. An
 // id twice in one batch: the second is compared with the first.
 var enqueueScript = newScript(`
-local nq, nt = int_arg(ARGV[4], 1, MAX_BATCH), int_arg(ARGV[5], 1, MAX_BATCH)
+local nq, nt, horizon = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local F = 10
-local n = (#ARGV - 5) / F
-if not nq or not nt or n < 1 or n > MAX_BATCH or n ~= math.floor(n) or #KEYS ~= 6 + nq + nt then
+local n = (#ARGV - 6) / F
+if not nq or not nt or not horizon or n < 1 or n > MAX_BATCH or n % 1 ~= 0 or #KEYS ~= 6 + nq + nt then
   return redis.error_reply('ERR herald enqueue: bad arguments')
 end
 local ids = {}
 for i = 1, n do
-  local b = 5 + (i - 1) * F
-  if ARGV[b + 1] == '' or not int_arg(ARGV[b + 3], 0, 9007199254740991) or (ARGV[b + 4] ~= '0' and ARGV[b + 4] ~= '1')
-    or not int_arg(ARGV[b + 5], 1, nq) or not int_arg(ARGV[b + 6], 1, nt)
-    or not int_arg(ARGV[b + 9], 0, nq) or not int_arg(ARGV[b + 10], 0, nt) or not header(ARGV[b + 2]) then
+  local b = 6 + (i - 1) * F
+  local q, t, oq, ot = tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6]), tonumber(ARGV[b + 9]), tonumber(ARGV[b + 10])
+  if ARGV[b + 1] == '' or not tonumber(ARGV[b + 3]) or (ARGV[b + 4] ~= '0' and ARGV[b + 4] ~= '1')
+    or not q or q < 1 or q > nq or not t or t < 1 or t > nt or not oq or oq < 0 or oq > nq or not ot or ot < 0 or ot > nt then
     return redis.error_reply('ERR herald enqueue: bad item ' .. i)
   end
   ids[i] = ARGV[b + 1]
 end
-local old = redis.call('HMGET', KEYS[1], unpack(ids))
-local states = {}
-for i = 1, n do
-  if old[i] then
-    states = redis.call('HMGET', KEYS[2], unpack(ids))
-    break
-  end
+local codes, adds, deltas = {}, {}, {}
+local function add(i)
+  local b = 6 + (i - 1) * F
+  due_add(adds, 6 + tonumber(ARGV[b + 5]), ARGV[b + 3], ids[i])
+  bump(deltas, ARGV[b + 7], 'scheduled', 1)
 end
-local codes, seen, jobs, adds, drop, hist, rm, deltas = {}, {}, {}, {}, {}, {}, {}, {}
-for i = 1, n do
-  local b = 5 + (i - 1) * F
-  local id, content, due = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
-  local q, t, topic, queue = tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6]), ARGV[b + 7], ARGV[b + 8]
-  local prev = seen[id] or old[i]
-  local code = OK
-  if prev then
-    local pd, pc, _, pt = header(prev)
-    if pd == header(content) then
-      code = EXISTS
-    elseif ARGV[b + 4] ~= '1' or seen[id] or not pd then
-      code = CONFLICT
-    else
-      local o = st_parse(states[i]) or fresh(pc)
-      local oq = queue_of(pc, pt)
-      if o.s == 'R' then
-        code = RESERVED
+if n == 1 and ARGV[10] == '0' then
+  -- One new notification, the common case: one command decides and writes.
+  if redis.call('HSETNX', KEYS[1], ids[1], ARGV[8]) == 1 then
+    codes[1] = {OK}
+    add(1)
+  elseif header(redis.call('HGET', KEYS[1], ids[1])) == header(ARGV[8]) then
+    codes[1] = {EXISTS}
+  else
+    codes[1] = {CONFLICT}
+  end
+else
+  local old = redis.call('HMGET', KEYS[1], unpack(ids))
+  local states = {}
+  for i = 1, n do
+    if old[i] then
+      states = redis.call('HMGET', KEYS[2], unpack(ids))
+      break
+    end
+  end
+  local seen, jobs, drop, hist, rm = {}, {}, {}, {}, {}
+  for i = 1, n do
+    local b = 6 + (i - 1) * F
+    local id, content = ids[i], ARGV[b + 2]
+    local q, t, topic, queue = tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6]), ARGV[b + 7], ARGV[b + 8]
+    local prev = seen[id] or old[i]
+    local code = OK
+    if prev then
+      local pd, pc, _, pt = header(prev)
+      if pd == header(content) then
+        code = EXISTS
+      elseif ARGV[b + 4] ~= '1' or seen[id] or not pd then
+        code = CONFLICT
       else
-        local key
-        if o.s == 'S' then
-          if oq == queue then key = KEYS[6 + q] elseif tonumber(ARGV[b + 9]) > 0 then key = KEYS[6 + tonumber(ARGV[b + 9])] end
-        elseif o.s == 'D' then
-          if pt == topic then key = KEYS[6 + nq + t] elseif tonumber(ARGV[b + 10]) > 0 then key = KEYS[6 + nq + tonumber(ARGV[b + 10])] end
-          if key then push(rm, KEYS[6], id) end
+        local o = st_parse(states[i]) or fresh(pc)
+        local oq = queue_of(pc, pt)
+        if o.s == 'R' then
+          code = RESERVED
         else
-          key = KEYS[5]
-        end
-        if not key then
-          code = NEED_KEYS
-          codes[i] = {NEED_KEYS, oq, pt}
-        else
-          push(rm, key, id)
-          gauge(deltas, pt, o.s, -1)
-          drop[#drop + 1] = id
-          hist_fields(hist, id, o.h)
-          code = REPLACED
+          local key
+          if o.s == 'S' then
+            if oq == queue then key = KEYS[6 + q] elseif tonumber(ARGV[b + 9]) > 0 then key = KEYS[6 + tonumber(ARGV[b + 9])] end
+          elseif o.s == 'D' then
+            if pt == topic then key = KEYS[6 + nq + t] elseif tonumber(ARGV[b + 10]) > 0 then key = KEYS[6 + nq + tonumber(ARGV[b + 10])] end
+            if key then push(rm, KEYS[6], id) end
+          else
+            key = KEYS[5]
+          end
+          if not key then
+            code = NEED_KEYS
+            codes[i] = {NEED_KEYS, oq, pt}
+          else
+            push(rm, key, id)
+            gauge(deltas, pt, o.s, -1)
+            drop[#drop + 1] = id
+            hist_fields(hist, id, o.h)
+            code = REPLACED
+          end
         end
       end
     end
+    if code == OK or code == REPLACED then
+      seen[id] = content
+      jobs[#jobs + 1] = id
+      jobs[#jobs + 1] = content
+      add(i)
+    end
+    if not codes[i] then codes[i] = {code} end
   end
-  if code == OK or code == REPLACED then
-    seen[id] = content
-    jobs[#jobs + 1] = id
-    jobs[#jobs + 1] = content
-    due_add(adds, 6 + q, due, id)
-    bump(deltas, topic, 'scheduled', 1)
-  end
-  if not codes[i] then codes[i] = {code} end
+  if #drop > 0 then redis.call('HDEL', KEYS[2], unpack(drop)) end
+  if #hist > 0 then chunked('HDEL', KEYS[3], hist) end
+  for key, l in pairs(rm) do redis.call('ZREM', key, unpack(l)) end
+  if #jobs > 0 then redis.call('HSET', KEYS[1], unpack(jobs)) end
 end
-if #drop > 0 then redis.call('HDEL', KEYS[2], unpack(drop)) end
-if #hist > 0 then chunked('HDEL', KEYS[3], hist) end
-for key, l in pairs(rm) do redis.call('ZREM', key, unpack(l)) end
-if #jobs > 0 then redis.call('HSET', KEYS[1], unpack(jobs)) end
-due_flush(adds, ARGV[2], ARGV[3])
+due_flush(adds, ARGV[2], ARGV[3], tonumber(ARGV[1]) + horizon)
 flush(KEYS[4], deltas)
 return codes
 `)
@@ -272,13 +322,24 @@ return codes
 // time left ("" when empty) and the reserved notifications with their new
 // state (reserved, receipt, deadline now+ttr, due time).
 var reserveScript = newScript(`
-local now, limit = int_arg(ARGV[1], 0, 9007199254740991), int_arg(ARGV[2], 1, MAX_BATCH)
-if not now or not limit or ARGV[3] == '' then return redis.error_reply('ERR herald reserve: bad arguments') end
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'WITHSCORES', 'LIMIT', 0, limit)
+local now, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
+if not now or not limit or limit < 1 or limit > MAX_BATCH or limit % 1 ~= 0 or ARGV[3] == '' then
+  return redis.error_reply('ERR herald reserve: bad arguments')
+end
+-- One read gives the due ones and, after them, the head that is left.
+local first = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '+inf', 'WITHSCORES', 'LIMIT', 0, limit + 1)
+local ids, dues = {}, {}
+local head = ''
+for i = 1, #first, 2 do
+  if #ids == limit or tonumber(first[i + 1]) > now then
+    head = first[i + 1]
+    break
+  end
+  ids[#ids + 1] = first[i]
+  dues[#dues + 1] = first[i + 1]
+end
 local out = {}
-if #due > 0 then
-  local ids = {}
-  for i = 1, #due, 2 do ids[#ids + 1] = due[i] end
+if #ids > 0 then
   redis.call('ZREMRANGEBYRANK', KEYS[1], 0, #ids - 1)
   local contents = redis.call('HMGET', KEYS[3], unpack(ids))
   local states = redis.call('HMGET', KEYS[4], unpack(ids))
@@ -288,7 +349,7 @@ if #due > 0 then
     if c then
       local _, ch, ttr, topic = header(c)
       local o = st_parse(states[i]) or fresh(ch or 'w')
-      o.s, o.r, o.na, o.ua = 'R', ARGV[3] .. i, due[2 * i], ARGV[1]
+      o.s, o.r, o.na, o.ua = 'R', ARGV[3] .. i, dues[i], ARGV[1]
       o.dl = string.format('%d', now + (tonumber(ttr) or 0))
       local line = st_line(o)
       sts[#sts + 1] = id
@@ -308,8 +369,7 @@ if #due > 0 then
     flush(KEYS[5], deltas)
   end
 end
-local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-return {head[2] or '', out}
+return {head, out}
 `)
 
 // finishScript ends the attempts of a batch of reserved notifications of
@@ -330,18 +390,20 @@ return {head[2] or '', out}
 //	ARGV[4]    shard
 //	ARGV[5]    number of due keys
 //	ARGV[6]    number of dead-topic keys
-//	ARGV[7]    seconds the act hash is kept
+//	ARGV[7]    seconds the act hash is kept from now; 0 leaves its expiry
+//	           alone (the caller set it already this minute)
 //	ARGV[8..]  9 per item: id, receipt, action (ack, retry, dead or
 //	           release), next due (ms; retry and release), due key (index),
-//	           dead key (index), topic, history entry, lateness bucket ("" for
-//	           none)
+//	           dead key (index), topic, history entry ("" for none: an
+//	           attempt given back before it started), lateness bucket (""
+//	           for none)
 //
 // Returns one code per item: OK, or STALE when the receipt no longer holds
 // the reservation (it expired and was reaped, or the notification was
 // cancelled): a late finish changes nothing.
 var finishScript = newScript(`
 local now, nq, nt = int_arg(ARGV[1], 0, 9007199254740991), int_arg(ARGV[5], 0, MAX_BATCH), int_arg(ARGV[6], 0, MAX_BATCH)
-local retention, keep = tonumber(ARGV[2]), int_arg(ARGV[7], 1, 1e9)
+local retention, keep = tonumber(ARGV[2]), int_arg(ARGV[7], 0, 1e9)
 local F = 9
 local n = (#ARGV - 7) / F
 if not now or not nq or not nt or not retention or not keep or n < 1 or n > MAX_BATCH or n ~= math.floor(n) or #KEYS ~= 7 + nq + nt then
@@ -370,9 +432,12 @@ for i = 1, n do
   else
     codes[i] = OK
     unres[#unres + 1] = id
-    hist[#hist + 1] = id .. '|' .. o.h
-    hist[#hist + 1] = ARGV[b + 8]
-    o.h, o.r, o.dl, o.ua, o.na = o.h + 1, '', '', ARGV[1], ''
+    if ARGV[b + 8] ~= '' then
+      hist[#hist + 1] = id .. '|' .. o.h
+      hist[#hist + 1] = ARGV[b + 8]
+      o.h = o.h + 1
+    end
+    o.r, o.dl, o.ua, o.na = '', '', ARGV[1], ''
     bump(deltas, topic, 'reserved', -1)
     if action == 'release' or action == 'retry' then
       o.s, o.na = 'S', ARGV[b + 4]
@@ -408,7 +473,7 @@ for i = 1, n do
 end
 if #unres > 0 then
   redis.call('ZREM', KEYS[2], unpack(unres))
-  redis.call('HSET', KEYS[3], unpack(hist))
+  if #hist > 0 then redis.call('HSET', KEYS[3], unpack(hist)) end
   redis.call('HSET', KEYS[1], unpack(sts))
   due_flush(adds, ARGV[3], ARGV[4])
   if #fin > 0 then redis.call('ZADD', KEYS[5], unpack(fin)) end
@@ -420,7 +485,7 @@ if #unres > 0 then
     redis.call('HINCRBY', KEYS[7], f, #l)
     any = true
   end
-  if any then redis.call('EXPIRE', KEYS[7], keep) end
+  if any and keep > 0 then redis.call('EXPIRE', KEYS[7], keep) end
 end
 return codes
 `)

@@ -25,6 +25,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -38,6 +39,8 @@ const (
 	RetentionDefault = 7 * 24 * time.Hour
 	// MaxShards bounds Shards; more only costs idle round trips.
 	MaxShards = 1024
+	// WakeHorizonDefault is Config.WakeHorizon's default.
+	WakeHorizonDefault = 5 * time.Second
 )
 
 // Config configures a Store.
@@ -54,6 +57,12 @@ type Config struct {
 	// Default RetentionDefault (7 days); -1 keeps them forever. Dead records
 	// stay until replayed or purged.
 	Retention time.Duration
+	// WakeHorizon is how far ahead a notification may be due and still
+	// wake sleeping dispatchers when it becomes a queue's earliest; one due
+	// later costs no wake-up, since every dispatcher polls each queue more
+	// often than that (schedule.PollIntervalDefault, 1s). Keep it above
+	// the dispatchers' poll interval. Default WakeHorizonDefault (5s).
+	WakeHorizon time.Duration
 	// Logger defaults to a warn-level text handler on stderr.
 	Logger *slog.Logger
 	// TimeNowFunc is the clock; tests may stub it. Default time.Now.
@@ -66,6 +75,7 @@ func (c *Config) WithDefaults() *Config {
 	out.Namespace = cmp.Or(out.Namespace, NamespaceDefault)
 	out.Shards = cmp.Or(out.Shards, ShardsDefault)
 	out.Retention = cmp.Or(out.Retention, RetentionDefault)
+	out.WakeHorizon = cmp.Or(out.WakeHorizon, WakeHorizonDefault)
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
@@ -101,6 +111,11 @@ type Store struct {
 	batcher batcher
 	// quarantined counts the records moved aside as undecodable.
 	quarantined atomic.Int64
+
+	actMu sync.Mutex // guards actMinute
+	// actMinute is, per shard, the minute whose activity hash this store
+	// last gave an expiry.
+	actMinute map[int]int64
 }
 
 // New returns a Store for cfg.
