@@ -33,7 +33,7 @@ func (b *testBundle) kill(t *testing.T, prefix string, count int) {
 			map[string]any{"id": fmt.Sprintf("%s%d", prefix, i), "topic": "single"})
 	}
 	for left := count; left > 0; {
-		res := must[reserved](t, b, http.StatusOK, "POST", "/v1/topics/single/reserve?max=100", nil)
+		res := must[reserved](t, b, http.StatusOK, "POST", "/v1/topics/single/reserve?max=100&wait=5s", nil)
 		for _, n := range res.Notifications {
 			must[any](t, b, http.StatusNoContent, "POST", "/v1/notifications/"+n.ID+"/nack",
 				map[string]string{"receipt": n.Receipt, "error": "merchant gone"})
@@ -118,7 +118,7 @@ func TestStats(t *testing.T) {
 	b.kill(t, "x", 2)
 	b.enqueueJobs(t, 3)
 	must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications", map[string]any{"topic": "orders"})
-	res := must[reserved](t, b, http.StatusOK, "POST", "/v1/topics/jobs/reserve", nil)
+	res := must[reserved](t, b, http.StatusOK, "POST", "/v1/topics/jobs/reserve?wait=5s", nil)
 	require.Len(t, res.Notifications, 1)
 
 	raw := must[map[string]any](t, b, http.StatusOK, "GET", "/v1/stats", nil)
@@ -148,7 +148,7 @@ func TestHealthReadyMetrics(t *testing.T) {
 	require.Contains(t, text, `herald_enqueued_total{result="created",topic="jobs"} 2`)
 	require.Contains(t, text, `herald_scheduled_notifications{topic="jobs"} 2`)
 
-	res := must[reserved](t, b, http.StatusOK, "POST", "/v1/topics/jobs/reserve", nil)
+	res := must[reserved](t, b, http.StatusOK, "POST", "/v1/topics/jobs/reserve?wait=5s", nil)
 	must[any](t, b, http.StatusNoContent, "POST", "/v1/notifications/"+res.Notifications[0].ID+"/ack",
 		map[string]string{"receipt": res.Notifications[0].Receipt})
 	_, body = b.do(t, "GET", "/metrics", nil)

@@ -67,7 +67,7 @@ func TestEnqueueIdempotency(t *testing.T) {
 	})
 	t.Run("ReplaceOfReservedIs409", func(t *testing.T) {
 		must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications", map[string]any{"id": "busy", "topic": "jobs"})
-		res := must[reserved](t, b, http.StatusOK, "POST", "/v1/topics/jobs/reserve?max=10", nil)
+		res := must[reserved](t, b, http.StatusOK, "POST", "/v1/topics/jobs/reserve?max=10&wait=5s", nil)
 		require.Len(t, res.Notifications, 1)
 		b.requireError(t, http.StatusConflict, api.CodeReserved, "", "POST", "/v1/notifications",
 			map[string]any{"id": "busy", "topic": "jobs", "delay": "1m", "replace": true})
@@ -224,7 +224,7 @@ func TestGetAndCancel(t *testing.T) {
 
 	t.Run("FinishedIs409", func(t *testing.T) {
 		must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications", map[string]any{"id": "done", "topic": "jobs"})
-		res := must[reserved](t, b, http.StatusOK, "POST", "/v1/topics/jobs/reserve", nil)
+		res := must[reserved](t, b, http.StatusOK, "POST", "/v1/topics/jobs/reserve?wait=5s", nil)
 		require.Len(t, res.Notifications, 1)
 		must[any](t, b, http.StatusNoContent, "POST", "/v1/notifications/done/ack", map[string]string{"receipt": res.Notifications[0].Receipt})
 		b.requireError(t, http.StatusConflict, api.CodeFinished, "", "DELETE", "/v1/notifications/done", nil)
@@ -236,7 +236,7 @@ func TestGetAndCancel(t *testing.T) {
 	})
 	t.Run("ReservedCancelsAndStalesTheReceipt", func(t *testing.T) {
 		must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications", map[string]any{"id": "held", "topic": "jobs"})
-		res := must[reserved](t, b, http.StatusOK, "POST", "/v1/topics/jobs/reserve", nil)
+		res := must[reserved](t, b, http.StatusOK, "POST", "/v1/topics/jobs/reserve?wait=5s", nil)
 		require.Len(t, res.Notifications, 1)
 		got := must[notify.Notification](t, b, http.StatusOK, "GET", "/v1/notifications/held", nil)
 		require.Equal(t, notify.StateReserved, got.State)

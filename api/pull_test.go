@@ -245,7 +245,7 @@ func TestTTRExpiryRedelivers(t *testing.T) {
 
 	must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications",
 		map[string]any{"id": "slow", "topic": "jobs", "ttr": "200ms"})
-	first := must[reserved](t, b, http.StatusOK, "POST", "/v1/topics/jobs/reserve", nil)
+	first := must[reserved](t, b, http.StatusOK, "POST", "/v1/topics/jobs/reserve?wait=5s", nil)
 	require.Len(t, first.Notifications, 1)
 	require.Equal(t, 0, first.Notifications[0].Attempts)
 

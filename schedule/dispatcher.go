@@ -367,7 +367,7 @@ func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan
 	// last seen; 0 means "look now", never means empty.
 	heads := make([]int64, shards)
 	lastPoll := d.store.Now()
-	failures := 0
+	failures, rotate := 0, 0
 	// lowWater is the room worth a round trip while workers are busy: under
 	// a backlog the loop waits for this much rather than reserving one
 	// notification per freed worker.
@@ -405,7 +405,9 @@ func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan
 				continue
 			}
 			got := d.capacity.take(min(room, len(due)*d.cfg.Batch, store.MaxReserve))
-			items, hs, err := d.store.Reserve(ctx, queue, due, got)
+			ask := pickShards(due, got, rotate)
+			rotate++
+			items, hs, err := d.store.Reserve(ctx, queue, ask, got)
 			d.capacity.give(got - len(items))
 			if err != nil {
 				if ctx.Err() != nil {
@@ -441,6 +443,24 @@ func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan
 			drainTimer(timer)
 		}
 	}
+}
+
+// minShardBatch is the smallest share of a reservation worth a script call
+// of its own: each call costs Redis about the same however few it moves, so
+// a reservation serves a few due shards in large batches rather than every
+// due shard a notification or two.
+const minShardBatch = 32
+
+// pickShards chooses which of the due shards a reservation of n serves: one
+// per minShardBatch, starting at a rotating place so that the shards left
+// out now are served first by the next reservations.
+func pickShards(due []int, n, rotate int) []int {
+	k := min(len(due), max(1, n/minShardBatch))
+	out := make([]int, k)
+	for i := range out {
+		out[i] = due[(rotate+i)%len(due)]
+	}
+	return out
 }
 
 func drainTimer(t *time.Timer) {

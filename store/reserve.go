@@ -98,24 +98,23 @@ func (s *Store) Reserve(ctx context.Context, queue string, shards []int, limit i
 // quota is one shard's share of a reservation.
 type quota struct{ shard, max int }
 
-// minQuota is the smallest share worth a script call of its own: a
-// reservation serves fewer shards in larger batches rather than every due
-// shard a notification or two, since each call costs Redis the same however
-// few it moves.
-const minQuota = 32
-
-// splitQuotas shares n reservations among shards, at least minQuota each,
-// starting at a rotating shard so that none starves: shards left out now
-// are served first by the next calls.
+// splitQuotas shares n reservations among shards; when there are fewer than
+// shards, a rotating start keeps any shard from starving.
 func splitQuotas(shards []int, n, rotate int) []quota {
-	k := min(len(shards), max(1, n/minQuota))
-	out := make([]quota, k)
-	for i := range out {
-		q := n / k
-		if i < n%k {
+	if n < len(shards) {
+		out := make([]quota, n)
+		for i := range out {
+			out[i] = quota{shard: shards[(rotate+i)%len(shards)], max: 1}
+		}
+		return out
+	}
+	out := make([]quota, len(shards))
+	for i, s := range shards {
+		q := n / len(shards)
+		if i < n%len(shards) {
 			q++
 		}
-		out[i] = quota{shard: shards[(rotate+i)%len(shards)], max: q}
+		out[i] = quota{shard: s, max: q}
 	}
 	return out
 }

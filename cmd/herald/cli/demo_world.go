@@ -84,11 +84,14 @@ func startDemoWorld(tl *timeline) (*demoWorld, error) {
 	return w, nil
 }
 
-// close stops the receivers.
+// close stops the receivers. Connections the senders opened but never
+// used (an attempt cancelled at shutdown) do not count as idle for
+// Shutdown, so whatever is left after it is closed outright.
 func (w *demoWorld) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	_ = w.srv.Shutdown(ctx)
+	_ = w.srv.Close()
 }
 
 // sms is the SMS provider: it accepts every message.
