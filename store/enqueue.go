@@ -164,7 +164,11 @@ func (s *Store) enqueueCalls(items []*enqueueItem, now time.Time) ([]*scriptCall
 		for _, t := range topics {
 			keyList = append(keyList, k.dead(shard, t))
 		}
-		calls = append(calls, &scriptCall{script: enqueueScript, keys: keyList, args: args})
+		script := enqueueScript
+		if len(group) == 1 && !group[0].req.Replace && group[0].oldQueue == "" {
+			script = enqueueOneScript
+		}
+		calls = append(calls, &scriptCall{script: script, keys: keyList, args: args})
 		groups = append(groups, group)
 	}
 	return calls, groups

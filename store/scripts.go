@@ -227,17 +227,7 @@ local function add(i)
   due_add(adds, 6 + tonumber(ARGV[b + 5]), ARGV[b + 3], ids[i])
   bump(deltas, ARGV[b + 7], 'scheduled', 1)
 end
-if n == 1 and ARGV[10] == '0' then
-  -- One new notification, the common case: one command decides and writes.
-  if redis.call('HSETNX', KEYS[1], ids[1], ARGV[8]) == 1 then
-    codes[1] = {OK}
-    add(1)
-  elseif header(redis.call('HGET', KEYS[1], ids[1])) == header(ARGV[8]) then
-    codes[1] = {EXISTS}
-  else
-    codes[1] = {CONFLICT}
-  end
-else
+do
   local old = redis.call('HMGET', KEYS[1], unpack(ids))
   local states = {}
   for i = 1, n do
@@ -303,6 +293,25 @@ end
 due_flush(adds, ARGV[2], ARGV[3], tonumber(ARGV[1]) + horizon)
 flush(KEYS[4], deltas)
 return codes
+`)
+
+// enqueueOneScript stores one new notification: the common case of a
+// single enqueue, kept apart from enqueueScript so that each call pays for
+// nothing it does not use. It takes enqueueScript's keys and arguments with
+// exactly one item whose replace is 0, and returns its code alone (OK,
+// EXISTS or CONFLICT).
+var enqueueOneScript = newScript(`
+local horizon, due = tonumber(ARGV[6]), tonumber(ARGV[9])
+if #ARGV ~= 16 or #KEYS ~= 8 or ARGV[7] == '' or not horizon or not due or ARGV[10] ~= '0' then
+  return redis.error_reply('ERR herald enqueue one: bad arguments')
+end
+if redis.call('HSETNX', KEYS[1], ARGV[7], ARGV[8]) == 0 then
+  if header(redis.call('HGET', KEYS[1], ARGV[7])) == header(ARGV[8]) then return EXISTS end
+  return CONFLICT
+end
+schedule(KEYS[7], {ARGV[9], ARGV[7]}, due, ARGV[2], ARGV[14], ARGV[3], tonumber(ARGV[1]) + horizon)
+redis.call('HINCRBY', KEYS[4], ARGV[13] .. ':scheduled', 1)
+return OK
 `)
 
 // reserveScript reserves up to a limit of due notifications of one queue

@@ -264,6 +264,9 @@ func replyCodes(c *scriptCall, items int) ([]int, [][]any, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	if code, ok := v.(int64); ok && items == 1 { // a script of one item answers its code alone
+		return []int{int(code)}, [][]any{nil}, nil
+	}
 	l, err := replyList(v, items)
 	if err != nil {
 		return nil, nil, err
