@@ -131,7 +131,7 @@ func (c *Client) finish(ctx context.Context, id, receipt string, cause error) er
 	if receipt == "" {
 		return notify.Errorf("receipt", "is required")
 	}
-	n, err := c.store.Get(ctx, id)
+	n, err := c.store.GetState(ctx, id)
 	if err != nil {
 		c.storeError("finish", err)
 		return err

@@ -108,7 +108,7 @@ func (s *Store) ListDead(ctx context.Context, topic string, limit int, cursor st
 	for i, e := range all {
 		ids[i] = e.id
 	}
-	got, err := s.getMany(ctx, ids)
+	got, err := s.getMany(ctx, ids, true)
 	if err != nil {
 		return nil, "", fmt.Errorf("list dead: %w", err)
 	}

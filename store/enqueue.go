@@ -205,7 +205,7 @@ func (s *Store) enqueueResults(ctx context.Context, items []*enqueueItem, result
 	for i, it := range existing {
 		ids[i] = it.req.Notification.ID
 	}
-	got, err := s.getMany(ctx, ids)
+	got, err := s.getMany(ctx, ids, true)
 	if err != nil {
 		return fmt.Errorf("enqueue: read existing: %w", err)
 	}

@@ -13,7 +13,17 @@ import (
 
 // Get returns a notification with its payload and history.
 func (s *Store) Get(ctx context.Context, id string) (*notify.Notification, error) {
-	got, err := s.getMany(ctx, []string{id})
+	return s.get(ctx, id, true)
+}
+
+// GetState returns a notification with its payload but without its
+// history, in one round trip: what a consumer finishing its attempt needs.
+func (s *Store) GetState(ctx context.Context, id string) (*notify.Notification, error) {
+	return s.get(ctx, id, false)
+}
+
+func (s *Store) get(ctx context.Context, id string, history bool) (*notify.Notification, error) {
+	got, err := s.getMany(ctx, []string{id}, history)
 	if err != nil {
 		return nil, fmt.Errorf("get %s: %w", id, err)
 	}
@@ -23,10 +33,11 @@ func (s *Store) Get(ctx context.Context, id string) (*notify.Notification, error
 	return got[0], nil
 }
 
-// getMany reads notifications with payload and history in two round trips
-// however many there are: contents and states, then histories and the due
-// times of those that have no state yet. A missing id gives nil.
-func (s *Store) getMany(ctx context.Context, ids []string) ([]*notify.Notification, error) {
+// getMany reads notifications with payload, and with history when asked,
+// in two round trips however many there are: contents and states, then
+// histories and the due times of those that have no state yet (a second
+// trip only when needed). A missing id gives nil.
+func (s *Store) getMany(ctx context.Context, ids []string, history bool) ([]*notify.Notification, error) {
 	pipe := s.client.Pipeline()
 	contents := make([]*redis.StringCmd, len(ids))
 	states := make([]*redis.StringCmd, len(ids))
@@ -52,7 +63,7 @@ func (s *Store) getMany(ctx context.Context, ids []string) ([]*notify.Notificati
 		}
 		out[i] = n
 		shard := s.keys.shardOf(id)
-		if histLen > 0 {
+		if history && histLen > 0 {
 			fields := make([]string, histLen)
 			for j := range fields {
 				fields[j] = histField(id, j)
