@@ -28,6 +28,11 @@ var (
 	// ErrStaleReceipt means an ack or nack carried a receipt that no longer
 	// holds the reservation: it expired, or the notification was cancelled.
 	ErrStaleReceipt = errors.New("reservation receipt is stale")
+
+	// ErrNotReplicated means a write reached the Redis master but not as
+	// many replicas as redis.wait_replicas asks within redis.wait_timeout:
+	// it may not survive the master's loss, so it is not reported done.
+	ErrNotReplicated = errors.New("write not acknowledged by enough replicas")
 )
 
 // FieldError is a validation error that names the offending field, such as

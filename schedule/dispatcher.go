@@ -575,6 +575,13 @@ func (d *Dispatcher) finishBatch(batch []pendingFinish) {
 	}
 	for failures := 1; ; failures++ {
 		errs, err := d.store.Finish(ctx, items)
+		if errors.Is(err, notify.ErrNotReplicated) {
+			// Recorded on the master; retrying would not make replicas
+			// catch up. At worst a failover repeats these attempts.
+			d.cfg.Observer.StoreError("finish", err)
+			d.log.WarnContext(ctx, "schedule: outcomes recorded but not replicated", "count", len(items), "error", err)
+			err = nil
+		}
 		if err == nil {
 			for i, e := range errs {
 				switch {

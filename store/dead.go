@@ -185,7 +185,7 @@ func (s *Store) eachDead(ctx context.Context, f DeadFilter, opts DeadOptions, ne
 			return nil
 		}
 		c := newCall(shard, topic, ids)
-		v, err := s.runScript(ctx, c.script, c.keys, c.args...)
+		v, err := s.runAckedScript(ctx, c.script, c.keys, c.args...)
 		if err != nil {
 			return err
 		}

@@ -92,7 +92,7 @@ func (s *Store) EnqueueBatch(ctx context.Context, reqs []EnqueueRequest) ([]Enqu
 	// keys; the script says which, and those items run once more with them.
 	for try := 0; len(pending) > 0 && try < 2; try++ {
 		calls, groups := s.enqueueCalls(pending, now)
-		if err := s.runScripts(ctx, calls); err != nil {
+		if err := s.runAcked(ctx, calls); err != nil {
 			return nil, fmt.Errorf("enqueue: %w", err)
 		}
 		var again []*enqueueItem

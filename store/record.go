@@ -118,7 +118,7 @@ func (s *Store) Cancel(ctx context.Context, id string) (*notify.Notification, er
 	queue := QueuePush
 	k := s.keys
 	for range 3 { // the script names the record's queue when it is another
-		v, err := s.runScript(ctx, cancelScript,
+		v, err := s.runAckedScript(ctx, cancelScript,
 			[]string{k.job(shard), k.state(shard), k.due(shard, queue), k.reserved(shard), k.finished(shard), k.stats(shard)},
 			id, ms(s.Now()), s.retentionMS(), queue)
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -170,7 +171,9 @@ type Finish struct {
 // the receipt no longer holds the reservation (it expired and was taken
 // over, or the notification was cancelled). The returned error is for a
 // failure to reach Redis; the caller may retry the whole batch, as a finish
-// that already applied answers ErrStaleReceipt the second time.
+// that already applied answers ErrStaleReceipt the second time. With
+// Config.WaitReplicas, notify.ErrNotReplicated comes with the per-item
+// results: the finishes applied on the master, unconfirmed by replicas.
 func (s *Store) Finish(ctx context.Context, items []Finish) ([]error, error) {
 	errs := make([]error, len(items))
 	byShard := map[int][]int{}
@@ -195,11 +198,16 @@ func (s *Store) Finish(ctx context.Context, items []Finish) ([]error, error) {
 	if len(calls) == 0 {
 		return errs, nil
 	}
-	if err := s.runScripts(ctx, calls); err != nil {
-		s.forgetActivityExpiry()
-		return nil, fmt.Errorf("finish: %w", err)
-	}
+	// Writes a WAIT found not replicated did apply on the master: their
+	// codes are read, and the call reports notify.ErrNotReplicated.
 	var failed error
+	if err := s.runAcked(ctx, calls); err != nil {
+		s.forgetActivityExpiry()
+		if !errors.Is(err, notify.ErrNotReplicated) {
+			return nil, fmt.Errorf("finish: %w", err)
+		}
+		failed = err
+	}
 	for c, call := range calls {
 		codes, _, err := replyCodes(call, len(order[c]))
 		if err != nil {

@@ -30,6 +30,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/heraldhq/herald/notify"
 )
 
 // Defaults of Config.
@@ -39,6 +41,8 @@ const (
 	RetentionDefault = 7 * 24 * time.Hour
 	// MaxShards bounds Shards; more only costs idle round trips.
 	MaxShards = 1024
+	// WaitTimeoutDefault is Config.WaitTimeout's default.
+	WaitTimeoutDefault = time.Second
 	// WakeHorizonDefault is Config.WakeHorizon's default.
 	WakeHorizonDefault = 5 * time.Second
 )
@@ -57,6 +61,14 @@ type Config struct {
 	// Default RetentionDefault (7 days); -1 keeps them forever. Dead records
 	// stay until replayed or purged.
 	Retention time.Duration
+	// WaitReplicas, when above 0, makes every write whose success is
+	// reported (enqueue, cancel, replay, purge, finish) wait until that
+	// many replicas have it (Redis WAIT), and fail with
+	// notify.ErrNotReplicated when they do not within WaitTimeout.
+	// Default 0: answer as soon as the master has it.
+	WaitReplicas int
+	// WaitTimeout bounds that wait. Default WaitTimeoutDefault (1s).
+	WaitTimeout time.Duration
 	// WakeHorizon is how far ahead a notification may be due and still
 	// wake sleeping dispatchers when it becomes a queue's earliest; one due
 	// later costs no wake-up, since every dispatcher polls each queue more
@@ -76,6 +88,7 @@ func (c *Config) WithDefaults() *Config {
 	out.Shards = cmp.Or(out.Shards, ShardsDefault)
 	out.Retention = cmp.Or(out.Retention, RetentionDefault)
 	out.WakeHorizon = cmp.Or(out.WakeHorizon, WakeHorizonDefault)
+	out.WaitTimeout = cmp.Or(out.WaitTimeout, WaitTimeoutDefault)
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
@@ -95,6 +108,8 @@ func (c *Config) validate() error {
 		return errors.New("store: namespace must not contain { or }")
 	case c.Retention < -1:
 		return errors.New("store: retention must be positive, or -1 to keep records")
+	case c.WaitReplicas < 0 || c.WaitTimeout < 0:
+		return errors.New("store: wait_replicas and wait_timeout must not be negative")
 	}
 	return nil
 }
@@ -161,6 +176,13 @@ type scriptCall struct {
 	cmd    *redis.Cmd
 }
 
+// scripter is where scripts run: the store's client, or one connection
+// of it when a WAIT must follow the writes on the same connection.
+type scripter interface {
+	Pipeline() redis.Pipeliner
+	redis.Scripter
+}
+
 // runScripts runs calls in one pipeline (one round trip per node). Where
 // Redis had not cached a script (NOSCRIPT after a restart or failover, or on
 // a cluster node another client is still loading), it loads the script and
@@ -169,11 +191,20 @@ type scriptCall struct {
 // their ttr. An error that hit every call is returned; otherwise each call's
 // own error is in its cmd.
 func (s *Store) runScripts(ctx context.Context, calls []*scriptCall) error {
+	return s.runScriptsOn(ctx, s.client, calls, nil)
+}
+
+// runScriptsOn runs calls on r; after them, on the same connection, wait
+// (when set) is queued, so that it covers their writes.
+func (s *Store) runScriptsOn(ctx context.Context, r scripter, calls []*scriptCall, wait func(redis.Pipeliner)) error {
 	pending := calls
 	for try := 0; len(pending) > 0 && try < 2; try++ {
-		pipe := s.client.Pipeline()
+		pipe := r.Pipeline()
 		for _, c := range pending {
 			c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+		}
+		if wait != nil {
+			wait(pipe)
 		}
 		_, _ = pipe.Exec(ctx)
 		var noScript []*scriptCall
@@ -188,7 +219,7 @@ func (s *Store) runScripts(ctx context.Context, calls []*scriptCall) error {
 			break
 		}
 		for sc := range missing {
-			if err := s.loadScript(ctx, sc); err != nil {
+			if err := s.loadScript(ctx, r, sc); err != nil {
 				return err
 			}
 		}
@@ -208,9 +239,9 @@ func (s *Store) runScripts(ctx context.Context, calls []*scriptCall) error {
 	return nil
 }
 
-// loadScript loads sc on every node (every master of a cluster).
-func (s *Store) loadScript(ctx context.Context, sc *redis.Script) error {
-	if cc, ok := s.client.(*redis.ClusterClient); ok {
+// loadScript loads sc where r runs scripts: on every master of a cluster.
+func (s *Store) loadScript(ctx context.Context, r scripter, sc *redis.Script) error {
+	if cc, ok := r.(*redis.ClusterClient); ok {
 		err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
 			return sc.Load(ctx, c).Err()
 		})
@@ -219,8 +250,66 @@ func (s *Store) loadScript(ctx context.Context, sc *redis.Script) error {
 		}
 		return nil
 	}
-	if err := sc.Load(ctx, s.client).Err(); err != nil {
+	if err := sc.Load(ctx, r).Err(); err != nil {
 		return fmt.Errorf("load script: %w", err)
+	}
+	return nil
+}
+
+// runAcked runs calls whose success is reported to someone (an enqueue,
+// a cancel, a replay, a finish): with WaitReplicas set, each node's writes
+// are followed on their own connection by WAIT, and fewer replicas than
+// asked make the call notify.ErrNotReplicated; the writes are then on the
+// master but may not survive its loss.
+func (s *Store) runAcked(ctx context.Context, calls []*scriptCall) error {
+	n := s.cfg.WaitReplicas
+	if n <= 0 {
+		return s.runScripts(ctx, calls)
+	}
+	groups := map[*redis.Client][]*scriptCall{}
+	switch c := s.client.(type) {
+	case *redis.ClusterClient:
+		for _, call := range calls {
+			node, err := c.MasterForKey(ctx, call.keys[0])
+			if err != nil {
+				return fmt.Errorf("find the master of %s: %w", call.keys[0], err)
+			}
+			groups[node] = append(groups[node], call)
+		}
+	case *redis.Client:
+		groups[c] = calls
+	default:
+		return fmt.Errorf("redis.wait_replicas needs a standalone, Sentinel or Cluster client, not %T", s.client)
+	}
+	errs := make(chan error, len(groups))
+	for node, group := range groups {
+		go func() { errs <- s.runWaited(ctx, node, group, n) }()
+	}
+	var err error
+	for range groups {
+		err = cmp.Or(err, <-errs)
+	}
+	return err
+}
+
+// runWaited runs calls on one connection of node, then WAITs for n
+// replicas to have them.
+func (s *Store) runWaited(ctx context.Context, node *redis.Client, calls []*scriptCall, n int) error {
+	conn := node.Conn()
+	defer conn.Close()
+	var acked *redis.Cmd
+	err := s.runScriptsOn(ctx, conn, calls, func(pipe redis.Pipeliner) {
+		acked = pipe.Do(ctx, "wait", n, s.cfg.WaitTimeout.Milliseconds())
+	})
+	if err != nil {
+		return err
+	}
+	got, werr := acked.Int()
+	if werr != nil {
+		return fmt.Errorf("wait for replicas: %w", werr)
+	}
+	if int(got) < n {
+		return fmt.Errorf("%w: %d of %d replicas within %s", notify.ErrNotReplicated, got, n, s.cfg.WaitTimeout)
 	}
 	return nil
 }
@@ -229,6 +318,15 @@ func (s *Store) loadScript(ctx context.Context, sc *redis.Script) error {
 func (s *Store) runScript(ctx context.Context, sc *redis.Script, keys []string, args ...any) (any, error) {
 	c := &scriptCall{script: sc, keys: keys, args: args}
 	if err := s.runScripts(ctx, []*scriptCall{c}); err != nil {
+		return nil, err
+	}
+	return c.cmd.Result()
+}
+
+// runAckedScript runs one script as runAcked does.
+func (s *Store) runAckedScript(ctx context.Context, sc *redis.Script, keys []string, args ...any) (any, error) {
+	c := &scriptCall{script: sc, keys: keys, args: args}
+	if err := s.runAcked(ctx, []*scriptCall{c}); err != nil {
 		return nil, err
 	}
 	return c.cmd.Result()

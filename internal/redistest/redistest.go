@@ -261,6 +261,48 @@ func (s *Server) signal(sig syscall.Signal) {
 	}
 }
 
+// Pause freezes the server with SIGSTOP, as a machine that stops
+// answering would, until Resume. Its clients' calls hang meanwhile.
+func (s *Server) Pause() { s.send(syscall.SIGSTOP) }
+
+// Resume wakes a paused server with SIGCONT.
+func (s *Server) Resume() { s.send(syscall.SIGCONT) }
+
+func (s *Server) send(sig syscall.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		_ = s.cmd.Process.Signal(sig)
+	}
+}
+
+// StartReplica starts a server replicating master for tb, and waits until
+// its first sync is done.
+func StartReplica(tb testing.TB, master *Server) *Server {
+	tb.Helper()
+	// A master waits 5s by default before a diskless sync, for more
+	// replicas to share it.
+	if out, err := exec.Command("redis-cli", "-p", strconv.Itoa(master.port), "config", "set", "repl-diskless-sync-delay", "0").CombinedOutput(); err != nil {
+		tb.Fatalf("redistest: %v: %s", err, out)
+	}
+	r := Start(tb, Options{Args: []string{"--replicaof", "127.0.0.1", strconv.Itoa(master.port)}})
+	// Synced once a write on the master is acknowledged by the replica, as
+	// WAIT counts it: the link can be up a moment before the stream flows.
+	for i := 0; ; i++ {
+		// One connection: WAIT counts the writes of its own connection.
+		cli := exec.Command("redis-cli", "-p", strconv.Itoa(master.port))
+		cli.Stdin = strings.NewReader("INCR redistest:sync\nWAIT 1 50\n")
+		out, _ := cli.Output()
+		if lines := strings.Fields(string(out)); len(lines) == 2 && lines[1] == "1" {
+			return r
+		}
+		if i == 200 {
+			tb.Fatalf("redistest: replica of %s did not acknowledge a write within 12s: %s", master.Addr, out)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // Restart starts the server again on the same port and directory (after Kill
 // or Stop); with AOF the data survives.
 func (s *Server) Restart() error {

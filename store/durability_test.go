@@ -1,0 +1,65 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/internal/heraldtest"
+	"github.com/heraldhq/herald/internal/redistest"
+	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/store"
+)
+
+// TestWaitReplicas checks acknowledged writes with redis.wait_replicas: with
+// the replica up an enqueue, a reservation's finish and a cancel succeed;
+// with the replica paused each fails with ErrNotReplicated within the
+// timeout, and the Go client, the API and the CLI report nothing as done.
+func TestWaitReplicas(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	master := redistest.Start(t, redistest.Options{})
+	replica := redistest.StartReplica(t, master)
+	st, err := store.New(&store.Config{Client: master.Client(t), WaitReplicas: 1, WaitTimeout: 200 * time.Millisecond,
+		Logger: heraldtest.Logger(t)})
+	require.NoError(t, err)
+
+	_, status, err := st.Enqueue(ctx, heraldtest.Notification(t, "a", time.Now()), false)
+	require.NoError(t, err)
+	require.Equal(t, store.Created, status)
+	got := reserveEventually(t, st, 1)
+	errs, err := st.Finish(ctx, []store.Finish{{Notification: got[0], Action: notify.ActionAck,
+		Attempt: notify.Attempt{Outcome: notify.OutcomeSuccess}}})
+	require.NoError(t, err)
+	require.Equal(t, []error{nil}, errs)
+
+	replica.Pause()
+	t.Cleanup(replica.Resume)
+	start := time.Now()
+	_, _, err = st.Enqueue(ctx, heraldtest.Notification(t, "b", time.Now()), false)
+	require.ErrorIs(t, err, notify.ErrNotReplicated)
+	require.Less(t, time.Since(start), 2*time.Second, "the wait is bounded by wait_timeout")
+	_, err = st.Cancel(ctx, "b")
+	require.ErrorIs(t, err, notify.ErrNotReplicated)
+
+	replica.Resume()
+	_, _, err = st.Enqueue(ctx, heraldtest.Notification(t, "c", time.Now()), false)
+	require.NoError(t, err, "acknowledged again once the replica catches up")
+}
+
+// reserveEventually reserves from the pull queue of jobs until n
+// notifications are handed out; due times are rounded up to the
+// millisecond, so ones enqueued just now are due within one.
+func reserveEventually(t *testing.T, st *store.Store, n int) []*notify.Notification {
+	t.Helper()
+	var got []*notify.Notification
+	require.Eventually(t, func() bool {
+		items, _, err := st.Reserve(context.Background(), store.PullQueue("jobs"), allShards(st), store.MaxReserve)
+		require.NoError(t, err)
+		got = append(got, items...)
+		return len(got) >= n
+	}, 5*time.Second, time.Millisecond)
+	return got
+}
