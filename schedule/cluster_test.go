@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldhq/herald/internal/heraldtest"
 	"github.com/heraldhq/herald/internal/redistest"
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/policy"
@@ -23,7 +24,7 @@ func TestRedisCluster(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3)
 	ctx := context.Background()
 	newStore := func() *store.Store {
-		st, err := store.New(&store.Config{Client: cluster.Client(t), Shards: 16, Logger: testLogger(t)})
+		st, err := store.New(&store.Config{Client: cluster.Client(t), Shards: 16, Logger: heraldtest.Logger(t)})
 		require.NoError(t, err)
 		return st
 	}
@@ -42,7 +43,7 @@ func TestRedisCluster(t *testing.T) {
 	})
 	for range 2 {
 		d, err := schedule.New(&schedule.Config{Store: newStore(), Senders: map[string]notify.Sender{notify.ChannelWebhook: rec},
-			PoliciesFunc: func() *policy.Set { return set }, Logger: testLogger(t), ReapInterval: 20 * time.Millisecond})
+			PoliciesFunc: func() *policy.Set { return set }, Logger: heraldtest.Logger(t), ReapInterval: 20 * time.Millisecond})
 		require.NoError(t, err)
 		require.NoError(t, d.Start(ctx))
 		t.Cleanup(d.Stop)

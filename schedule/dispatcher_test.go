@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldhq/herald/internal/heraldtest"
 	"github.com/heraldhq/herald/internal/redistest"
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/policy"
@@ -92,7 +92,7 @@ func setup(t *testing.T) *testBundle {
 func setupOn(t *testing.T, srv *redistest.Server, namespace string) *testBundle {
 	t.Helper()
 	client := srv.Client(t)
-	st, err := store.New(&store.Config{Client: client, Namespace: namespace, Shards: 8, Logger: testLogger(t)})
+	st, err := store.New(&store.Config{Client: client, Namespace: namespace, Shards: 8, Logger: heraldtest.Logger(t)})
 	require.NoError(t, err)
 	set, err := policy.NewSet(map[string]policy.Policy{
 		"fast": {Backoff: ms(0, 0, 20, 50, 100), TTR: notify.Duration(2 * time.Second), Timeout: notify.Duration(time.Second)},
@@ -101,15 +101,6 @@ func setupOn(t *testing.T, srv *redistest.Server, namespace string) *testBundle 
 	return &testBundle{store: st, policies: set, client: client}
 }
 
-// testLogger routes logs to t.Log.
-func testLogger(t *testing.T) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-}
-
-type tWriter struct{ t *testing.T }
-
-func (w tWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
-
 func (b *testBundle) start(t *testing.T, cfg schedule.Config) *schedule.Dispatcher {
 	t.Helper()
 	cfg.Store = b.store
@@ -117,7 +108,7 @@ func (b *testBundle) start(t *testing.T, cfg schedule.Config) *schedule.Dispatch
 	cfg.ReapInterval = cmp.Or(cfg.ReapInterval, 20*time.Millisecond)
 	cfg.ReapGrace = cmp.Or(cfg.ReapGrace, 10*time.Millisecond)
 	cfg.ShutdownTimeout = cmp.Or(cfg.ShutdownTimeout, time.Second)
-	cfg.Logger = testLogger(t)
+	cfg.Logger = heraldtest.Logger(t)
 	d, err := schedule.New(&cfg)
 	require.NoError(t, err)
 	require.NoError(t, d.Start(context.Background()))

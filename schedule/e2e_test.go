@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldhq/herald/internal/heraldtest"
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/notify/httpsend"
 	"github.com/heraldhq/herald/notify/poll"
@@ -66,7 +67,7 @@ func (r *receiver) requests() []received {
 func (b *testBundle) startSenders(t *testing.T) {
 	t.Helper()
 	policies := func() *policy.Set { return b.policies }
-	hc := httpsend.Config{AllowNetworks: []string{"127.0.0.0/8"}, Logger: testLogger(t)}
+	hc := httpsend.Config{AllowNetworks: []string{"127.0.0.0/8"}, Logger: heraldtest.Logger(t)}
 	hook, err := webhook.New(&webhook.Config{Secret: e2eSecret, Common: httpsend.Common{Policies: policies, HTTP: hc}})
 	require.NoError(t, err)
 	poller, err := poll.New(&poll.Config{OnDone: hook, Common: httpsend.Common{Policies: policies, HTTP: hc}})

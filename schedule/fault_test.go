@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldhq/herald/internal/heraldtest"
 	"github.com/heraldhq/herald/internal/redistest"
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/policy"
@@ -211,7 +212,7 @@ func TestSurvivesRedisRestart(t *testing.T) {
 	counting := &countingStore{Store: b.store}
 	rec := newRecorder(nil)
 	cfg := schedule.Config{Store: counting, Senders: map[string]notify.Sender{notify.ChannelWebhook: rec},
-		PoliciesFunc: func() *policy.Set { return b.policies }, Logger: testLogger(t), ReapInterval: 20 * time.Millisecond}
+		PoliciesFunc: func() *policy.Set { return b.policies }, Logger: heraldtest.Logger(t), ReapInterval: 20 * time.Millisecond}
 	d, err := schedule.New(&cfg)
 	require.NoError(t, err)
 	require.NoError(t, d.Start(context.Background()))
@@ -232,4 +233,28 @@ func TestSurvivesRedisRestart(t *testing.T) {
 	b.enqueue(t, "after", ms(0, 10), 0)
 	b.waitState(t, "after", notify.StateSucceeded)
 	require.Equal(t, 1, rec.attempts("across"))
+}
+
+// TestBacklogDrainsInLargeReservations drains a backlog with few workers:
+// reservations run ahead of them, so each moves a batch, not the one
+// notification a freed worker would ask for.
+func TestBacklogDrainsInLargeReservations(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const count = 3000
+	b.enqueueMany(t, count, ms(0), 0)
+	counting := &countingStore{Store: b.store}
+	rec := newRecorder(nil)
+	cfg := schedule.Config{Store: counting, Senders: map[string]notify.Sender{notify.ChannelWebhook: rec},
+		PoliciesFunc: func() *policy.Set { return b.policies }, Logger: heraldtest.Logger(t), Concurrency: 8}
+	d, err := schedule.New(&cfg)
+	require.NoError(t, err)
+	require.NoError(t, d.Start(context.Background()))
+	t.Cleanup(d.Stop)
+	st := b.waitIdle(t, time.Minute)
+	require.EqualValues(t, count, st.SucceededTotal)
+	perCall := float64(count) / float64(counting.reserves.Load())
+	t.Logf("%d notifications in %d reservations: %.1f each", count, counting.reserves.Load(), perCall)
+	require.Greater(t, perCall, 20.0, "reservations stay large under a backlog")
+	heraldtest.RequireStatsMatch(t, b.store)
 }
