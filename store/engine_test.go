@@ -123,3 +123,43 @@ func commandCalls(t *testing.T, info, cmd string) int64 {
 	}
 	return 0
 }
+
+// TestImport stores notifications brought over from another system: one
+// with attempts already made continues at the next attempt; one that
+// already failed for good lands in the dead-letter set with its last error,
+// and replays like any other.
+func TestImport(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, store.Config{})
+	retried := b.newNotification(t, "retried", 0, 0, time.Minute, time.Hour)
+	archived := b.newNotification(t, "archived", 0, 0)
+	last := notify.Attempt{Attempt: 3, StartedAt: b.clock.Now(), FinishedAt: b.clock.Now(), Outcome: notify.OutcomeRetry, Error: "500 from the merchant"}
+	res, err := b.store.EnqueueBatch(ctx, []store.EnqueueRequest{
+		{Notification: retried, Attempts: 2},
+		{Notification: archived, Attempts: 4, Dead: &last},
+	})
+	require.NoError(t, err)
+	for _, r := range res {
+		require.NoError(t, r.Err)
+		require.Equal(t, store.Created, r.Status)
+	}
+	require.Equal(t, notify.StateDead, res[1].Notification.State)
+
+	got := b.reserveAll(t)
+	require.Len(t, got, 1, "the dead one is not handed out")
+	require.Equal(t, "retried", got[0].ID)
+	require.Equal(t, 2, got[0].Attempts, "the next attempt is the third")
+
+	dead, _, err := b.store.ListDead(ctx, "jobs", 10, "")
+	require.NoError(t, err)
+	require.Len(t, dead, 1)
+	require.Equal(t, 4, dead[0].Attempts)
+	require.Equal(t, []notify.Attempt{last}, dead[0].History)
+	_, replayed, err := b.store.Replay(ctx, store.DeadFilter{IDs: []string{"archived"}}, store.DeadOptions{Reset: true})
+	require.NoError(t, err)
+	require.Equal(t, 1, replayed)
+	again := b.reserveAll(t)
+	require.Len(t, again, 1)
+	require.Equal(t, 0, again[0].Attempts)
+}

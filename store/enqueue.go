@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -35,6 +36,14 @@ type EnqueueRequest struct {
 	// Replace reschedules an existing notification of the same id and other
 	// content, unless it is reserved.
 	Replace bool
+	// Attempts is how many attempts were made before the notification came
+	// to Herald (an import from another system): its next attempt has that
+	// index. Default 0.
+	Attempts int
+	// Dead, when set, stores the notification straight in the dead-letter
+	// set with this one history entry (an import of work that already
+	// failed for good), to be replayed or purged like any dead one.
+	Dead *notify.Attempt
 }
 
 // EnqueueResult is the outcome of one EnqueueRequest.
@@ -76,6 +85,10 @@ func (s *Store) EnqueueBatch(ctx context.Context, reqs []EnqueueRequest) ([]Enqu
 	items := make([]*enqueueItem, 0, len(reqs))
 	for i, req := range reqs {
 		n := req.Notification
+		if req.Attempts < 0 {
+			results[i].Err = notify.Errorf("attempts", "must not be negative")
+			continue
+		}
 		due := n.SendAt.Add(time.Duration(n.Backoff[0]))
 		if err := checkDue(n.SendAt); err != nil {
 			results[i].Err = notify.Errorf("send_at", "%v", err)
@@ -144,7 +157,7 @@ func (s *Store) enqueueCalls(items []*enqueueItem, now time.Time) ([]*scriptCall
 	for _, shard := range sortedKeys(byShard) {
 		group := byShard[shard]
 		var queues, topics keyIndex
-		args := make([]any, 6, 6+10*len(group))
+		args := make([]any, 6, 6+12*len(group))
 		for _, it := range group {
 			n := it.req.Notification
 			queue := queueOf(n.Channel, n.Topic)
@@ -153,7 +166,13 @@ func (s *Store) enqueueCalls(items []*enqueueItem, now time.Time) ([]*scriptCall
 			if it.oldQueue != "" {
 				oq, ot = queues.of(it.oldQueue), topics.of(it.oldTopic)
 			}
-			args = append(args, n.ID, it.content, it.due, boolArg(it.req.Replace), q, t, n.Topic, queue, oq, ot)
+			var dead []byte
+			if it.req.Dead != nil {
+				a := *it.req.Dead
+				a.Error = notify.CutError(a.Error)
+				dead, _ = json.Marshal(a)
+			}
+			args = append(args, n.ID, it.content, it.due, boolArg(it.req.Replace), q, t, n.Topic, queue, oq, ot, it.req.Attempts, dead)
 		}
 		args[0], args[1], args[2], args[3], args[4] = ms(now), k.wake(), shard, len(queues), len(topics)
 		args[5] = s.cfg.WakeHorizon.Milliseconds()
@@ -165,7 +184,7 @@ func (s *Store) enqueueCalls(items []*enqueueItem, now time.Time) ([]*scriptCall
 			keyList = append(keyList, k.dead(shard, t))
 		}
 		script := enqueueScript
-		if len(group) == 1 && !group[0].req.Replace && group[0].oldQueue == "" {
+		if one := group[0].req; len(group) == 1 && !one.Replace && one.Attempts == 0 && one.Dead == nil && group[0].oldQueue == "" {
 			script = enqueueOneScript
 		}
 		calls = append(calls, &scriptCall{script: script, keys: keyList, args: args})
@@ -189,7 +208,7 @@ func (s *Store) enqueueResults(ctx context.Context, items []*enqueueItem, result
 			if it.code == codeReplaced {
 				r.Status = Replaced
 			}
-			r.Notification = stored(it.req.Notification, now, it.due)
+			r.Notification = stored(&it.req, now, it.due)
 		case codeExists, codeConflict, codeReserved:
 			existing = append(existing, it)
 		case codeNeedKeys:
@@ -226,17 +245,21 @@ func (s *Store) enqueueResults(ctx context.Context, items []*enqueueItem, result
 	return nil
 }
 
-// stored returns the record n became when stored at now, first due at due
-// (ms): what Get would read back.
-func stored(n *notify.Notification, now time.Time, due int64) *notify.Notification {
-	out := *n
-	out.State, out.Attempts = notify.StateScheduled, 0
+// stored returns the record req became when stored at now, first due at
+// due (ms): what Get would read back.
+func stored(req *EnqueueRequest, now time.Time, due int64) *notify.Notification {
+	out := *req.Notification
+	out.State, out.Attempts = notify.StateScheduled, req.Attempts
 	out.CreatedAt = fromMS(ms(now))
 	out.UpdatedAt = out.CreatedAt
-	out.SendAt = fromMS(dueMS(n.SendAt))
+	out.SendAt = fromMS(dueMS(out.SendAt))
 	out.NextAttemptAt = optMS(due)
 	out.History = []notify.Attempt{}
 	out.Receipt, out.Deadline = "", nil
+	if req.Dead != nil {
+		out.State, out.NextAttemptAt = notify.StateDead, nil
+		out.History = []notify.Attempt{*req.Dead}
+	}
 	return &out
 }
 

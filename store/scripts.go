@@ -196,17 +196,19 @@ func newScript(body string) *redis.Script {
 //	ARGV[6]    wake horizon (ms): a queue whose earliest new due time is
 //	           later than now plus this needs no wake-up, as every dispatcher
 //	           polls more often
-//	ARGV[7..]  10 per item: id, content, due (ms), replace (1 or 0), its
+//	ARGV[7..]  12 per item: id, content, due (ms), replace (1 or 0), its
 //	           queue's due key (index), its topic's dead key (index), topic,
 //	           queue, the old record's due key and dead key (index, 0 when
-//	           not passed)
+//	           not passed), attempts already made (an import), and a
+//	           history entry that puts it straight in the dead-letter set
+//	           ("" for none)
 //
 // Returns per item {code} (OK, EXISTS, CONFLICT, RESERVED, REPLACED), or
 // {NEED_KEYS, queue, topic} when a replace must clean keys not passed. An
 // id twice in one batch: the second is compared with the first.
 var enqueueScript = newScript(`
 local nq, nt, horizon = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local F = 10
+local F = 12
 local n = (#ARGV - 6) / F
 if not nq or not nt or not horizon or n < 1 or n > MAX_BATCH or n % 1 ~= 0 or #KEYS ~= 6 + nq + nt then
   return redis.error_reply('ERR herald enqueue: bad arguments')
@@ -215,17 +217,37 @@ local ids = {}
 for i = 1, n do
   local b = 6 + (i - 1) * F
   local q, t, oq, ot = tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6]), tonumber(ARGV[b + 9]), tonumber(ARGV[b + 10])
+  local made = tonumber(ARGV[b + 11])
   if ARGV[b + 1] == '' or not tonumber(ARGV[b + 3]) or (ARGV[b + 4] ~= '0' and ARGV[b + 4] ~= '1')
+    or not made or made < 0 or made % 1 ~= 0
     or not q or q < 1 or q > nq or not t or t < 1 or t > nt or not oq or oq < 0 or oq > nq or not ot or ot < 0 or ot > nt then
     return redis.error_reply('ERR herald enqueue: bad item ' .. i)
   end
   ids[i] = ARGV[b + 1]
 end
-local codes, adds, deltas = {}, {}, {}
+local codes, adds, deltas, sts, hist, deadall, dead = {}, {}, {}, {}, {}, {}, {}
 local function add(i)
   local b = 6 + (i - 1) * F
-  due_add(adds, 6 + tonumber(ARGV[b + 5]), ARGV[b + 3], ids[i])
+  local id, made, entry = ids[i], ARGV[b + 11], ARGV[b + 12]
+  local ch = select(2, header(ARGV[b + 2]))
+  if entry ~= '' then
+    -- An import of a notification that already failed for good.
+    sts[#sts + 1] = id
+    sts[#sts + 1] = 'D|' .. made .. '|1|' .. ch .. '||||' .. ARGV[1] .. '|'
+    hist[#hist + 1] = id .. '|0'
+    hist[#hist + 1] = entry
+    deadall[#deadall + 1] = ARGV[1]
+    deadall[#deadall + 1] = id
+    push(dead, 6 + nq + tonumber(ARGV[b + 6]), ARGV[1], id)
+    bump(deltas, ARGV[b + 7], 'dead', 1)
+    return
+  end
+  due_add(adds, 6 + tonumber(ARGV[b + 5]), ARGV[b + 3], id)
   bump(deltas, ARGV[b + 7], 'scheduled', 1)
+  if made ~= '0' then
+    sts[#sts + 1] = id
+    sts[#sts + 1] = 'S|' .. made .. '|0|' .. ch .. '|||' .. ARGV[b + 3] .. '|' .. ARGV[1] .. '|'
+  end
 end
 do
   local old = redis.call('HMGET', KEYS[1], unpack(ids))
@@ -236,7 +258,7 @@ do
       break
     end
   end
-  local seen, jobs, drop, hist, rm = {}, {}, {}, {}, {}
+  local seen, jobs, drop, rm, old_hist = {}, {}, {}, {}, {}
   for i = 1, n do
     local b = 6 + (i - 1) * F
     local id, content = ids[i], ARGV[b + 2]
@@ -271,7 +293,7 @@ do
             push(rm, key, id)
             gauge(deltas, pt, o.s, -1)
             drop[#drop + 1] = id
-            hist_fields(hist, id, o.h)
+            hist_fields(old_hist, id, o.h)
             code = REPLACED
           end
         end
@@ -286,10 +308,14 @@ do
     if not codes[i] then codes[i] = {code} end
   end
   if #drop > 0 then redis.call('HDEL', KEYS[2], unpack(drop)) end
-  if #hist > 0 then chunked('HDEL', KEYS[3], hist) end
+  if #old_hist > 0 then chunked('HDEL', KEYS[3], old_hist) end
   for key, l in pairs(rm) do redis.call('ZREM', key, unpack(l)) end
   if #jobs > 0 then redis.call('HSET', KEYS[1], unpack(jobs)) end
 end
+if #sts > 0 then redis.call('HSET', KEYS[2], unpack(sts)) end
+if #hist > 0 then redis.call('HSET', KEYS[3], unpack(hist)) end
+if #deadall > 0 then redis.call('ZADD', KEYS[6], unpack(deadall)) end
+for k, l in pairs(dead) do redis.call('ZADD', KEYS[k], unpack(l)) end
 due_flush(adds, ARGV[2], ARGV[3], tonumber(ARGV[1]) + horizon)
 flush(KEYS[4], deltas)
 return codes
@@ -302,7 +328,7 @@ return codes
 // EXISTS or CONFLICT).
 var enqueueOneScript = newScript(`
 local horizon, due = tonumber(ARGV[6]), tonumber(ARGV[9])
-if #ARGV ~= 16 or #KEYS ~= 8 or ARGV[7] == '' or not horizon or not due or ARGV[10] ~= '0' then
+if #ARGV ~= 18 or #KEYS ~= 8 or ARGV[7] == '' or not horizon or not due or ARGV[10] ~= '0' then
   return redis.error_reply('ERR herald enqueue one: bad arguments')
 end
 if redis.call('HSETNX', KEYS[1], ARGV[7], ARGV[8]) == 0 then

@@ -95,11 +95,11 @@ func TestRejectedCallChangesNothing(t *testing.T) {
 		args   []any
 	}{
 		{"EnqueueBadDue", enqueueScript, enqueueKeys, []any{ms(now), k.wake(), 0, 1, 1, 5000,
-			"d", encodeContent(good, now), ms(now), 0, 1, 1, "jobs", "pull.jobs", 0, 0,
-			"e", encodeContent(good, now), "soon", 0, 1, 1, "jobs", "pull.jobs", 0, 0}},
+			"d", encodeContent(good, now), ms(now), 0, 1, 1, "jobs", "pull.jobs", 0, 0, 0, "",
+			"e", encodeContent(good, now), "soon", 0, 1, 1, "jobs", "pull.jobs", 0, 0, 0, ""}},
 		{"EnqueueBadKeyIndex", enqueueScript, enqueueKeys, []any{ms(now), k.wake(), 0, 1, 1, 5000,
-			"d", encodeContent(good, now), ms(now), 0, 1, 1, "jobs", "pull.jobs", 0, 0,
-			"e", encodeContent(good, now), ms(now), 0, 2, 1, "jobs", "pull.jobs", 0, 0}},
+			"d", encodeContent(good, now), ms(now), 0, 1, 1, "jobs", "pull.jobs", 0, 0, 0, "",
+			"e", encodeContent(good, now), ms(now), 0, 2, 1, "jobs", "pull.jobs", 0, 0, 0, ""}},
 		{"FinishBadAction", finishScript, finishKeys, []any{ms(now), 1000, k.wake(), 0, 1, 1, 60,
 			reserved[0].ID, reserved[0].Receipt, "ack", "", 0, 0, "jobs", "{}", "",
 			reserved[1].ID, reserved[1].Receipt, "explode", "", 0, 0, "jobs", "{}", ""}},
