@@ -92,6 +92,12 @@ var (
 	// ErrFinished means the notification already succeeded or is dead, so
 	// it can no longer be cancelled.
 	ErrFinished = notify.ErrFinished
+	// ErrOrdered means a replace was asked of a notification holding its
+	// place in its order key's line.
+	ErrOrdered = notify.ErrOrdered
+	// ErrNotReplicated means a write reached the Redis master but not the
+	// replicas asked for (WaitReplicas), so it is not reported done.
+	ErrNotReplicated = notify.ErrNotReplicated
 	// ErrStaleReceipt means an ack or nack came after its reservation
 	// ended.
 	ErrStaleReceipt = notify.ErrStaleReceipt
@@ -259,6 +265,12 @@ func Headers(h map[string]string) EnqueueOption { return func(r *notify.Request)
 
 // Template renders the payload with the named template before sending.
 func Template(name string) EnqueueOption { return func(r *notify.Request) { r.Template = name } }
+
+// OrderKey orders the notification behind every earlier one of its topic
+// with the same key: it is not attempted while one of them is scheduled,
+// reserved or retrying, and starts once the earlier ones succeeded, died or
+// were cancelled. A key matches [A-Za-z0-9._:-]{1,128}.
+func OrderKey(key string) EnqueueOption { return func(r *notify.Request) { r.OrderKey = key } }
 
 // Replace reschedules an existing notification of the same id with the new
 // content, from attempt 0, unless it is being attempted right now

@@ -21,6 +21,11 @@ var (
 	// consumer right now, so it cannot be replaced.
 	ErrReserved = errors.New("notification is reserved")
 
+	// ErrOrdered means an enqueue asked to replace a notification that
+	// holds a place in its order key's line (waiting, or ahead of others):
+	// replacing it would reorder the line.
+	ErrOrdered = errors.New("notification holds its place in its order key's line")
+
 	// ErrFinished means the notification has already succeeded or is dead, so
 	// it can no longer be cancelled.
 	ErrFinished = errors.New("notification already finished")

@@ -65,9 +65,11 @@ const (
 )
 
 var (
-	idRe    = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
-	topicRe = regexp.MustCompile(`^[a-z0-9._-]{1,64}$`)
-	e164Re  = regexp.MustCompile(`^\+[1-9][0-9]{6,14}$`)
+	idRe = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+	// orderKeyRe is an order key, shaped as an id.
+	orderKeyRe = idRe
+	topicRe    = regexp.MustCompile(`^[a-z0-9._-]{1,64}$`)
+	e164Re     = regexp.MustCompile(`^\+[1-9][0-9]{6,14}$`)
 	// headerRe is RFC 7230's token, the characters a header name may use.
 	headerRe = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}$")
 )
@@ -82,7 +84,14 @@ type Notification struct {
 	Target   string `json:"target,omitempty"`
 	Template string `json:"template,omitempty"`
 	Policy   string `json:"policy,omitempty"`
-	State    State  `json:"state"`
+	// OrderKey, when set, orders the notification behind every earlier one
+	// of its topic with the same key: it is not attempted while one of them
+	// is scheduled, reserved or retrying.
+	OrderKey string `json:"order_key,omitempty"`
+	// WaitingFor is, while the notification waits behind an earlier one of
+	// its order key, that one's id.
+	WaitingFor string `json:"waiting_for,omitempty"`
+	State      State  `json:"state"`
 	// Attempts is how many attempts have been made so far; while reserved it
 	// is also the 0-based index of the running attempt.
 	Attempts int `json:"attempts"`
@@ -153,6 +162,8 @@ func (n *Notification) Validate(maxPayload int) error {
 		return Errorf("id", "must match [A-Za-z0-9._:-]{1,128}")
 	case !ValidTopic(n.Topic):
 		return Errorf("topic", "must match [a-z0-9._-]{1,64}")
+	case n.OrderKey != "" && !orderKeyRe.MatchString(n.OrderKey):
+		return Errorf("order_key", "must match [A-Za-z0-9._:-]{1,128}")
 	}
 	if err := validateTarget(n.Channel, n.Target); err != nil {
 		return err
@@ -216,8 +227,8 @@ func validateTarget(channel, target string) error {
 
 // ComputeDigest returns a digest of the content that decides whether a
 // second enqueue of the same id is "the same notification": topic, channel,
-// target, template, policy, backoff, ttr, headers, payload (compacted) and
-// schedule. schedule is how the caller asked for the send time (an absolute
+// target, template, policy, backoff, ttr, headers, payload (compacted),
+// order key and schedule. schedule is how the caller asked for the send time (an absolute
 // send_at, or a relative delay, so that a retried "delay: 30m" request is
 // still the same request).
 func (n *Notification) ComputeDigest(schedule string) string {
@@ -233,7 +244,8 @@ func (n *Notification) ComputeDigest(schedule string) string {
 		Headers                                  map[string]string
 		Payload                                  string
 		Schedule                                 string
-	}{n.Topic, n.Channel, n.Target, n.Template, n.Policy, n.Backoff, n.TTR, n.Headers, payload.String(), schedule}
+		OrderKey                                 string `json:",omitempty"`
+	}{n.Topic, n.Channel, n.Target, n.Template, n.Policy, n.Backoff, n.TTR, n.Headers, payload.String(), schedule, n.OrderKey}
 	b, _ := json.Marshal(content)
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:16])

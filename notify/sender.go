@@ -49,6 +49,9 @@ type Request struct {
 	Delay    *Duration         `json:"delay,omitempty"`
 	TTR      *Duration         `json:"ttr,omitempty"`
 	Headers  map[string]string `json:"headers,omitempty"`
+	// OrderKey orders the notification behind earlier ones of its topic
+	// with the same key; see Notification.OrderKey.
+	OrderKey string `json:"order_key,omitempty"`
 	// Replace reschedules an existing notification of the same id with this
 	// content, unless it is reserved.
 	Replace bool `json:"replace,omitempty"`

@@ -140,6 +140,7 @@ func (s *Set) Resolve(req *notify.Request, now time.Time, maxPayload int) (*noti
 		Policy:   cmp.Or(req.Policy, t.Policy, DefaultName),
 		Headers:  req.Headers,
 		Payload:  req.Payload,
+		OrderKey: req.OrderKey,
 		State:    notify.StateScheduled,
 	}
 	if n.ID == "" {

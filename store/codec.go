@@ -36,16 +36,22 @@ import (
 //
 // State is one line of fields separated by "|":
 //
-//	<state letter>|<attempts>|<history length>|<channel letter>|<receipt>|<deadline ms>|<next attempt ms>|<updated ms>|<extra>
+//	<state letter>|<attempts>|<history length>|<channel letter>|<receipt>|<deadline ms>|<next attempt ms>|<updated ms>|<order key>
 //
 // The history length differs from attempts when attempts were released
-// (given back without counting). extra is free for later use and empty.
+// (given back without counting). A notification with an order key always
+// has a state line, so that the scripts that move it in its key's line
+// know the key; state W is waiting behind an earlier one of its key, whose
+// next attempt time is when it is due once it heads the line.
 
 const contentVersion = 1
 
 // Letters of the state line and the content header.
 var (
-	stateLetters   = map[notify.State]string{notify.StateScheduled: "S", notify.StateReserved: "R", notify.StateSucceeded: "K", notify.StateDead: "D", notify.StateCancelled: "C"}
+	stateLetters = map[notify.State]string{notify.StateScheduled: "S", notify.StateReserved: "R", notify.StateSucceeded: "K", notify.StateDead: "D", notify.StateCancelled: "C"}
+	// waitingLetter is a scheduled notification waiting behind an earlier
+	// one of its order key.
+	waitingLetter  = "W"
 	channelLetters = map[string]string{notify.ChannelWebhook: "w", notify.ChannelSMS: "s", notify.ChannelPoll: "p", notify.ChannelPull: "u"}
 	letterStates   = invert(stateLetters)
 	letterChannels = invert(channelLetters)
@@ -112,7 +118,7 @@ func encodeContent(n *notify.Notification, created time.Time) []byte {
 	for _, d := range n.Backoff {
 		putUvarint(&b, uint64(durMS(d)))
 	}
-	for _, s := range []string{n.Policy, n.Template, n.Target, "", "", ""} {
+	for _, s := range []string{n.Policy, n.Template, n.Target, n.OrderKey, "", ""} {
 		putString(&b, s)
 	}
 	putUvarint(&b, uint64(len(n.Headers)))
@@ -181,8 +187,8 @@ func decodeContent(id, content string) (*notify.Notification, error) {
 	} else {
 		r.err = errors.New("backoff too long")
 	}
-	n.Policy, n.Template, n.Target = r.string(), r.string(), r.string()
-	_, _, _ = r.string(), r.string(), r.string() // order key, endpoint, trace: not used yet
+	n.Policy, n.Template, n.Target, n.OrderKey = r.string(), r.string(), r.string(), r.string()
+	_, _ = r.string(), r.string() // endpoint, trace: not used yet
 	if nh := r.uvarint(); nh > 0 && nh <= uint64(len(r.s)) {
 		n.Headers = make(map[string]string, nh)
 		for range nh {
@@ -257,6 +263,10 @@ type stateLine struct {
 	deadline int64
 	next     int64
 	updated  int64
+	orderKey string
+	// waiting is true while the notification waits behind an earlier one
+	// of its order key.
+	waiting bool
 }
 
 func parseState(s string) (stateLine, error) {
@@ -264,9 +274,12 @@ func parseState(s string) (stateLine, error) {
 	if len(f) != 9 {
 		return stateLine{}, fmt.Errorf("bad state %q", s)
 	}
-	st := stateLine{receipt: f[4]}
+	st := stateLine{receipt: f[4], orderKey: f[8], waiting: f[0] == waitingLetter}
 	var ok1, ok2 bool
 	st.state, ok1 = letterStates[f[0]]
+	if st.waiting {
+		st.state, ok1 = notify.StateScheduled, true
+	}
 	st.channel, ok2 = letterChannels[f[3]]
 	var errs [5]error
 	st.attempts, errs[0] = strconv.Atoi(f[1])

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -146,7 +147,7 @@ func (s *Store) Replay(ctx context.Context, f DeadFilter, opts DeadOptions) (mat
 		return &scriptCall{
 			script: replayScript,
 			keys: []string{k.state(shard), k.deadAll(shard), k.dead(shard, topic), k.due(shard, QueuePush),
-				k.due(shard, PullQueue(topic)), k.stats(shard)},
+				k.due(shard, PullQueue(topic)), k.stats(shard), k.order(shard), k.link(shard)},
 			args: args,
 		}
 	})
@@ -189,8 +190,11 @@ func (s *Store) eachDead(ctx context.Context, f DeadFilter, opts DeadOptions, ne
 		if err != nil {
 			return err
 		}
-		n, err := replyInt(v)
-		done += int(n)
+		n, keyed, err := replyDeleted(v)
+		done += n
+		if err == nil {
+			s.dropStubs(ctx, shard, keyed)
+		}
 		return err
 	}
 	if len(f.IDs) > 0 {
@@ -269,77 +273,144 @@ type deadGroup struct {
 }
 
 // deadByID finds the dead ones among ids and groups them by shard and
-// topic, the keys their scripts need: one round trip for the states, one
-// for the topics (read from the content headers inside Redis, so no payload
-// travels).
+// topic, the keys their scripts need. The topics are read from the content
+// headers inside Redis, so no payload travels; an id whose notification
+// lives in its order key's shard is followed there.
 func (s *Store) deadByID(ctx context.Context, ids []string) ([]deadGroup, error) {
-	byShard := map[int][]string{}
+	var at []located
 	for _, id := range slices.Compact(slices.Sorted(slices.Values(ids))) {
 		if notify.ValidID(id) {
-			byShard[s.keys.shardOf(id)] = append(byShard[s.keys.shardOf(id)], id)
+			at = append(at, located{id: id, shard: s.keys.shardOf(id)})
 		}
 	}
-	pipe := s.client.Pipeline()
-	states := map[int]*redis.SliceCmd{}
-	for shard, list := range byShard {
-		states[shard] = pipe.HMGet(ctx, s.keys.state(shard), list...)
-	}
-	if len(states) == 0 {
-		return nil, nil
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	at, err := s.locate(ctx, at)
+	if err != nil {
 		return nil, fmt.Errorf("read dead notifications: %w", err)
 	}
-	var calls []*scriptCall
-	var lists [][]string
-	var shards []int
-	for _, shard := range sortedKeys(byShard) {
-		var dead []string
-		for i, v := range states[shard].Val() {
-			if line, ok := v.(string); ok {
-				if st, err := parseState(line); err == nil && st.state == notify.StateDead {
-					dead = append(dead, byShard[shard][i])
-				}
-			}
-		}
-		for chunk := range slices.Chunk(dead, deadBatch) {
-			args := make([]any, len(chunk))
-			for i, id := range chunk {
-				args[i] = id
-			}
-			calls = append(calls, &scriptCall{script: headersScript, keys: []string{s.keys.job(shard)}, args: args})
-			lists = append(lists, chunk)
-			shards = append(shards, shard)
-		}
+	pipe := s.client.Pipeline()
+	states := make([]*redis.StringCmd, len(at))
+	for i, l := range at {
+		states[i] = pipe.HGet(ctx, s.keys.state(l.shard), l.id)
 	}
-	if len(calls) == 0 {
+	if len(at) == 0 {
 		return nil, nil
 	}
-	if err := s.runScripts(ctx, calls); err != nil {
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("read dead notifications: %w", err)
 	}
 	index := map[[2]string]int{}
 	var groups []deadGroup
-	for c, call := range calls {
-		v, err := call.cmd.Result()
-		if err != nil {
-			return nil, errors.Join(errors.New("read dead notifications"), err)
+	for i, l := range at {
+		st, err := parseState(states[i].Val())
+		if err != nil || st.state != notify.StateDead {
+			continue
 		}
-		topics, _ := v.([]any)
-		for i, t := range topics {
-			topic := replyString(t)
-			if topic == "" || i >= len(lists[c]) {
-				continue
-			}
-			key := [2]string{strconv.Itoa(shards[c]), topic}
-			g, ok := index[key]
-			if !ok {
-				g = len(groups)
-				index[key] = g
-				groups = append(groups, deadGroup{shard: shards[c], topic: topic})
-			}
-			groups[g].ids = append(groups[g].ids, lists[c][i])
+		key := [2]string{strconv.Itoa(l.shard), l.topic}
+		g, ok := index[key]
+		if !ok {
+			g = len(groups)
+			index[key] = g
+			groups = append(groups, deadGroup{shard: l.shard, topic: l.topic})
 		}
+		groups[g].ids = append(groups[g].ids, l.id)
 	}
 	return groups, nil
+}
+
+// located is a notification found: its shard and topic.
+type located struct {
+	id, topic string
+	shard     int
+}
+
+// locate fills in the topic of each id in at from its content's header,
+// following the stubs of notifications that live in their order key's
+// shard; unknown ids are left out.
+func (s *Store) locate(ctx context.Context, at []located) ([]located, error) {
+	var out []located
+	for try := 0; len(at) > 0 && try < 2; try++ {
+		byShard := map[int][]located{}
+		for _, l := range at {
+			byShard[l.shard] = append(byShard[l.shard], l)
+		}
+		var calls []*scriptCall
+		var lists [][]located
+		for _, shard := range sortedKeys(byShard) {
+			for chunk := range slices.Chunk(byShard[shard], maxScriptBatch) {
+				args := make([]any, len(chunk))
+				for i, l := range chunk {
+					args[i] = l.id
+				}
+				calls = append(calls, &scriptCall{script: headersScript, keys: []string{s.keys.job(shard)}, args: args})
+				lists = append(lists, chunk)
+			}
+		}
+		if err := s.runScripts(ctx, calls); err != nil {
+			return nil, err
+		}
+		at = nil
+		for c, call := range calls {
+			v, err := call.cmd.Result()
+			if err != nil {
+				return nil, err
+			}
+			topics, _ := v.([]any)
+			for i, t := range topics {
+				if i >= len(lists[c]) {
+					break
+				}
+				l := lists[c][i]
+				switch topic := replyString(t); {
+				case topic == "":
+				case strings.HasPrefix(topic, "@"):
+					if shard, ok := stubShard(topic); ok && shard < s.keys.shards && try == 0 {
+						at = append(at, located{id: l.id, shard: shard})
+					}
+				default:
+					l.topic = topic
+					out = append(out, l)
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// replyDeleted reads the reply of a script that deletes records: a count
+// (replay), or the count and the ids with an order key (purge, sweep).
+func replyDeleted(v any) (int, []string, error) {
+	if n, ok := v.(int64); ok {
+		return int(n), nil, nil
+	}
+	l, err := replyList(v, 1)
+	if err != nil {
+		return 0, nil, err
+	}
+	n, err := replyInt(l[0])
+	keyed := make([]string, 0, len(l)-1)
+	for _, id := range l[1:] {
+		keyed = append(keyed, replyString(id))
+	}
+	return int(n), keyed, err
+}
+
+// dropStubs deletes the stubs that led to records of shard that are gone.
+// A stub left behind by a failure here is harmless: Get finds nothing
+// behind it, and the next enqueue of the id replaces it.
+func (s *Store) dropStubs(ctx context.Context, shard int, ids []string) {
+	byShard := map[int][]any{}
+	for _, id := range ids {
+		if home := s.keys.shardOf(id); home != shard {
+			byShard[home] = append(byShard[home], id, stub(shard))
+		}
+	}
+	var calls []*scriptCall
+	for home, args := range byShard {
+		calls = append(calls, &scriptCall{script: dropStubScript, keys: []string{s.keys.job(home)}, args: args})
+	}
+	if len(calls) > 0 {
+		if err := s.runScripts(ctx, calls); err != nil {
+			s.cfg.Logger.WarnContext(ctx, "store: could not delete the stubs of removed notifications", "error", err)
+		}
+	}
 }

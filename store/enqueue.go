@@ -5,7 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/heraldhq/herald/notify"
 )
@@ -100,7 +104,10 @@ func (s *Store) EnqueueBatch(ctx context.Context, reqs []EnqueueRequest) ([]Enqu
 		}
 		items = append(items, &enqueueItem{index: i, req: req, due: dueMS(due), content: encodeContent(n, now)})
 	}
-	pending := items
+	pending, err := s.placeStubs(ctx, items)
+	if err != nil {
+		return nil, fmt.Errorf("enqueue: %w", err)
+	}
 	// A replace that moves a record to another queue or topic needs the old
 	// keys; the script says which, and those items run once more with them.
 	for try := 0; len(pending) > 0 && try < 2; try++ {
@@ -141,6 +148,9 @@ type enqueueItem struct {
 	// script asked for those keys.
 	oldQueue, oldTopic string
 	code               int
+	// existing is set when the id is taken by another notification found
+	// while placing the stub: the enqueue is a conflict.
+	existing bool
 }
 
 // enqueueCalls builds one script call per shard for items, and returns the
@@ -148,7 +158,7 @@ type enqueueItem struct {
 func (s *Store) enqueueCalls(items []*enqueueItem, now time.Time) ([]*scriptCall, [][]*enqueueItem) {
 	byShard := map[int][]*enqueueItem{}
 	for _, it := range items {
-		shard := s.keys.shardOf(it.req.Notification.ID)
+		shard := s.keys.shardFor(it.req.Notification)
 		byShard[shard] = append(byShard[shard], it)
 	}
 	k := s.keys
@@ -157,7 +167,7 @@ func (s *Store) enqueueCalls(items []*enqueueItem, now time.Time) ([]*scriptCall
 	for _, shard := range sortedKeys(byShard) {
 		group := byShard[shard]
 		var queues, topics keyIndex
-		args := make([]any, 6, 6+12*len(group))
+		args := make([]any, 6, 6+13*len(group))
 		for _, it := range group {
 			n := it.req.Notification
 			queue := queueOf(n.Channel, n.Topic)
@@ -172,11 +182,12 @@ func (s *Store) enqueueCalls(items []*enqueueItem, now time.Time) ([]*scriptCall
 				a.Error = notify.CutError(a.Error)
 				dead, _ = json.Marshal(a)
 			}
-			args = append(args, n.ID, it.content, it.due, boolArg(it.req.Replace), q, t, n.Topic, queue, oq, ot, it.req.Attempts, dead)
+			args = append(args, n.ID, it.content, it.due, boolArg(it.req.Replace), q, t, n.Topic, queue, oq, ot, it.req.Attempts, dead, n.OrderKey)
 		}
 		args[0], args[1], args[2], args[3], args[4] = ms(now), k.wake(), shard, len(queues), len(topics)
 		args[5] = s.cfg.WakeHorizon.Milliseconds()
-		keyList := []string{k.job(shard), k.state(shard), k.hist(shard), k.stats(shard), k.finished(shard), k.deadAll(shard)}
+		keyList := []string{k.job(shard), k.state(shard), k.hist(shard), k.stats(shard), k.finished(shard), k.deadAll(shard),
+			k.order(shard), k.link(shard)}
 		for _, q := range queues {
 			keyList = append(keyList, k.due(shard, q))
 		}
@@ -184,7 +195,8 @@ func (s *Store) enqueueCalls(items []*enqueueItem, now time.Time) ([]*scriptCall
 			keyList = append(keyList, k.dead(shard, t))
 		}
 		script := enqueueScript
-		if one := group[0].req; len(group) == 1 && !one.Replace && one.Attempts == 0 && one.Dead == nil && group[0].oldQueue == "" {
+		if one := group[0].req; len(group) == 1 && !one.Replace && one.Attempts == 0 && one.Dead == nil &&
+			one.Notification.OrderKey == "" && group[0].oldQueue == "" {
 			script = enqueueOneScript
 		}
 		calls = append(calls, &scriptCall{script: script, keys: keyList, args: args})
@@ -202,6 +214,9 @@ func (s *Store) enqueueResults(ctx context.Context, items []*enqueueItem, result
 		if r.Err != nil {
 			continue
 		}
+		if it.existing {
+			it.code = codeConflict
+		}
 		switch it.code {
 		case codeOK, codeReplaced:
 			r.Status = Created
@@ -209,7 +224,7 @@ func (s *Store) enqueueResults(ctx context.Context, items []*enqueueItem, result
 				r.Status = Replaced
 			}
 			r.Notification = stored(&it.req, now, it.due)
-		case codeExists, codeConflict, codeReserved:
+		case codeExists, codeConflict, codeReserved, codeOrdered:
 			existing = append(existing, it)
 		case codeNeedKeys:
 			r.Err = fmt.Errorf("enqueue %s: the record kept moving during the replace", it.req.Notification.ID)
@@ -238,6 +253,8 @@ func (s *Store) enqueueResults(ctx context.Context, items []*enqueueItem, result
 			r.Status = Existing
 		case it.code == codeConflict:
 			r.Err = notify.ErrConflict
+		case it.code == codeOrdered:
+			r.Err = notify.ErrOrdered
 		default:
 			r.Err = notify.ErrReserved
 		}
@@ -290,4 +307,100 @@ func sortedKeys[V any](m map[int]V) []int {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// stub is what a notification's id shard holds when the notification lives
+// in its order key's shard.
+func stub(shard int) string { return "@" + strconv.Itoa(shard) }
+
+// placeStubs writes, for each item with an order key whose id belongs to
+// another shard than its key, the stub that leads there, and returns the
+// items to store. An item whose id is taken by a notification without an
+// order key, or with another order key, is marked existing: a conflict. A
+// stub that leads nowhere (its enqueue failed half-way, or its record
+// expired) is replaced.
+func (s *Store) placeStubs(ctx context.Context, items []*enqueueItem) ([]*enqueueItem, error) {
+	var keyed []*enqueueItem
+	for _, it := range items {
+		if n := it.req.Notification; n.OrderKey != "" && s.keys.shardOf(n.ID) != s.keys.shardFor(n) {
+			keyed = append(keyed, it)
+		}
+	}
+	if len(keyed) == 0 {
+		return items, nil
+	}
+	force := map[*enqueueItem]bool{}
+	for try := 0; try < 2; try++ {
+		byShard := map[int][]*enqueueItem{}
+		for _, it := range keyed {
+			byShard[s.keys.shardOf(it.req.Notification.ID)] = append(byShard[s.keys.shardOf(it.req.Notification.ID)], it)
+		}
+		var calls []*scriptCall
+		var groups [][]*enqueueItem
+		for _, shard := range sortedKeys(byShard) {
+			var args []any
+			for _, it := range byShard[shard] {
+				args = append(args, it.req.Notification.ID, stub(s.keys.shardFor(it.req.Notification)), boolArg(force[it]))
+			}
+			calls = append(calls, &scriptCall{script: stubScript, keys: []string{s.keys.job(shard)}, args: args})
+			groups = append(groups, byShard[shard])
+		}
+		if err := s.runScripts(ctx, calls); err != nil {
+			return nil, err
+		}
+		var moved []*enqueueItem
+		var other []string
+		for c, call := range calls {
+			codes, details, err := replyCodes(call, len(groups[c]))
+			if err != nil {
+				return nil, err
+			}
+			for j, it := range groups[c] {
+				switch codes[j] {
+				case codeOK:
+				case codeMoved:
+					moved = append(moved, it)
+					other = append(other, replyString(details[j][0]))
+				default:
+					it.existing = true
+				}
+			}
+		}
+		if len(moved) == 0 {
+			break
+		}
+		// A stub leading elsewhere is either a live notification of another
+		// key (a conflict) or stale: look.
+		pipe := s.client.Pipeline()
+		found := make([]*redis.BoolCmd, len(moved))
+		for i, it := range moved {
+			shard, err := strconv.Atoi(strings.TrimPrefix(other[i], "@"))
+			if err != nil || shard < 0 || shard >= s.keys.shards {
+				shard = 0
+			}
+			found[i] = pipe.HExists(ctx, s.keys.job(shard), it.req.Notification.ID)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return nil, err
+		}
+		keyed = nil
+		for i, it := range moved {
+			if found[i].Val() || try > 0 {
+				it.existing = true
+				continue
+			}
+			force[it] = true
+			keyed = append(keyed, it)
+		}
+		if len(keyed) == 0 {
+			break
+		}
+	}
+	out := make([]*enqueueItem, 0, len(items))
+	for _, it := range items {
+		if !it.existing {
+			out = append(out, it)
+		}
+	}
+	return out, nil
 }

@@ -3,6 +3,8 @@ package store
 import (
 	"hash/fnv"
 	"strconv"
+
+	"github.com/heraldhq/herald/notify"
 )
 
 // Key layout. Every key is the namespace, then the shard's hash tag, then a
@@ -21,6 +23,8 @@ import (
 //	herald:{3}:stats        HASH  "T:scheduled", "T:reserved", "T:dead", "T:succeeded_total", "T:failed_attempts_total" -> count
 //	herald:{3}:act:M        HASH  "T|ok", "T|fail", "T|lat|B" -> attempts in minute M (Unix minutes), expiring
 //	herald:{3}:quarantine   HASH  id -> why, and the content that could not be decoded
+//	herald:{3}:order        HASH  "T|key" -> the last notification of order key key in topic T that has not ended
+//	herald:{3}:link         HASH  "n|id" -> the notification waiting right behind id; "p|id" -> the one id waits behind
 //	herald:wake             pub/sub channel: "queue shard due_ms" when a shard's head moves earlier
 type keys struct {
 	ns     string
@@ -35,9 +39,23 @@ const QueuePush = "push"
 // a library-mode handler) reserve from it.
 func PullQueue(topic string) string { return "pull." + topic }
 
-func (k keys) shardOf(id string) int {
+// shardOf is the shard an id belongs to: where its record is, or, for a
+// notification with an order key, where a stub points to its key's shard.
+func (k keys) shardOf(id string) int { return k.hash(id) }
+
+// shardFor is the shard a notification lives in: its key's, for one with an
+// order key, so that the notifications of one key, and their line, share a
+// slot; its id's otherwise.
+func (k keys) shardFor(n *notify.Notification) int {
+	if n.OrderKey != "" {
+		return k.hash(n.Topic + "\x00" + n.OrderKey)
+	}
+	return k.hash(n.ID)
+}
+
+func (k keys) hash(s string) int {
 	h := fnv.New32a()
-	_, _ = h.Write([]byte(id))
+	_, _ = h.Write([]byte(s))
 	return int(h.Sum32() % uint32(k.shards))
 }
 
@@ -53,6 +71,8 @@ func (k keys) deadAll(shard int) string    { return k.prefix(shard) + "dead" }
 func (k keys) finished(shard int) string   { return k.prefix(shard) + "finished" }
 func (k keys) stats(shard int) string      { return k.prefix(shard) + "stats" }
 func (k keys) quarantine(shard int) string { return k.prefix(shard) + "quarantine" }
+func (k keys) order(shard int) string      { return k.prefix(shard) + "order" }
+func (k keys) link(shard int) string       { return k.prefix(shard) + "link" }
 
 func (k keys) due(shard int, queue string) string { return k.prefix(shard) + "due:" + queue }
 

@@ -53,7 +53,7 @@ func (s *Store) Expired(ctx context.Context, grace time.Duration, limit int) ([]
 			state, _ := r.records.Val()[i].(string)
 			n, _, err := decode(id, content, state, -1)
 			if err != nil {
-				s.quarantine(ctx, r.shard, id, err)
+				s.quarantine(ctx, r.shard, id, content, err)
 				continue
 			}
 			if n.State == notify.StateReserved {
@@ -68,10 +68,13 @@ func (s *Store) Expired(ctx context.Context, grace time.Duration, limit int) ([]
 // so that it stops neither reservations nor reaping, logs it and counts it
 // (see Quarantined). An operator finds it in the shard's quarantine hash
 // with the reason.
-func (s *Store) quarantine(ctx context.Context, shard int, id string, why error) {
+func (s *Store) quarantine(ctx context.Context, shard int, id, content string, why error) {
 	k := s.keys
+	h, _, _ := parseHeader(content) // the topic, when the header survived
 	_, err := s.runScript(ctx, quarantineScript,
-		[]string{k.job(shard), k.state(shard), k.quarantine(shard), k.reserved(shard), k.stats(shard)}, id, why.Error())
+		[]string{k.job(shard), k.state(shard), k.quarantine(shard), k.reserved(shard), k.stats(shard),
+			k.order(shard), k.link(shard), k.due(shard, QueuePush), k.due(shard, PullQueue(h.topic))},
+		id, why.Error(), ms(s.Now()), k.wake(), shard)
 	if err != nil {
 		s.cfg.Logger.ErrorContext(ctx, "store: could not quarantine an undecodable notification", "id", id, "reason", why, "error", err)
 		return
@@ -104,12 +107,18 @@ func (s *Store) Sweep(ctx context.Context, limit int) (int, error) {
 	}
 	total := 0
 	var firstErr error
-	for _, c := range calls {
-		n, err := c.cmd.Int()
-		if err != nil {
-			firstErr = errors.Join(firstErr, err)
+	for shard, c := range calls {
+		v, err := c.cmd.Result()
+		n, keyed, rerr := 0, []string(nil), err
+		if err == nil {
+			n, keyed, rerr = replyDeleted(v)
+		}
+		if rerr != nil {
+			firstErr = errors.Join(firstErr, rerr)
+			continue
 		}
 		total += n
+		s.dropStubs(ctx, shard, keyed)
 	}
 	if firstErr != nil {
 		return total, fmt.Errorf("sweep: %w", firstErr)

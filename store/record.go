@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -35,34 +37,54 @@ func (s *Store) get(ctx context.Context, id string, history bool) (*notify.Notif
 
 // getMany reads notifications with payload, and with history when asked,
 // in two round trips however many there are: contents and states, then
-// histories and the due times of those that have no state yet (a second
-// trip only when needed). A missing id gives nil.
+// histories, the due times of those that have no state yet and what the
+// waiting ones wait behind (a second trip only when needed). A notification
+// with an order key takes one more, after its id's stub. A missing id
+// gives nil.
 func (s *Store) getMany(ctx context.Context, ids []string, history bool) ([]*notify.Notification, error) {
-	pipe := s.client.Pipeline()
-	contents := make([]*redis.StringCmd, len(ids))
-	states := make([]*redis.StringCmd, len(ids))
+	shards := make([]int, len(ids))
 	for i, id := range ids {
-		shard := s.keys.shardOf(id)
-		contents[i] = pipe.HGet(ctx, s.keys.job(shard), id)
-		states[i] = pipe.HGet(ctx, s.keys.state(shard), id)
+		shards[i] = s.keys.shardOf(id)
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	contents, states, err := s.readRecords(ctx, ids, shards)
+	if err != nil {
 		return nil, err
+	}
+	var moved []int
+	for i, c := range contents {
+		if shard, ok := stubShard(c); ok && shard < s.keys.shards {
+			shards[i] = shard
+			moved = append(moved, i)
+		}
+	}
+	if len(moved) > 0 {
+		mids, mshards := make([]string, len(moved)), make([]int, len(moved))
+		for j, i := range moved {
+			mids[j], mshards[j] = ids[i], shards[i]
+		}
+		mc, ms, err := s.readRecords(ctx, mids, mshards)
+		if err != nil {
+			return nil, err
+		}
+		for j, i := range moved {
+			contents[i], states[i] = mc[j], ms[j]
+		}
 	}
 	out := make([]*notify.Notification, len(ids))
 	hists := make([]*redis.SliceCmd, len(ids))
 	dues := make([]*redis.FloatCmd, len(ids))
-	pipe = s.client.Pipeline()
+	behind := make([]*redis.StringCmd, len(ids))
+	pipe := s.client.Pipeline()
 	for i, id := range ids {
-		if contents[i].Err() != nil {
+		if contents[i] == "" || strings.HasPrefix(contents[i], "@") {
 			continue
 		}
-		n, histLen, err := decode(id, contents[i].Val(), states[i].Val(), -1)
+		n, histLen, err := decode(id, contents[i], states[i], -1)
 		if err != nil {
 			return nil, err
 		}
 		out[i] = n
-		shard := s.keys.shardOf(id)
+		shard := shards[i]
 		if history && histLen > 0 {
 			fields := make([]string, histLen)
 			for j := range fields {
@@ -70,8 +92,11 @@ func (s *Store) getMany(ctx context.Context, ids []string, history bool) ([]*not
 			}
 			hists[i] = pipe.HMGet(ctx, s.keys.hist(shard), fields...)
 		}
-		if states[i].Val() == "" {
+		switch {
+		case states[i] == "":
 			dues[i] = pipe.ZScore(ctx, s.keys.due(shard, queueOf(n.Channel, n.Topic)), id)
+		case strings.HasPrefix(states[i], waitingLetter):
+			behind[i] = pipe.HGet(ctx, s.keys.link(shard), "p|"+id)
 		}
 	}
 	if pipe.Len() == 0 {
@@ -89,8 +114,42 @@ func (s *Store) getMany(ctx context.Context, ids []string, history bool) ([]*not
 		if dues[i] != nil && dues[i].Err() == nil {
 			n.NextAttemptAt = optMS(int64(dues[i].Val()))
 		}
+		if behind[i] != nil {
+			n.WaitingFor = behind[i].Val()
+		}
 	}
 	return out, nil
+}
+
+// readRecords reads the content and state of each id in its shard, in one
+// round trip; "" for what is missing.
+func (s *Store) readRecords(ctx context.Context, ids []string, shards []int) (contents, states []string, err error) {
+	pipe := s.client.Pipeline()
+	cs := make([]*redis.StringCmd, len(ids))
+	ss := make([]*redis.StringCmd, len(ids))
+	for i, id := range ids {
+		cs[i] = pipe.HGet(ctx, s.keys.job(shards[i]), id)
+		ss[i] = pipe.HGet(ctx, s.keys.state(shards[i]), id)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, nil, err
+	}
+	contents, states = make([]string, len(ids)), make([]string, len(ids))
+	for i := range ids {
+		contents[i], states[i] = cs[i].Val(), ss[i].Val()
+	}
+	return contents, states, nil
+}
+
+// stubShard reads a stub ("@<shard>"): the shard where the notification
+// with an order key lives.
+func stubShard(content string) (int, bool) {
+	rest, ok := strings.CutPrefix(content, "@")
+	if !ok {
+		return 0, false
+	}
+	shard, err := strconv.Atoi(rest)
+	return shard, err == nil && shard >= 0
 }
 
 func decodeHistory(n *notify.Notification, entries []any) error {
@@ -115,12 +174,13 @@ func decodeHistory(n *notify.Notification, entries []any) error {
 // it unchanged; a succeeded or dead one is notify.ErrFinished.
 func (s *Store) Cancel(ctx context.Context, id string) (*notify.Notification, error) {
 	shard := s.keys.shardOf(id)
-	queue := QueuePush
+	topic := "" // the script names the record's topic, whose keys it needs
 	k := s.keys
-	for range 3 { // the script names the record's queue when it is another
+	for range 4 {
 		v, err := s.runAckedScript(ctx, cancelScript,
-			[]string{k.job(shard), k.state(shard), k.due(shard, queue), k.reserved(shard), k.finished(shard), k.stats(shard)},
-			id, ms(s.Now()), s.retentionMS(), queue)
+			[]string{k.job(shard), k.state(shard), k.due(shard, QueuePush), k.due(shard, PullQueue(topic)),
+				k.reserved(shard), k.finished(shard), k.stats(shard), k.order(shard), k.link(shard)},
+			id, ms(s.Now()), s.retentionMS(), topic, k.wake(), shard)
 		if err != nil {
 			return nil, fmt.Errorf("cancel %s: %w", id, err)
 		}
@@ -135,11 +195,17 @@ func (s *Store) Cancel(ctx context.Context, id string) (*notify.Notification, er
 			return nil, notify.ErrNotFound
 		case codeFinished:
 			return nil, notify.ErrFinished
+		case codeMoved:
+			to, ok := stubShard(replyString(l[1]))
+			if !ok || to >= s.keys.shards {
+				return nil, fmt.Errorf("cancel %s: bad stub %q", id, replyString(l[1]))
+			}
+			shard = to
 		case codeNeedKeys:
-			queue = replyString(l[1])
+			topic = replyString(l[1])
 		default:
 			return nil, fmt.Errorf("cancel %s: unexpected code %d", id, code)
 		}
 	}
-	return nil, fmt.Errorf("cancel %s: the record keeps moving between queues", id)
+	return nil, fmt.Errorf("cancel %s: the record keeps moving", id)
 }

@@ -82,7 +82,7 @@ func (s *Store) Reserve(ctx context.Context, queue string, shards []int, limit i
 			id := replyString(items[j])
 			n, _, err := decode(id, replyString(items[j+1]), replyString(items[j+2]), -1)
 			if err != nil {
-				s.quarantine(ctx, shard, id, err)
+				s.quarantine(ctx, shard, id, replyString(items[j+1]), err)
 				continue
 			}
 			out = append(out, n)
@@ -182,7 +182,7 @@ func (s *Store) Finish(ctx context.Context, items []Finish) ([]error, error) {
 			errs[i] = err
 			continue
 		}
-		shard := s.keys.shardOf(f.Notification.ID)
+		shard := s.keys.shardFor(f.Notification)
 		byShard[shard] = append(byShard[shard], i)
 	}
 	now := s.Now()
@@ -248,7 +248,7 @@ func checkFinish(f *Finish) error {
 func (s *Store) finishCall(shard int, items []Finish, idx []int, now time.Time, minute int64) *scriptCall {
 	k := s.keys
 	var queues, topics keyIndex
-	args := make([]any, 7, 7+9*len(idx))
+	args := make([]any, 7, 7+12*len(idx))
 	for _, i := range idx {
 		f := items[i]
 		n := f.Notification
@@ -271,11 +271,16 @@ func (s *Store) finishCall(shard int, items []Finish, idx []int, now time.Time, 
 		if n.NextAttemptAt != nil && entry != nil && f.Action != notify.ActionRelease && f.Attempt.Outcome != notify.OutcomeTTRExpired {
 			bucket = strconv.Itoa(latencyBucket(f.Attempt.StartedAt.Sub(*n.NextAttemptAt)))
 		}
-		args = append(args, n.ID, n.Receipt, string(f.Action), next, q, t, n.Topic, entry, bucket)
+		push, pull := 0, 0
+		if n.OrderKey != "" {
+			push, pull = queues.of(QueuePush), queues.of(PullQueue(n.Topic))
+		}
+		args = append(args, n.ID, n.Receipt, string(f.Action), next, q, t, n.Topic, entry, bucket, n.OrderKey, push, pull)
 	}
 	args[0], args[1], args[2], args[3] = ms(now), s.retentionMS(), k.wake(), shard
 	args[4], args[5], args[6] = len(queues), len(topics), s.activityExpiry(shard, minute)
-	keyList := []string{k.state(shard), k.reserved(shard), k.hist(shard), k.stats(shard), k.finished(shard), k.deadAll(shard), k.activity(shard, minute)}
+	keyList := []string{k.state(shard), k.reserved(shard), k.hist(shard), k.stats(shard), k.finished(shard), k.deadAll(shard),
+		k.activity(shard, minute), k.order(shard), k.link(shard)}
 	for _, q := range queues {
 		keyList = append(keyList, k.due(shard, q))
 	}

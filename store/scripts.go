@@ -36,6 +36,8 @@ const (
 	codeFinished  = 8 // cancel: succeeded or dead
 	codeNeedKeys  = 9 // the record sits under a key the caller did not pass
 	codeCancelled = 10
+	codeOrdered   = 11 // enqueue with replace: the notification holds a place in its order key's line
+	codeMoved     = 12 // the id's record lives in its order key's shard; the detail names it
 )
 
 var resultCodes = []struct {
@@ -45,6 +47,7 @@ var resultCodes = []struct {
 	{"OK", codeOK}, {"EXISTS", codeExists}, {"CONFLICT", codeConflict}, {"RESERVED", codeReserved},
 	{"REPLACED", codeReplaced}, {"NOT_FOUND", codeNotFound}, {"STALE", codeStale},
 	{"FINISHED", codeFinished}, {"NEED_KEYS", codeNeedKeys}, {"CANCELLED", codeCancelled},
+	{"ORDERED", codeOrdered}, {"MOVED", codeMoved},
 }
 
 // maxScriptBatch bounds the items of one script call, so that no call
@@ -80,7 +83,7 @@ end`},
 	{"st_line", `local function st_line(o)
   return o.s .. '|' .. o.a .. '|' .. o.h .. '|' .. o.c .. '|' .. o.r .. '|' .. o.dl .. '|' .. o.na .. '|' .. o.ua .. '|' .. o.x
 end`},
-	{"GAUGES", `local GAUGES = {S = 'scheduled', R = 'reserved', D = 'dead'}`},
+	{"GAUGES", `local GAUGES = {S = 'scheduled', R = 'reserved', D = 'dead', W = 'waiting'}`},
 	{"bump", `-- bump adds n to a topic's counter in deltas; flush writes them, one
 -- HINCRBY per counter that changed.
 local function bump(deltas, topic, field, n)
@@ -141,6 +144,86 @@ end`},
     schedule(KEYS[k], a.pairs, a.earliest, channel, string.match(KEYS[k], '^.*:due:(.*)$'), shard, horizon)
   end
 end`},
+	{"release", `-- release ends the places of notifications that headed their order key's
+-- line (succeeded, dead or cancelled). heads are {id, topic, key, push,
+-- pull}, push and pull the KEYS indexes of the topic's due sets: the one
+-- waiting right behind each becomes due at its own time, or now when that
+-- has passed; a line with nobody behind is forgotten.
+local function release(order, link, stkey, heads, now, adds, deltas, sts)
+  if #heads == 0 then return end
+  local nf = {}
+  for i, h in ipairs(heads) do nf[i] = 'n|' .. h.id end
+  local nexts = redis.call('HMGET', link, unpack(nf))
+  local waiting, wids, ends, drop = {}, {}, {}, {}
+  for i, h in ipairs(heads) do
+    if nexts[i] then
+      waiting[#waiting + 1] = h
+      wids[#wids + 1] = nexts[i]
+      drop[#drop + 1] = 'n|' .. h.id
+      drop[#drop + 1] = 'p|' .. nexts[i]
+    else
+      ends[#ends + 1] = h
+    end
+  end
+  if #wids > 0 then
+    local wst = redis.call('HMGET', stkey, unpack(wids))
+    local t = string.format('%d', now)
+    for i, h in ipairs(waiting) do
+      local o = st_parse(wst[i])
+      if o and o.s == 'W' then
+        o.s, o.ua = 'S', t
+        if o.na == '' or tonumber(o.na) < now then o.na = t end
+        sts[#sts + 1] = wids[i]
+        sts[#sts + 1] = st_line(o)
+        if o.c == 'u' then due_add(adds, h.pull, o.na, wids[i]) else due_add(adds, h.push, o.na, wids[i]) end
+        bump(deltas, h.topic, 'waiting', -1)
+        bump(deltas, h.topic, 'scheduled', 1)
+      end
+    end
+    redis.call('HDEL', link, unpack(drop))
+  end
+  if #ends > 0 then
+    local fs = {}
+    for i, h in ipairs(ends) do fs[i] = h.topic .. '|' .. h.key end
+    local cur = redis.call('HMGET', order, unpack(fs))
+    local del = {}
+    for i, h in ipairs(ends) do
+      if cur[i] == h.id then del[#del + 1] = fs[i] end
+    end
+    if #del > 0 then redis.call('HDEL', order, unpack(del)) end
+  end
+end`},
+	{"join", `-- join puts the notifications in joins ({id, field}) at the back of their
+-- order key's lines, in order: each waits behind the line's last one, or
+-- heads it when the line is empty. It returns, per id, the one it waits
+-- behind (false when none), having written the line's links and tails.
+local function join(order, link, joins)
+  local behind = {}
+  if #joins == 0 then return behind end
+  local fs = {}
+  for i, j in ipairs(joins) do fs[i] = j.field end
+  local got = redis.call('HMGET', order, unpack(fs))
+  local tails, links, oset = {}, {}, {}
+  for i, j in ipairs(joins) do
+    local tail = tails[j.field]
+    if tail == nil then tail = got[i] end
+    behind[j.id] = tail
+    if tail then
+      links[#links + 1] = 'n|' .. tail
+      links[#links + 1] = j.id
+      links[#links + 1] = 'p|' .. j.id
+      links[#links + 1] = tail
+    end
+    tails[j.field] = j.id
+  end
+  for f, id in pairs(tails) do
+    oset[#oset + 1] = f
+    oset[#oset + 1] = id
+  end
+  if #links > 0 then redis.call('HSET', link, unpack(links)) end
+  redis.call('HSET', order, unpack(oset))
+  return behind
+end`},
 	{"int_arg", `local function int_arg(v, lo, hi)
   local n = tonumber(v)
   if not n or n ~= math.floor(n) or n < lo or n > hi then return nil end
@@ -187,7 +270,9 @@ func newScript(body string) *redis.Script {
 //	KEYS[4]    stats HASH
 //	KEYS[5]    finished ZSET
 //	KEYS[6]    dead ZSET (every topic)
-//	KEYS[7..]  ARGV[4] due ZSETs, then ARGV[5] dead ZSETs of topics
+//	KEYS[7]    order HASH
+//	KEYS[8]    link HASH
+//	KEYS[9..]  ARGV[4] due ZSETs, then ARGV[5] dead ZSETs of topics
 //	ARGV[1]    now (ms)
 //	ARGV[2]    wake channel
 //	ARGV[3]    shard
@@ -196,21 +281,25 @@ func newScript(body string) *redis.Script {
 //	ARGV[6]    wake horizon (ms): a queue whose earliest new due time is
 //	           later than now plus this needs no wake-up, as every dispatcher
 //	           polls more often
-//	ARGV[7..]  12 per item: id, content, due (ms), replace (1 or 0), its
+//	ARGV[7..]  13 per item: id, content, due (ms), replace (1 or 0), its
 //	           queue's due key (index), its topic's dead key (index), topic,
 //	           queue, the old record's due key and dead key (index, 0 when
-//	           not passed), attempts already made (an import), and a
-//	           history entry that puts it straight in the dead-letter set
-//	           ("" for none)
+//	           not passed), attempts already made (an import), a history
+//	           entry that puts it straight in the dead-letter set ("" for
+//	           none), its order key ("" for none)
 //
-// Returns per item {code} (OK, EXISTS, CONFLICT, RESERVED, REPLACED), or
-// {NEED_KEYS, queue, topic} when a replace must clean keys not passed. An
-// id twice in one batch: the second is compared with the first.
+// A notification with an order key joins the back of its key's line: it
+// waits behind the last one that has not ended, or is due as usual when
+// there is none.
+//
+// Returns per item {code} (OK, EXISTS, CONFLICT, RESERVED, REPLACED,
+// ORDERED), or {NEED_KEYS, queue, topic} when a replace must clean keys not
+// passed. An id twice in one batch: the second is compared with the first.
 var enqueueScript = newScript(`
 local nq, nt, horizon = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local F = 12
+local F, K = 13, 8
 local n = (#ARGV - 6) / F
-if not nq or not nt or not horizon or n < 1 or n > MAX_BATCH or n % 1 ~= 0 or #KEYS ~= 6 + nq + nt then
+if not nq or not nt or not horizon or n < 1 or n > MAX_BATCH or n % 1 ~= 0 or #KEYS ~= K + nq + nt then
   return redis.error_reply('ERR herald enqueue: bad arguments')
 end
 local ids = {}
@@ -226,27 +315,40 @@ for i = 1, n do
   ids[i] = ARGV[b + 1]
 end
 local codes, adds, deltas, sts, hist, deadall, dead = {}, {}, {}, {}, {}, {}, {}
+-- joins are the new notifications with an order key, in batch order: they
+-- join their lines once every item is decided.
+local joins, behind = {}, {}
 local function add(i)
   local b = 6 + (i - 1) * F
-  local id, made, entry = ids[i], ARGV[b + 11], ARGV[b + 12]
+  local id, due, made, entry, key, topic = ids[i], ARGV[b + 3], ARGV[b + 11], ARGV[b + 12], ARGV[b + 13], ARGV[b + 7]
   local ch = select(2, header(ARGV[b + 2]))
   if entry ~= '' then
     -- An import of a notification that already failed for good.
     sts[#sts + 1] = id
-    sts[#sts + 1] = 'D|' .. made .. '|1|' .. ch .. '||||' .. ARGV[1] .. '|'
+    sts[#sts + 1] = 'D|' .. made .. '|1|' .. ch .. '||||' .. ARGV[1] .. '|' .. key
     hist[#hist + 1] = id .. '|0'
     hist[#hist + 1] = entry
     deadall[#deadall + 1] = ARGV[1]
     deadall[#deadall + 1] = id
-    push(dead, 6 + nq + tonumber(ARGV[b + 6]), ARGV[1], id)
-    bump(deltas, ARGV[b + 7], 'dead', 1)
+    push(dead, K + nq + tonumber(ARGV[b + 6]), ARGV[1], id)
+    bump(deltas, topic, 'dead', 1)
     return
   end
-  due_add(adds, 6 + tonumber(ARGV[b + 5]), ARGV[b + 3], id)
-  bump(deltas, ARGV[b + 7], 'scheduled', 1)
-  if made ~= '0' then
+  if key ~= '' and behind[id] == nil then
+    joins[#joins + 1] = {id = id, field = topic .. '|' .. key, i = i}
+    return
+  end
+  local state = 'S'
+  if behind[id] then state = 'W' end
+  if state == 'S' then
+    due_add(adds, K + tonumber(ARGV[b + 5]), due, id)
+    bump(deltas, topic, 'scheduled', 1)
+  else
+    bump(deltas, topic, 'waiting', 1)
+  end
+  if made ~= '0' or key ~= '' then
     sts[#sts + 1] = id
-    sts[#sts + 1] = 'S|' .. made .. '|0|' .. ch .. '|||' .. ARGV[b + 3] .. '|' .. ARGV[1] .. '|'
+    sts[#sts + 1] = state .. '|' .. made .. '|0|' .. ch .. '|||' .. due .. '|' .. ARGV[1] .. '|' .. key
   end
 end
 do
@@ -276,12 +378,15 @@ do
         local oq = queue_of(pc, pt)
         if o.s == 'R' then
           code = RESERVED
+        elseif o.x ~= '' and (o.s == 'S' or o.s == 'W') then
+          -- In its key's line: replacing it would reorder the line.
+          code = ORDERED
         else
           local key
           if o.s == 'S' then
-            if oq == queue then key = KEYS[6 + q] elseif tonumber(ARGV[b + 9]) > 0 then key = KEYS[6 + tonumber(ARGV[b + 9])] end
+            if oq == queue then key = KEYS[K + q] elseif tonumber(ARGV[b + 9]) > 0 then key = KEYS[K + tonumber(ARGV[b + 9])] end
           elseif o.s == 'D' then
-            if pt == topic then key = KEYS[6 + nq + t] elseif tonumber(ARGV[b + 10]) > 0 then key = KEYS[6 + nq + tonumber(ARGV[b + 10])] end
+            if pt == topic then key = KEYS[K + nq + t] elseif tonumber(ARGV[b + 10]) > 0 then key = KEYS[K + nq + tonumber(ARGV[b + 10])] end
             if key then push(rm, KEYS[6], id) end
           else
             key = KEYS[5]
@@ -312,6 +417,8 @@ do
   for key, l in pairs(rm) do redis.call('ZREM', key, unpack(l)) end
   if #jobs > 0 then redis.call('HSET', KEYS[1], unpack(jobs)) end
 end
+behind = join(KEYS[7], KEYS[8], joins)
+for _, j in ipairs(joins) do add(j.i) end
 if #sts > 0 then redis.call('HSET', KEYS[2], unpack(sts)) end
 if #hist > 0 then redis.call('HSET', KEYS[3], unpack(hist)) end
 if #deadall > 0 then redis.call('ZADD', KEYS[6], unpack(deadall)) end
@@ -324,18 +431,18 @@ return codes
 // enqueueOneScript stores one new notification: the common case of a
 // single enqueue, kept apart from enqueueScript so that each call pays for
 // nothing it does not use. It takes enqueueScript's keys and arguments with
-// exactly one item whose replace is 0, and returns its code alone (OK,
-// EXISTS or CONFLICT).
+// exactly one plain item (no replace, no import, no order key), and returns
+// its code alone (OK, EXISTS or CONFLICT).
 var enqueueOneScript = newScript(`
 local horizon, due = tonumber(ARGV[6]), tonumber(ARGV[9])
-if #ARGV ~= 18 or #KEYS ~= 8 or ARGV[7] == '' or not horizon or not due or ARGV[10] ~= '0' then
+if #ARGV ~= 19 or #KEYS ~= 10 or ARGV[7] == '' or not horizon or not due or ARGV[10] ~= '0' or ARGV[19] ~= '' then
   return redis.error_reply('ERR herald enqueue one: bad arguments')
 end
 if redis.call('HSETNX', KEYS[1], ARGV[7], ARGV[8]) == 0 then
   if header(redis.call('HGET', KEYS[1], ARGV[7])) == header(ARGV[8]) then return EXISTS end
   return CONFLICT
 end
-schedule(KEYS[7], {ARGV[9], ARGV[7]}, due, ARGV[2], ARGV[14], ARGV[3], tonumber(ARGV[1]) + horizon)
+schedule(KEYS[9], {ARGV[9], ARGV[7]}, due, ARGV[2], ARGV[14], ARGV[3], tonumber(ARGV[1]) + horizon)
 redis.call('HINCRBY', KEYS[4], ARGV[13] .. ':scheduled', 1)
 return OK
 `)
@@ -418,7 +525,9 @@ return {head, out}
 //	KEYS[5]    finished ZSET
 //	KEYS[6]    dead ZSET (every topic)
 //	KEYS[7]    act HASH of this minute
-//	KEYS[8..]  ARGV[5] due ZSETs, then ARGV[6] dead ZSETs of topics
+//	KEYS[8]    order HASH
+//	KEYS[9]    link HASH
+//	KEYS[10..] ARGV[5] due ZSETs, then ARGV[6] dead ZSETs of topics
 //	ARGV[1]    now (ms)
 //	ARGV[2]    retention (ms); 0 or less keeps finished records
 //	ARGV[3]    wake channel
@@ -427,11 +536,16 @@ return {head, out}
 //	ARGV[6]    number of dead-topic keys
 //	ARGV[7]    seconds the act hash is kept from now; 0 leaves its expiry
 //	           alone (the caller set it already this minute)
-//	ARGV[8..]  9 per item: id, receipt, action (ack, retry, dead or
+//	ARGV[8..]  12 per item: id, receipt, action (ack, retry, dead or
 //	           release), next due (ms; retry and release), due key (index),
 //	           dead key (index), topic, history entry ("" for none: an
 //	           attempt given back before it started), lateness bucket (""
-//	           for none)
+//	           for none), order key ("" for none), and the due keys (index)
+//	           of the topic's push and pull queues for the one waiting
+//	           behind it (0 without an order key)
+//
+// A notification with an order key that succeeds or dies ends its place in
+// its key's line: the one behind it becomes due.
 //
 // Returns one code per item: OK, or STALE when the receipt no longer holds
 // the reservation (it expired and was reaped, or the notification was
@@ -439,9 +553,9 @@ return {head, out}
 var finishScript = newScript(`
 local now, nq, nt = int_arg(ARGV[1], 0, 9007199254740991), int_arg(ARGV[5], 0, MAX_BATCH), int_arg(ARGV[6], 0, MAX_BATCH)
 local retention, keep = tonumber(ARGV[2]), int_arg(ARGV[7], 0, 1e9)
-local F = 9
+local F, K = 12, 9
 local n = (#ARGV - 7) / F
-if not now or not nq or not nt or not retention or not keep or n < 1 or n > MAX_BATCH or n ~= math.floor(n) or #KEYS ~= 7 + nq + nt then
+if not now or not nq or not nt or not retention or not keep or n < 1 or n > MAX_BATCH or n ~= math.floor(n) or #KEYS ~= K + nq + nt then
   return redis.error_reply('ERR herald finish: bad arguments')
 end
 local ACTIONS = {ack = true, retry = true, dead = true, release = true}
@@ -451,13 +565,14 @@ for i = 1, n do
   local a = ARGV[b + 3]
   if ARGV[b + 1] == '' or not ACTIONS[a] or not int_arg(ARGV[b + 5], 0, nq) or not int_arg(ARGV[b + 6], 0, nt)
     or ((a == 'retry' or a == 'release') and (not int_arg(ARGV[b + 4], 0, 9007199254740991) or tonumber(ARGV[b + 5]) < 1))
-    or (a == 'dead' and tonumber(ARGV[b + 6]) < 1) then
+    or (a == 'dead' and tonumber(ARGV[b + 6]) < 1)
+    or (ARGV[b + 10] ~= '' and (not int_arg(ARGV[b + 11], 1, nq) or not int_arg(ARGV[b + 12], 1, nq))) then
     return redis.error_reply('ERR herald finish: bad item ' .. i)
   end
   ids[i] = ARGV[b + 1]
 end
 local states = redis.call('HMGET', KEYS[1], unpack(ids))
-local codes, unres, hist, sts, adds, fin, deadall, dead, act, deltas = {}, {}, {}, {}, {}, {}, {}, {}, {}, {}
+local codes, unres, hist, sts, adds, fin, deadall, dead, act, deltas, heads = {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}
 for i = 1, n do
   local b = 7 + (i - 1) * F
   local id, action, topic = ids[i], ARGV[b + 3], ARGV[b + 7]
@@ -476,7 +591,7 @@ for i = 1, n do
     bump(deltas, topic, 'reserved', -1)
     if action == 'release' or action == 'retry' then
       o.s, o.na = 'S', ARGV[b + 4]
-      due_add(adds, 7 + tonumber(ARGV[b + 5]), o.na, id)
+      due_add(adds, K + tonumber(ARGV[b + 5]), o.na, id)
       bump(deltas, topic, 'scheduled', 1)
     end
     if action ~= 'release' then
@@ -501,19 +616,24 @@ for i = 1, n do
         end
       end
       if ARGV[b + 9] ~= '' then push(act, topic .. '|lat|' .. ARGV[b + 9], 1) end
+      if o.s ~= 'S' and ARGV[b + 10] ~= '' then
+        heads[#heads + 1] = {id = id, topic = topic, key = ARGV[b + 10],
+          push = K + tonumber(ARGV[b + 11]), pull = K + tonumber(ARGV[b + 12])}
+      end
     end
     sts[#sts + 1] = id
     sts[#sts + 1] = st_line(o)
   end
 end
 if #unres > 0 then
+  release(KEYS[8], KEYS[9], KEYS[1], heads, now, adds, deltas, sts)
   redis.call('ZREM', KEYS[2], unpack(unres))
   if #hist > 0 then redis.call('HSET', KEYS[3], unpack(hist)) end
   redis.call('HSET', KEYS[1], unpack(sts))
   due_flush(adds, ARGV[3], ARGV[4])
   if #fin > 0 then redis.call('ZADD', KEYS[5], unpack(fin)) end
   if #deadall > 0 then redis.call('ZADD', KEYS[6], unpack(deadall)) end
-  for t, l in pairs(dead) do redis.call('ZADD', KEYS[7 + nq + t], unpack(l)) end
+  for t, l in pairs(dead) do redis.call('ZADD', KEYS[K + nq + t], unpack(l)) end
   flush(KEYS[4], deltas)
   local any = false
   for f, l in pairs(act) do
@@ -529,39 +649,75 @@ return codes
 //
 //	KEYS[1]  job HASH
 //	KEYS[2]  st HASH
-//	KEYS[3]  due ZSET of the queue the caller expects
-//	KEYS[4]  reserved ZSET
-//	KEYS[5]  finished ZSET
-//	KEYS[6]  stats HASH
+//	KEYS[3]  due ZSET of the topic's push queue
+//	KEYS[4]  due ZSET of the topic's pull queue
+//	KEYS[5]  reserved ZSET
+//	KEYS[6]  finished ZSET
+//	KEYS[7]  stats HASH
+//	KEYS[8]  order HASH
+//	KEYS[9]  link HASH
 //	ARGV[1]  id
 //	ARGV[2]  now (ms)
 //	ARGV[3]  retention (ms); 0 or less keeps the record
-//	ARGV[4]  the queue the caller expects
+//	ARGV[4]  the topic the caller expects
+//	ARGV[5]  wake channel
+//	ARGV[6]  shard
+//
+// A cancelled notification with an order key leaves its line: the one
+// behind it moves up, and becomes due when it was the head.
 //
 // Returns {code, detail}: OK (cancelled now) or CANCELLED (already) with the
-// state line, FINISHED (succeeded or dead), NOT_FOUND, or NEED_KEYS with
-// the record's queue when it is not ARGV[4].
+// state line, FINISHED (succeeded or dead), NOT_FOUND, MOVED with the stub
+// when the id's record lives in its order key's shard, or NEED_KEYS with
+// the record's topic when it is not ARGV[4].
 var cancelScript = newScript(`
 local now, retention = int_arg(ARGV[2], 0, 9007199254740991), tonumber(ARGV[3])
 if ARGV[1] == '' or not now or not retention then return redis.error_reply('ERR herald cancel: bad arguments') end
 local id = ARGV[1]
 local c = redis.call('HGET', KEYS[1], id)
 if not c then return {NOT_FOUND, ''} end
+if string.sub(c, 1, 1) == '@' then return {MOVED, c} end
 local _, ch, _, topic = header(c)
 if not ch then return {NOT_FOUND, ''} end
 local o = st_parse(redis.call('HGET', KEYS[2], id)) or fresh(ch)
 if o.s == 'C' then return {CANCELLED, st_line(o)} end
 if o.s == 'K' or o.s == 'D' then return {FINISHED, ''} end
-local queue = queue_of(ch, topic)
-if queue ~= ARGV[4] then return {NEED_KEYS, queue} end
-if o.s == 'R' then redis.call('ZREM', KEYS[4], id) else redis.call('ZREM', KEYS[3], id) end
-local deltas = {}
+if topic ~= ARGV[4] then return {NEED_KEYS, topic} end
+local deltas, sts, adds = {}, {}, {}
+if o.s == 'R' then
+  redis.call('ZREM', KEYS[5], id)
+elseif o.s == 'S' then
+  redis.call('ZREM', KEYS[3], id)
+  redis.call('ZREM', KEYS[4], id)
+end
 gauge(deltas, topic, o.s, -1)
+if o.x ~= '' then
+  if o.s == 'W' then
+    -- Leave the middle of the line: the one behind moves up behind ours.
+    local got = redis.call('HMGET', KEYS[9], 'p|' .. id, 'n|' .. id)
+    local prev, nxt = got[1], got[2]
+    redis.call('HDEL', KEYS[9], 'p|' .. id, 'n|' .. id)
+    if prev then
+      if nxt then
+        redis.call('HSET', KEYS[9], 'n|' .. prev, nxt, 'p|' .. nxt, prev)
+      else
+        redis.call('HDEL', KEYS[9], 'n|' .. prev)
+        local f = topic .. '|' .. o.x
+        if redis.call('HGET', KEYS[8], f) == id then redis.call('HSET', KEYS[8], f, prev) end
+      end
+    end
+  else
+    release(KEYS[8], KEYS[9], KEYS[2], {{id = id, topic = topic, key = o.x, push = 3, pull = 4}}, now, adds, deltas, sts)
+  end
+end
 o.s, o.r, o.dl, o.na, o.ua = 'C', '', '', '', ARGV[2]
 local line = st_line(o)
-redis.call('HSET', KEYS[2], id, line)
-if retention > 0 then redis.call('ZADD', KEYS[5], string.format('%d', now + retention), id) end
-flush(KEYS[6], deltas)
+sts[#sts + 1] = id
+sts[#sts + 1] = line
+redis.call('HSET', KEYS[2], unpack(sts))
+due_flush(adds, ARGV[5], ARGV[6])
+if retention > 0 then redis.call('ZADD', KEYS[6], string.format('%d', now + retention), id) end
+flush(KEYS[7], deltas)
 return {OK, line}
 `)
 
@@ -574,6 +730,8 @@ return {OK, line}
 //	KEYS[4]  due ZSET of the push queue
 //	KEYS[5]  due ZSET of the topic's pull queue
 //	KEYS[6]  stats HASH
+//	KEYS[7]  order HASH
+//	KEYS[8]  link HASH
 //	ARGV[1]  now (ms)
 //	ARGV[2]  "1" to reset attempts to 0
 //	ARGV[3]  wake channel
@@ -583,8 +741,9 @@ return {OK, line}
 //
 // Without a reset the notification gets one more attempt, and goes dead
 // again if that fails; with it, the whole backoff array runs again. The
-// history is kept either way. Returns how many were replayed; ids not dead
-// in the topic are skipped.
+// history is kept either way. One with an order key goes to the back of
+// its key's line, as a new one would. Returns how many were replayed; ids
+// not dead in the topic are skipped.
 var replayScript = newScript(`
 local now = int_arg(ARGV[1], 0, 9007199254740991)
 if not now or (ARGV[2] ~= '0' and ARGV[2] ~= '1') or ARGV[5] == '' or #ARGV < 6 or #ARGV > 5 + MAX_BATCH then
@@ -593,25 +752,36 @@ end
 local ids = {unpack(ARGV, 6)}
 local states = redis.call('HMGET', KEYS[1], unpack(ids))
 local scores = redis.call('ZMSCORE', KEYS[3], unpack(ids))
-local moved, sts, adds, deltas = {}, {}, {}, {}
+local moved, sts, adds, deltas, joins, replayed = {}, {}, {}, {}, {}, {}
 for i, id in ipairs(ids) do
   local o = st_parse(states[i])
   if o and o.s == 'D' and scores[i] then
     moved[#moved + 1] = id
     o.s, o.na, o.ua = 'S', ARGV[1], ARGV[1]
     if ARGV[2] == '1' then o.a = 0 end
-    sts[#sts + 1] = id
-    sts[#sts + 1] = st_line(o)
-    due_add(adds, o.c == 'u' and 5 or 4, ARGV[1], id)
+    replayed[#replayed + 1] = o
+    if o.x ~= '' then joins[#joins + 1] = {id = id, field = ARGV[5] .. '|' .. o.x} end
   end
 end
 if #moved > 0 then
+  local behind = join(KEYS[7], KEYS[8], joins)
+  for i, id in ipairs(moved) do
+    local o = replayed[i]
+    if behind[id] then
+      o.s = 'W'
+      bump(deltas, ARGV[5], 'waiting', 1)
+    else
+      due_add(adds, o.c == 'u' and 5 or 4, ARGV[1], id)
+      bump(deltas, ARGV[5], 'scheduled', 1)
+    end
+    sts[#sts + 1] = id
+    sts[#sts + 1] = st_line(o)
+  end
   redis.call('ZREM', KEYS[3], unpack(moved))
   redis.call('ZREM', KEYS[2], unpack(moved))
   redis.call('HSET', KEYS[1], unpack(sts))
   due_flush(adds, ARGV[3], ARGV[4])
   bump(deltas, ARGV[5], 'dead', -#moved)
-  bump(deltas, ARGV[5], 'scheduled', #moved)
   flush(KEYS[6], deltas)
 end
 return #moved
@@ -628,18 +798,22 @@ return #moved
 //	ARGV[1]  topic
 //	ARGV[2..] ids (a bounded batch)
 //
-// Returns how many were deleted; ids not dead in the topic are skipped.
+// Returns {how many were deleted, ids with an order key among them...}: the
+// caller deletes their stubs. Ids not dead in the topic are skipped.
 var purgeScript = newScript(`
 if ARGV[1] == '' or #ARGV < 2 or #ARGV > 1 + MAX_BATCH then return redis.error_reply('ERR herald purge: bad arguments') end
 local ids = {unpack(ARGV, 2)}
 local scores = redis.call('ZMSCORE', KEYS[5], unpack(ids))
 local states = redis.call('HMGET', KEYS[2], unpack(ids))
-local gone, hist, deltas = {}, {}, {}
+local gone, hist, deltas, keyed = {}, {}, {}, {}
 for i, id in ipairs(ids) do
   if scores[i] then
     gone[#gone + 1] = id
     local o = st_parse(states[i])
-    if o then hist_fields(hist, id, o.h) end
+    if o then
+      hist_fields(hist, id, o.h)
+      if o.x ~= '' then keyed[#keyed + 1] = id end
+    end
   end
 end
 if #gone > 0 then
@@ -651,7 +825,7 @@ if #gone > 0 then
   bump(deltas, ARGV[1], 'dead', -#gone)
   flush(KEYS[6], deltas)
 end
-return #gone
+return {#gone, unpack(keyed)}
 `)
 
 // sweepScript deletes finished records whose retention has passed.
@@ -663,51 +837,70 @@ return #gone
 //	ARGV[1]  now (ms)
 //	ARGV[2]  limit
 //
-// Returns how many were deleted.
+// Returns {how many were deleted, ids with an order key among them...}: the
+// caller deletes their stubs.
 var sweepScript = newScript(`
 if not int_arg(ARGV[1], 0, 9007199254740991) or not int_arg(ARGV[2], 1, MAX_BATCH) then
   return redis.error_reply('ERR herald sweep: bad arguments')
 end
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
-if #ids == 0 then return 0 end
+if #ids == 0 then return {0} end
 local states = redis.call('HMGET', KEYS[3], unpack(ids))
-local hist = {}
+local hist, keyed = {}, {}
 for i, id in ipairs(ids) do
   local o = st_parse(states[i])
-  if o then hist_fields(hist, id, o.h) end
+  if o then
+    hist_fields(hist, id, o.h)
+    if o.x ~= '' then keyed[#keyed + 1] = id end
+  end
 end
 redis.call('ZREMRANGEBYRANK', KEYS[1], 0, #ids - 1)
 redis.call('HDEL', KEYS[2], unpack(ids))
 redis.call('HDEL', KEYS[3], unpack(ids))
 if #hist > 0 then chunked('HDEL', KEYS[4], hist) end
-return #ids
+return {#ids, unpack(keyed)}
 `)
 
 // quarantineScript moves a reserved notification whose content cannot be
-// decoded out of the way, so that it stops every batch it falls in. Its
-// topic's reserved gauge is lowered when the header still names the topic.
+// decoded out of the way, so that it stops every batch it falls in. When its
+// header still names its topic, the topic's reserved gauge is lowered, and
+// the line of its order key, if it has one, moves on without it.
 //
 //	KEYS[1]  job HASH
 //	KEYS[2]  st HASH
 //	KEYS[3]  quarantine HASH
 //	KEYS[4]  reserved ZSET
 //	KEYS[5]  stats HASH
+//	KEYS[6]  order HASH
+//	KEYS[7]  link HASH
+//	KEYS[8]  due ZSET of the topic's push queue
+//	KEYS[9]  due ZSET of the topic's pull queue
 //	ARGV[1]  id
 //	ARGV[2]  why
+//	ARGV[3]  now (ms)
+//	ARGV[4]  wake channel
+//	ARGV[5]  shard
 //
 // Returns 1 when the notification was moved, 0 when it was gone.
 var quarantineScript = newScript(`
-if ARGV[1] == '' then return redis.error_reply('ERR herald quarantine: bad arguments') end
+local now = int_arg(ARGV[3], 0, 9007199254740991)
+if ARGV[1] == '' or not now then return redis.error_reply('ERR herald quarantine: bad arguments') end
 local id = ARGV[1]
 local c = redis.call('HGET', KEYS[1], id)
 if not c then return 0 end
+local o = st_parse(redis.call('HGET', KEYS[2], id))
 redis.call('HSET', KEYS[3], id, ARGV[2] .. '\n' .. c)
 redis.call('HDEL', KEYS[1], id)
 redis.call('HDEL', KEYS[2], id)
-if redis.call('ZREM', KEYS[4], id) == 1 then
-  local _, _, _, topic = header(c)
-  if topic then redis.call('HINCRBY', KEYS[5], topic .. ':reserved', -1) end
+local topic = select(4, header(c))
+local deltas, adds, sts = {}, {}, {}
+if redis.call('ZREM', KEYS[4], id) == 1 and topic then bump(deltas, topic, 'reserved', -1) end
+if topic and o and o.x ~= '' then
+  release(KEYS[6], KEYS[7], KEYS[2], {{id = id, topic = topic, key = o.x, push = 8, pull = 9}}, now, adds, deltas, sts)
+  if #sts > 0 then redis.call('HSET', KEYS[2], unpack(sts)) end
+  due_flush(adds, ARGV[4], ARGV[5])
 end
+flush(KEYS[5], deltas)
 return 1
 `)
 
@@ -749,15 +942,69 @@ return out
 //	KEYS[1]  job HASH
 //	ARGV[1..] ids (a bounded batch)
 //
-// Returns one topic per id, "" for an unknown id.
+// Returns one topic per id, "" for an unknown id, or the stub ("@<shard>")
+// of one that lives in its order key's shard.
 var headersScript = newScript(`
 if #ARGV < 1 or #ARGV > MAX_BATCH then return redis.error_reply('ERR herald headers: bad arguments') end
 local contents = redis.call('HMGET', KEYS[1], unpack(ARGV))
 local out = {}
 for i = 1, #ARGV do
-  local topic
-  if contents[i] then topic = select(4, header(contents[i])) end
+  local c, topic = contents[i], nil
+  if c and string.sub(c, 1, 1) == '@' then
+    topic = c
+  elseif c then
+    topic = select(4, header(c))
+  end
   out[i] = topic or ''
 end
 return out
+`)
+
+// stubScript points ids at the shard of their order key: a notification
+// with an order key lives with its key's line, and its id's own shard keeps
+// a stub, "@<shard>", in the job hash, where Get and Cancel look first.
+//
+//	KEYS[1]  job HASH of the ids' shard
+//	ARGV     3 per id: id, stub, "1" to replace another stub (one found
+//	         stale: its shard holds no such notification)
+//
+// Returns per id {OK} (the stub is there), {MOVED, stub} (another stub is),
+// or {EXISTS} (a notification without an order key holds the id here).
+var stubScript = newScript(`
+if #ARGV < 3 or #ARGV % 3 ~= 0 or #ARGV > 3 * MAX_BATCH then return redis.error_reply('ERR herald stub: bad arguments') end
+local codes, set = {}, {}
+for i = 1, #ARGV, 3 do
+  local id, stub = ARGV[i], ARGV[i + 1]
+  local v = redis.call('HGET', KEYS[1], id)
+  if not v or v == stub or (ARGV[i + 2] == '1' and string.sub(v, 1, 1) == '@') then
+    if v ~= stub then
+      set[#set + 1] = id
+      set[#set + 1] = stub
+    end
+    codes[#codes + 1] = {OK}
+  elseif string.sub(v, 1, 1) == '@' then
+    codes[#codes + 1] = {MOVED, v}
+  else
+    codes[#codes + 1] = {EXISTS}
+  end
+end
+if #set > 0 then redis.call('HSET', KEYS[1], unpack(set)) end
+return codes
+`)
+
+// dropStubScript deletes the stubs of notifications whose record is gone,
+// leaving an id alone that has been enqueued again since.
+//
+//	KEYS[1]  job HASH of the ids' shard
+//	ARGV     2 per id: id, stub
+//
+// Returns how many were deleted.
+var dropStubScript = newScript(`
+if #ARGV % 2 ~= 0 or #ARGV > 2 * MAX_BATCH then return redis.error_reply('ERR herald drop stub: bad arguments') end
+local gone = {}
+for i = 1, #ARGV, 2 do
+  if redis.call('HGET', KEYS[1], ARGV[i]) == ARGV[i + 1] then gone[#gone + 1] = ARGV[i] end
+end
+if #gone > 0 then redis.call('HDEL', KEYS[1], unpack(gone)) end
+return #gone
 `)

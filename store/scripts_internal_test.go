@@ -86,8 +86,10 @@ func TestRejectedCallChangesNothing(t *testing.T) {
 	k := st.keys
 	good := &notify.Notification{ID: "d", Topic: "jobs", Channel: notify.ChannelPull, Backoff: []notify.Duration{0},
 		TTR: notify.Duration(time.Minute), SendAt: now, Digest: "d"}
-	enqueueKeys := []string{k.job(0), k.state(0), k.hist(0), k.stats(0), k.finished(0), k.deadAll(0), k.due(0, PullQueue("jobs")), k.dead(0, "jobs")}
-	finishKeys := []string{k.state(0), k.reserved(0), k.hist(0), k.stats(0), k.finished(0), k.deadAll(0), k.activity(0, 1), k.due(0, PullQueue("jobs")), k.dead(0, "jobs")}
+	enqueueKeys := []string{k.job(0), k.state(0), k.hist(0), k.stats(0), k.finished(0), k.deadAll(0), k.order(0), k.link(0),
+		k.due(0, PullQueue("jobs")), k.dead(0, "jobs")}
+	finishKeys := []string{k.state(0), k.reserved(0), k.hist(0), k.stats(0), k.finished(0), k.deadAll(0), k.activity(0, 1),
+		k.order(0), k.link(0), k.due(0, PullQueue("jobs")), k.dead(0, "jobs")}
 	tests := []struct {
 		name   string
 		script *redis.Script
@@ -95,17 +97,17 @@ func TestRejectedCallChangesNothing(t *testing.T) {
 		args   []any
 	}{
 		{"EnqueueBadDue", enqueueScript, enqueueKeys, []any{ms(now), k.wake(), 0, 1, 1, 5000,
-			"d", encodeContent(good, now), ms(now), 0, 1, 1, "jobs", "pull.jobs", 0, 0, 0, "",
-			"e", encodeContent(good, now), "soon", 0, 1, 1, "jobs", "pull.jobs", 0, 0, 0, ""}},
+			"d", encodeContent(good, now), ms(now), 0, 1, 1, "jobs", "pull.jobs", 0, 0, 0, "", "",
+			"e", encodeContent(good, now), "soon", 0, 1, 1, "jobs", "pull.jobs", 0, 0, 0, "", ""}},
 		{"EnqueueBadKeyIndex", enqueueScript, enqueueKeys, []any{ms(now), k.wake(), 0, 1, 1, 5000,
-			"d", encodeContent(good, now), ms(now), 0, 1, 1, "jobs", "pull.jobs", 0, 0, 0, "",
-			"e", encodeContent(good, now), ms(now), 0, 2, 1, "jobs", "pull.jobs", 0, 0, 0, ""}},
+			"d", encodeContent(good, now), ms(now), 0, 1, 1, "jobs", "pull.jobs", 0, 0, 0, "", "",
+			"e", encodeContent(good, now), ms(now), 0, 2, 1, "jobs", "pull.jobs", 0, 0, 0, "", ""}},
 		{"FinishBadAction", finishScript, finishKeys, []any{ms(now), 1000, k.wake(), 0, 1, 1, 60,
-			reserved[0].ID, reserved[0].Receipt, "ack", "", 0, 0, "jobs", "{}", "",
-			reserved[1].ID, reserved[1].Receipt, "explode", "", 0, 0, "jobs", "{}", ""}},
+			reserved[0].ID, reserved[0].Receipt, "ack", "", 0, 0, "jobs", "{}", "", "", 0, 0,
+			reserved[1].ID, reserved[1].Receipt, "explode", "", 0, 0, "jobs", "{}", "", "", 0, 0}},
 		{"FinishRetryWithoutDue", finishScript, finishKeys, []any{ms(now), 1000, k.wake(), 0, 1, 1, 60,
-			reserved[0].ID, reserved[0].Receipt, "ack", "", 0, 0, "jobs", "{}", "",
-			reserved[1].ID, reserved[1].Receipt, "retry", "", 1, 0, "jobs", "{}", ""}},
+			reserved[0].ID, reserved[0].Receipt, "ack", "", 0, 0, "jobs", "{}", "", "", 0, 0,
+			reserved[1].ID, reserved[1].Receipt, "retry", "", 1, 0, "jobs", "{}", "", "", 0, 0}},
 		{"ReserveBadLimit", reserveScript, []string{k.due(0, PullQueue("jobs")), k.reserved(0), k.job(0), k.state(0), k.stats(0)},
 			[]any{ms(time.Now()), 0, "r."}},
 	}

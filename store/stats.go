@@ -14,7 +14,10 @@ import (
 
 // TopicStats counts one topic's notifications.
 type TopicStats struct {
-	Scheduled           int64 `json:"scheduled"`
+	Scheduled int64 `json:"scheduled"`
+	// Waiting counts the notifications held behind an earlier one of their
+	// order key; they are not in Scheduled.
+	Waiting             int64 `json:"waiting"`
 	Reserved            int64 `json:"reserved"`
 	Dead                int64 `json:"dead"`
 	SucceededTotal      int64 `json:"succeeded_total"`
@@ -45,6 +48,8 @@ func (s *Store) Stats(ctx context.Context) (map[string]TopicStats, error) {
 			switch name {
 			case "scheduled":
 				ts.Scheduled += n
+			case "waiting":
+				ts.Waiting += n
 			case "reserved":
 				ts.Reserved += n
 			case "dead":
@@ -186,9 +191,9 @@ func p99(buckets []int64) time.Duration {
 	return latencyBounds[len(latencyBounds)-1]
 }
 
-// Recount counts the scheduled, reserved and dead notifications of each
-// topic afresh from the sets, for audits and tests: it reads every due and
-// reserved entry, a pass over the whole namespace. Stats keeps the same
+// Recount counts the scheduled, waiting, reserved and dead notifications of
+// each topic afresh from the sets, for audits and tests: it reads every due,
+// reserved and state entry, a pass over the whole namespace. Stats keeps the same
 // counts as the scripts move notifications.
 func (s *Store) Recount(ctx context.Context) (map[string]TopicStats, error) {
 	topics, err := s.Topics(ctx)
@@ -213,6 +218,23 @@ func (s *Store) Recount(ctx context.Context) (map[string]TopicStats, error) {
 			}
 			add(t, func(ts *TopicStats) { ts.Scheduled += pull; ts.Dead += dead })
 		}
+		count := func(ids []string, inc func(*TopicStats)) error {
+			for chunk := range slices.Chunk(ids, maxScriptBatch) {
+				args := make([]any, len(chunk))
+				for i, id := range chunk {
+					args[i] = id
+				}
+				v, err := s.runScript(ctx, headersScript, []string{s.keys.job(shard)}, args...)
+				if err != nil {
+					return err
+				}
+				l, _ := v.([]any)
+				for _, t := range l {
+					add(replyString(t), inc)
+				}
+			}
+			return nil
+		}
 		for _, set := range []struct {
 			key string
 			inc func(*TopicStats)
@@ -220,27 +242,31 @@ func (s *Store) Recount(ctx context.Context) (map[string]TopicStats, error) {
 			{s.keys.due(shard, QueuePush), func(ts *TopicStats) { ts.Scheduled++ }},
 			{s.keys.reserved(shard), func(ts *TopicStats) { ts.Reserved++ }},
 		} {
-			for off := int64(0); ; off += maxScriptBatch {
-				ids, err := s.client.ZRange(ctx, set.key, off, off+maxScriptBatch-1).Result()
-				if err != nil {
-					return nil, fmt.Errorf("recount: %w", err)
-				}
-				if len(ids) == 0 {
-					break
-				}
-				args := make([]any, len(ids))
-				for i, id := range ids {
-					args[i] = id
-				}
-				v, err := s.runScript(ctx, headersScript, []string{s.keys.job(shard)}, args...)
-				if err != nil {
-					return nil, fmt.Errorf("recount: %w", err)
-				}
-				l, _ := v.([]any)
-				for _, t := range l {
-					add(replyString(t), set.inc)
-				}
+			ids, err := s.client.ZRange(ctx, set.key, 0, -1).Result()
+			if err == nil {
+				err = count(ids, set.inc)
 			}
+			if err != nil {
+				return nil, fmt.Errorf("recount: %w", err)
+			}
+		}
+		var waiting []string
+		iter := s.client.HScan(ctx, s.keys.state(shard), 0, "", 1000).Iterator()
+		for iter.Next(ctx) {
+			id := iter.Val()
+			if !iter.Next(ctx) {
+				break
+			}
+			if strings.HasPrefix(iter.Val(), waitingLetter) {
+				waiting = append(waiting, id)
+			}
+		}
+		err := iter.Err()
+		if err == nil {
+			err = count(waiting, func(ts *TopicStats) { ts.Waiting++ })
+		}
+		if err != nil {
+			return nil, fmt.Errorf("recount: %w", err)
 		}
 	}
 	return out, nil

@@ -86,6 +86,9 @@ func TTR(d time.Duration) NotificationOption {
 	return func(r *notify.Request) { v := notify.Duration(d); r.TTR = &v }
 }
 
+// OrderKey sets its order key.
+func OrderKey(key string) NotificationOption { return func(r *notify.Request) { r.OrderKey = key } }
+
 // Payload sets its JSON payload (default {"n":1}).
 func Payload(payload string) NotificationOption {
 	return func(r *notify.Request) { r.Payload = json.RawMessage(payload) }
@@ -109,7 +112,7 @@ func Notification(tb testing.TB, id string, now time.Time, opts ...NotificationO
 }
 
 // RequireStatsMatch fails tb unless the statistics the scripts keep
-// (scheduled, reserved and dead per topic) equal what the store's sets
+// (scheduled, waiting, reserved and dead per topic) equal what the store's sets
 // hold, counted afresh.
 func RequireStatsMatch(tb testing.TB, st *store.Store) {
 	tb.Helper()
@@ -118,14 +121,14 @@ func RequireStatsMatch(tb testing.TB, st *store.Store) {
 	require.NoError(tb, err)
 	counted, err := st.Recount(ctx)
 	require.NoError(tb, err)
-	gauges := func(m map[string]store.TopicStats) map[string][3]int64 {
-		out := map[string][3]int64{}
+	gauges := func(m map[string]store.TopicStats) map[string][4]int64 {
+		out := map[string][4]int64{}
 		for t, s := range m {
-			if g := [3]int64{s.Scheduled, s.Reserved, s.Dead}; g != [3]int64{} {
+			if g := [4]int64{s.Scheduled, s.Waiting, s.Reserved, s.Dead}; g != [4]int64{} {
 				out[t] = g
 			}
 		}
 		return out
 	}
-	require.Equal(tb, gauges(counted), gauges(kept), "gauges [scheduled reserved dead] per topic: counted afresh vs kept by the scripts")
+	require.Equal(tb, gauges(counted), gauges(kept), "gauges [scheduled waiting reserved dead] per topic: counted afresh vs kept by the scripts")
 }
