@@ -280,3 +280,57 @@ func BenchmarkLife(b *testing.B) {
 	b.ReportMetric(float64(calls-calls0)/n, "redis-cmds/notification")
 	b.ReportMetric((cpu-cpu0)/n*1e6, "redis-cpu-us/notification")
 }
+
+// BenchmarkDrainOrdered drains a backlog with and without a tenth of the
+// notifications carrying an order key (ten per key), to show what ordered
+// delivery costs and that notifications without a key are not slowed.
+func BenchmarkDrainOrdered(b *testing.B) {
+	for _, bc := range []struct {
+		name  string
+		share int // one in share notifications carries a key; 0: none
+	}{{"NoKeys", 0}, {"TenthKeyed", 10}} {
+		b.Run(bc.name, func(b *testing.B) {
+			bb := setupBench(b)
+			for start := 0; start < b.N; start += store.MaxBatch {
+				var reqs []store.EnqueueRequest
+				for i := start; i < min(start+store.MaxBatch, b.N); i++ {
+					n := bb.resolve(b, fmt.Sprintf("n%d", i), 0)
+					if bc.share > 0 && i%bc.share == 0 {
+						n.OrderKey = fmt.Sprintf("key%d", i/bc.share/10)
+						n.Digest = n.ComputeDigest("now")
+					}
+					reqs = append(reqs, store.EnqueueRequest{Notification: n})
+				}
+				res, err := bb.store.EnqueueBatch(context.Background(), reqs)
+				require.NoError(b, err)
+				for _, r := range res {
+					require.NoError(b, r.Err)
+				}
+			}
+			// The sender notes when the last notification without a key
+			// was delivered: their rate is what a line must not slow.
+			var plain atomic.Int64
+			plainTotal := int64(b.N)
+			if bc.share > 0 {
+				plainTotal -= int64((b.N + bc.share - 1) / bc.share)
+			}
+			plainDone := make(chan time.Time, 1)
+			noop := notify.SenderFunc(func(_ context.Context, n *notify.Notification) (notify.Response, error) {
+				if n.OrderKey == "" && plain.Add(1) == plainTotal {
+					plainDone <- time.Now()
+				}
+				return notify.Response{StatusCode: 200}, nil
+			})
+			b.ResetTimer()
+			start := time.Now()
+			d := startBenchDispatcher(b, bb, noop)
+			waitSucceeded(b, bb.store.Namespace(), int64(b.N))
+			b.StopTimer()
+			d.Stop()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "notifications/s")
+			if plainTotal > 0 {
+				b.ReportMetric(float64(plainTotal)/(<-plainDone).Sub(start).Seconds(), "without-key/s")
+			}
+		})
+	}
+}

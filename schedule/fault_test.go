@@ -151,15 +151,13 @@ func TestCrashChild(t *testing.T) {
 	time.Sleep(time.Minute) // the parent kills this process long before
 }
 
-func TestCrashedDispatcherWorkIsRetried(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	const count = 50
-	ttr := 500 * time.Millisecond
-	b.enqueueMany(t, count, ms(0, 0, 0), ttr)
-
+// runCrashChild runs TestCrashChild on namespace ns in a child process,
+// waits until it started count attempts (or stopped printing), kills it
+// with SIGKILL, and returns the ids it started.
+func runCrashChild(t *testing.T, ns string, count int) map[string]bool {
+	t.Helper()
 	child := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.v")
-	child.Env = append(os.Environ(), crashChildEnv+"="+server.Addr+"|"+b.store.Namespace())
+	child.Env = append(os.Environ(), crashChildEnv+"="+server.Addr+"|"+ns)
 	out, err := child.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, child.Start())
@@ -170,10 +168,21 @@ func TestCrashedDispatcherWorkIsRetried(t *testing.T) {
 			started[id] = true
 		}
 	}
-	require.Len(t, started, count, "the child reserved and started everything")
-	killedAt := time.Now()
 	require.NoError(t, child.Process.Kill())
 	_ = child.Wait()
+	return started
+}
+
+func TestCrashedDispatcherWorkIsRetried(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const count = 50
+	ttr := 500 * time.Millisecond
+	b.enqueueMany(t, count, ms(0, 0, 0), ttr)
+
+	started := runCrashChild(t, b.store.Namespace(), count)
+	require.Len(t, started, count, "the child reserved and started everything")
+	killedAt := time.Now()
 
 	st, err := b.store.Stats(context.Background())
 	require.NoError(t, err)
