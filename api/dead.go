@@ -11,7 +11,9 @@ import (
 	"github.com/heraldhq/herald/store"
 )
 
-type deadPage struct {
+// DeadPage is the answer of GET /v1/dead, and what herald dlq list --json
+// prints.
+type DeadPage struct {
 	Notifications []*notify.Notification `json:"notifications"`
 	// NextCursor fetches the next page; empty on the last.
 	NextCursor string `json:"next_cursor"`
@@ -45,10 +47,13 @@ func (s *Server) listDead(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	if items == nil {
-		items = []*notify.Notification{}
-	}
-	writeJSON(w, http.StatusOK, deadPage{Notifications: items, NextCursor: next})
+	writeJSON(w, http.StatusOK, NewDeadPage(items, next))
+}
+
+// NewDeadPage returns the answer for a page of dead notifications, their
+// credential headers hidden (see Redacted).
+func NewDeadPage(items []*notify.Notification, next string) *DeadPage {
+	return &DeadPage{Notifications: redactedAll(items), NextCursor: next}
 }
 
 // replayRequest is the body of POST /v1/dead/replay: ids, or a topic with an
@@ -65,12 +70,14 @@ type replayRequest struct {
 	DryRun bool `json:"dry_run,omitempty"`
 }
 
-type replayResponse struct {
+// ReplayResult is the answer of POST /v1/dead/replay.
+type ReplayResult struct {
 	Matched  int `json:"matched"`
 	Replayed int `json:"replayed"`
 }
 
-type purgeResponse struct {
+// PurgeResult is the answer of DELETE /v1/dead.
+type PurgeResult struct {
 	Matched int `json:"matched"`
 	Purged  int `json:"purged"`
 }
@@ -96,7 +103,7 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, replayResponse{Matched: matched, Replayed: replayed})
+	writeJSON(w, http.StatusOK, ReplayResult{Matched: matched, Replayed: replayed})
 }
 
 // purge handles DELETE /v1/dead?ids=&topic=&since=&until=&dry_run=: the
@@ -137,7 +144,7 @@ func (s *Server) purge(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, purgeResponse{Matched: matched, Purged: purged})
+	writeJSON(w, http.StatusOK, PurgeResult{Matched: matched, Purged: purged})
 }
 
 // queryTime reads an RFC 3339 time parameter; absent is the zero time.
@@ -153,10 +160,24 @@ func queryTime(q url.Values, name string) (time.Time, error) {
 	return t, nil
 }
 
-type statsResponse struct {
+// Stats is the answer of GET /v1/stats.
+type Stats struct {
 	Topics map[string]store.TopicStats `json:"topics"`
 	// Totals sums the topics.
 	Totals store.TopicStats `json:"totals"`
+}
+
+// NewStats returns the answer for the store's per-topic counts.
+func NewStats(topics map[string]store.TopicStats) *Stats {
+	st := &Stats{Topics: topics}
+	for _, t := range topics {
+		st.Totals.Scheduled += t.Scheduled
+		st.Totals.Reserved += t.Reserved
+		st.Totals.Dead += t.Dead
+		st.Totals.SucceededTotal += t.SucceededTotal
+		st.Totals.FailedAttemptsTotal += t.FailedAttemptsTotal
+	}
+	return st
 }
 
 // stats handles GET /v1/stats.
@@ -168,44 +189,5 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	var totals store.TopicStats
-	for _, t := range topics {
-		totals.Scheduled += t.Scheduled
-		totals.Reserved += t.Reserved
-		totals.Dead += t.Dead
-		totals.SucceededTotal += t.SucceededTotal
-		totals.FailedAttemptsTotal += t.FailedAttemptsTotal
-	}
-	writeJSON(w, http.StatusOK, statsResponse{Topics: topics, Totals: totals})
-}
-
-type statusResponse struct {
-	Status string `json:"status"`
-}
-
-// healthz handles GET /healthz: the process is up.
-func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, statusResponse{Status: "ok"})
-}
-
-// readyz handles GET /readyz: 200 when Redis answers within Timeout, 503
-// otherwise.
-func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := s.storeContext(r)
-	defer cancel()
-	if err := s.cfg.ReadyFunc(ctx); err != nil {
-		s.log.WarnContext(ctx, "api: not ready", "error", err)
-		writeError(w, http.StatusServiceUnavailable, CodeUnavailable, "the store is unreachable")
-		return
-	}
-	writeJSON(w, http.StatusOK, statusResponse{Status: "ready"})
-}
-
-// metrics handles GET /metrics with Config.Metrics.
-func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
-	if s.cfg.Metrics == nil {
-		writeError(w, http.StatusNotFound, CodeNotFound, "metrics are not enabled")
-		return
-	}
-	s.cfg.Metrics.ServeHTTP(w, r)
+	writeJSON(w, http.StatusOK, NewStats(topics))
 }

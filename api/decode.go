@@ -19,13 +19,45 @@ import (
 // *http.MaxBytesError (413).
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	if err != nil {
-		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
-			return nil, mbe
-		}
-		return nil, notify.Errorf("", "could not read the body: %v", err)
+	return body, bodyError(err)
+}
+
+// bodyError is the error of reading a body: an *http.MaxBytesError as it
+// is, anything else a *notify.FieldError of the body as a whole.
+func bodyError(err error) error {
+	if mbe := (*http.MaxBytesError)(nil); err == nil || errors.As(err, &mbe) {
+		return err
 	}
-	return body, nil
+	return notify.Errorf("", "could not read the body: %v", err)
+}
+
+// errLargeBodies refuses a large body while MaxLargeBodies others are read.
+var errLargeBodies = errors.New("too many large bodies at once")
+
+// readLargeBody reads a body of at most limit bytes, like readBody, but
+// one larger than MaxBody waits (up to Timeout) for a turn among
+// MaxLargeBodies: read, decoded and held at once, bodies of 16 MiB would
+// cost hundreds of MiB. Call release when done with what was decoded.
+func (s *Server) readLargeBody(w http.ResponseWriter, r *http.Request, limit int64) (body []byte, release func(), err error) {
+	rd := http.MaxBytesReader(w, r.Body, limit)
+	head, err := io.ReadAll(io.LimitReader(rd, s.cfg.MaxBody+1))
+	if err != nil || int64(len(head)) <= s.cfg.MaxBody {
+		return head, func() {}, bodyError(err)
+	}
+	ctx, cancel := s.storeContext(r)
+	defer cancel()
+	select {
+	case s.large <- struct{}{}:
+	case <-ctx.Done():
+		return nil, nil, errLargeBodies
+	}
+	release = func() { <-s.large }
+	rest, err := io.ReadAll(rd)
+	if err != nil {
+		release()
+		return nil, nil, bodyError(err)
+	}
+	return append(head, rest...), release, nil
 }
 
 // readJSON reads a request body of at most limit bytes and decodes it into
@@ -73,97 +105,136 @@ func decodeJSON(data []byte, v any) error {
 	return nil
 }
 
-// locate finds the member of the JSON object data that fails to decode into
-// a value of typ, by decoding each member alone, then narrows it to the
-// array element or object member below that fails alone. The standard
-// decoder names neither (and names no field at all for errors of a custom
-// unmarshaler, such as notify.Duration's), so the API finds the field
-// itself, and only when there is an error to explain.
+// locate finds where the JSON object data fails to decode into a value of
+// typ: the member, and within it the array element or object member, as
+// "backoff[2]" or "headers.X-Sig". The standard decoder names neither (and
+// names no field at all for errors of a custom unmarshaler, such as
+// notify.Duration's), so the API finds the field itself, and only when
+// there is an error to explain. It walks data once, decoding each value
+// into its field's type as it goes, so a large array costs one more
+// decode, not one per element.
 func locate(data []byte, typ reflect.Type) (path, msg string, ok bool) {
-	members, err := objectMembers(data)
-	if err != nil {
+	path, err := locateIn(data, typ)
+	if err == nil {
 		return "", "", false
 	}
-	for _, m := range members {
-		err := decodeMember(typ, m.key, m.value)
-		if err == nil {
-			continue
-		}
-		sub, subErr := narrow(typ, m.key, m.value)
-		if subErr != nil {
-			return m.key + sub, describe(subErr), true
-		}
-		return m.key, describe(err), true
+	return path, describe(err), true
+}
+
+// locateIn returns the path below data, and the error, of the first value
+// that does not decode into typ; a nil error when none fails.
+func locateIn(data json.RawMessage, typ reflect.Type) (string, error) {
+	for typ.Kind() == reflect.Pointer {
+		typ = typ.Elem()
 	}
-	return "", "", false
-}
-
-type member struct {
-	key   string
-	value json.RawMessage
-}
-
-// objectMembers splits a valid JSON object into its members, in order.
-func objectMembers(data []byte) ([]member, error) {
+	trimmed := bytes.TrimSpace(data)
+	switch {
+	case len(trimmed) == 0 || bytes.Equal(trimmed, []byte("null")):
+	case typ.Kind() == reflect.Struct && trimmed[0] == '{' && !reflect.PointerTo(typ).Implements(unmarshalerType):
+		return eachMember(data, func(key string, value json.RawMessage) (string, error) {
+			f, ok := fieldByJSONName(typ, key)
+			if !ok {
+				return key, errors.New("json: unknown field")
+			}
+			sub, err := locateIn(value, f.Type)
+			return key + sub, err
+		})
+	case typ.Kind() == reflect.Map && typ.Key().Kind() == reflect.String && trimmed[0] == '{':
+		return eachMember(data, func(key string, value json.RawMessage) (string, error) {
+			sub, err := locateIn(value, typ.Elem())
+			return "." + key + sub, err
+		})
+	case typ.Kind() == reflect.Slice && typ != rawMessageType && trimmed[0] == '[':
+		dec := json.NewDecoder(bytes.NewReader(data))
+		_, _ = dec.Token()
+		leaf := isLeaf(typ.Elem())
+		for i := 0; dec.More(); i++ {
+			var err error
+			sub := ""
+			if leaf {
+				// Straight from the array: no copy, no decoder per element.
+				err = dec.Decode(reflect.New(typ.Elem()).Interface())
+			} else {
+				var value json.RawMessage
+				if err = dec.Decode(&value); err == nil {
+					sub, err = locateIn(value, typ.Elem())
+				}
+			}
+			if err != nil {
+				return fmt.Sprintf("[%d]", i) + sub, err
+			}
+		}
+		return "", nil
+	}
+	if isLeaf(typ) {
+		return "", json.Unmarshal(data, reflect.New(typ).Interface())
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return nil, errors.New("not a JSON object")
+	dec.DisallowUnknownFields()
+	return "", dec.Decode(reflect.New(typ).Interface())
+}
+
+// isLeaf reports whether values of typ hold no fields or elements that
+// locateIn would look into.
+func isLeaf(typ reflect.Type) bool {
+	for typ.Kind() == reflect.Pointer {
+		typ = typ.Elem()
 	}
-	var out []member
+	switch typ.Kind() {
+	case reflect.Struct, reflect.Map, reflect.Slice, reflect.Array, reflect.Interface:
+		return reflect.PointerTo(typ).Implements(unmarshalerType)
+	}
+	return true
+}
+
+var (
+	rawMessageType  = reflect.TypeFor[json.RawMessage]()
+	unmarshalerType = reflect.TypeFor[json.Unmarshaler]()
+)
+
+// eachMember calls fn with each member of the JSON object data, in order,
+// until one fails, and returns what that one returned.
+func eachMember(data []byte, fn func(key string, value json.RawMessage) (string, error)) (string, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	_, _ = dec.Token()
 	for dec.More() {
 		t, err := dec.Token()
 		if err != nil {
-			return nil, err
+			return "", err
 		}
 		key, _ := t.(string)
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return nil, err
+		var value json.RawMessage
+		if err := dec.Decode(&value); err != nil {
+			return "", err
 		}
-		out = append(out, member{key, raw})
-	}
-	return out, nil
-}
-
-// decodeMember decodes the object {key: value} into a new value of typ.
-func decodeMember(typ reflect.Type, key string, value json.RawMessage) error {
-	obj, err := json.Marshal(map[string]json.RawMessage{key: value})
-	if err != nil {
-		return err
-	}
-	dec := json.NewDecoder(bytes.NewReader(obj))
-	dec.DisallowUnknownFields()
-	return dec.Decode(reflect.New(typ).Interface())
-}
-
-// narrow finds the first element of an array value ("[2]"), or member of an
-// object value (".X-Sig"), that fails to decode alone under key.
-func narrow(typ reflect.Type, key string, value json.RawMessage) (string, error) {
-	switch bytes.TrimSpace(value)[0] {
-	case '[':
-		var elems []json.RawMessage
-		if json.Unmarshal(value, &elems) != nil {
-			return "", nil
-		}
-		for i, e := range elems {
-			one, _ := json.Marshal([]json.RawMessage{e})
-			if err := decodeMember(typ, key, one); err != nil {
-				return fmt.Sprintf("[%d]", i), err
-			}
-		}
-	case '{':
-		members, err := objectMembers(value)
-		if err != nil {
-			return "", nil
-		}
-		for _, m := range members {
-			one, _ := json.Marshal(map[string]json.RawMessage{m.key: m.value})
-			if err := decodeMember(typ, key, one); err != nil {
-				return "." + m.key, err
-			}
+		if path, err := fn(key, value); err != nil {
+			return path, err
 		}
 	}
 	return "", nil
+}
+
+// fieldByJSONName finds the field of struct typ that encoding/json fills
+// from key: the exact name first, then one equal under case folding.
+func fieldByJSONName(typ reflect.Type, key string) (reflect.StructField, bool) {
+	var folded reflect.StructField
+	found := false
+	for f := range typ.Fields() {
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" || !f.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		if name == key {
+			return f, true
+		}
+		if !found && strings.EqualFold(name, key) {
+			folded, found = f, true
+		}
+	}
+	return folded, found
 }
 
 // describe says what is wrong with a value in the API's words rather than

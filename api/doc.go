@@ -22,13 +22,34 @@
 //	l, err := net.Listen("tcp", cfg.API.Listen)
 //	err = srv.Serve(ctx, l)
 //
+// A process that serves no API, or none yet, answers the probes with
+// NewProbes: herald serve does while it waits for Redis at start-up (503 on
+// /readyz and on every other path), and a dispatcher-only process does for
+// good. Serve runs any handler with the same timeouts and graceful
+// shutdown.
+//
 // # Limits
 //
 // A request body over Config.MaxBody is 413, and so is a batch body over
 // Config.MaxBatchBody; each notification's payload is held to MaxBody in a
 // batch too. A batch holds at most 1000 notifications (400 above). Every
 // request's store calls are bounded by Config.Timeout, so a Redis that is
-// down or stuck costs a 503, never a hung client.
+// down or stuck costs a 503, never a hung client. At most
+// Config.MaxLargeBodies bodies larger than MaxBody are read and decoded at
+// once; another waits up to Timeout for its turn, then gets 503, so a burst
+// of 16 MiB batches cannot take the process's memory. A bad field is found
+// in one more pass over the body, however long its arrays.
+//
+// # Credentials in headers
+//
+// A notification's headers are sent with every attempt, and may carry the
+// receiver's credentials. Answers never show the values of Authorization,
+// Proxy-Authorization, Cookie and Set-Cookie (matched in any case): the
+// record in the enqueue, get, cancel, reserve and dead-list answers has
+// "[redacted]" in their place (see Redacted), as herald status --json does.
+// The stored notification keeps them, so attempts still send them, and an
+// enqueue repeated with the same headers is still the same content (200).
+// The request log records no headers at all.
 //
 // # Errors
 //

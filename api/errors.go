@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/heraldhq/herald/endpoint"
 	"github.com/heraldhq/herald/notify"
 )
 
@@ -19,6 +20,7 @@ const (
 	CodeReserved         = "reserved"           // 409: a replace of a reserved notification
 	CodeFinished         = "finished"           // 409: a cancel of a succeeded or dead notification
 	CodeStaleReceipt     = "stale_receipt"      // 409: an ack or nack whose reservation has ended
+	CodeOrdered          = "ordered"            // 409: a replace that would reorder its order key's line
 	CodeTooLarge         = "too_large"          // 413
 	CodeInternal         = "internal"           // 500
 	CodeUnavailable      = "unavailable"        // 503: Redis is unreachable or too slow
@@ -62,8 +64,16 @@ func classify(err error) (int, Error) {
 		return http.StatusConflict, Error{Code: CodeReserved, Message: err.Error() + "; try again after its attempt"}
 	case errors.Is(err, notify.ErrFinished):
 		return http.StatusConflict, Error{Code: CodeFinished, Message: err.Error()}
+	case errors.Is(err, errLargeBodies):
+		return http.StatusServiceUnavailable, Error{Code: CodeUnavailable, Message: "too many large batches are being read at once; try again"}
+	case errors.Is(err, endpoint.ErrNotFound):
+		return http.StatusNotFound, Error{Code: CodeNotFound, Message: err.Error()}
+	case errors.Is(err, endpoint.ErrInFile):
+		return http.StatusConflict, Error{Code: CodeConflict, Message: err.Error(), Field: "name"}
 	case errors.Is(err, notify.ErrStaleReceipt):
 		return http.StatusConflict, Error{Code: CodeStaleReceipt, Message: err.Error()}
+	case errors.Is(err, notify.ErrOrdered):
+		return http.StatusConflict, Error{Code: CodeOrdered, Message: err.Error() + "; cancel it and enqueue anew to go to the back of its line"}
 	}
 	return http.StatusServiceUnavailable, Error{Code: CodeUnavailable, Message: "the store is unavailable; try again"}
 }

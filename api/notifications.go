@@ -23,7 +23,7 @@ func (s *Server) enqueue(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, enqueueStatus(status), n)
+	writeJSON(w, enqueueStatus(status), Redacted(n))
 }
 
 // enqueueStatus is the HTTP status of a successful enqueue.
@@ -51,11 +51,12 @@ type batchResponse struct {
 // The batch as a whole fails only for a bad envelope, an oversized body or
 // an unreachable store.
 func (s *Server) enqueueBatch(w http.ResponseWriter, r *http.Request) {
-	body, err := readBody(w, r, s.cfg.MaxBatchBody)
+	body, release, err := s.readLargeBody(w, r, s.cfg.MaxBatchBody)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
+	defer release()
 	reqs, errs, err := decodeBatch(body)
 	if err != nil {
 		s.fail(w, r, err)
@@ -119,5 +120,5 @@ func (s *Server) answerRecord(w http.ResponseWriter, r *http.Request, op func(co
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, n)
+	writeJSON(w, http.StatusOK, Redacted(n))
 }

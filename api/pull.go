@@ -57,7 +57,7 @@ func (s *Server) reserve(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, reserveResponse{Notifications: items})
+	writeJSON(w, http.StatusOK, reserveResponse{Notifications: redactedAll(items)})
 }
 
 type ackRequest struct {

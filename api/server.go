@@ -37,6 +37,9 @@ const (
 	ShutdownTimeoutDefault = 10 * time.Second
 	// ListLimitDefault is the page size of the dead list when none is asked.
 	ListLimitDefault = 100
+	// MaxLargeBodiesDefault bounds how many bodies larger than MaxBody are
+	// read and decoded at once.
+	MaxLargeBodiesDefault = 2
 )
 
 // Config configures a Server.
@@ -56,6 +59,11 @@ type Config struct {
 	// MaxBatchBody bounds the body of a batch enqueue in bytes. Default
 	// MaxBatchBodyDefault (16 MiB), and never less than MaxBody.
 	MaxBatchBody int64
+	// MaxLargeBodies bounds how many request bodies larger than MaxBody
+	// (batches) are read and decoded at once: each costs a few times its
+	// size in memory. Others wait up to Timeout for their turn, then get
+	// 503. Default MaxLargeBodiesDefault (2).
+	MaxLargeBodies int
 	// Timeout bounds the store calls of one request, so that a Redis that
 	// stops answering costs a 503 rather than a hung client. A long poll
 	// gets its wait on top. Default TimeoutDefault (10s).
@@ -71,9 +79,25 @@ type Config struct {
 	// Observer is told about enqueues, pull attempts and store errors
 	// (metrics.Metrics). Optional.
 	Observer client.Observer
+	// Tracer traces enqueues (tracing.Tracer). Nil: no tracing.
+	Tracer client.Tracer
+	// Middleware, when set, wraps every request's handling: the tracing
+	// package's reads an incoming traceparent into the request's context,
+	// so that an enqueue's span joins the caller's trace.
+	Middleware func(http.Handler) http.Handler
+	// UI is the operator dashboard (ui.Handler), served under /ui/ with its
+	// own sign-in instead of the bearer token check. Nil: 404.
+	UI http.Handler
+	// StrictTopics accepts only the topics the policies name (400 naming
+	// topic otherwise); see client.Config.StrictTopics.
+	StrictTopics bool
 	// ReadyFunc reports whether the server can serve, for GET /readyz.
 	// Default: the store's Ping.
 	ReadyFunc func(ctx context.Context) error
+	// ReadyDetailsFunc, when set, adds what it returns to /readyz answers
+	// as "details" (herald serve: the Redis settings that put data at
+	// risk).
+	ReadyDetailsFunc func() any
 	// Logger receives one line per request (method, path, status, time; no
 	// headers, so no tokens) and the detail of 5xx answers. Default: a
 	// warn-level text handler on stderr.
@@ -86,6 +110,7 @@ func (c *Config) WithDefaults() *Config {
 	out.MaxBody = cmp.Or(out.MaxBody, MaxBodyDefault)
 	out.MaxBatchBody = max(cmp.Or(out.MaxBatchBody, MaxBatchBodyDefault), out.MaxBody)
 	out.Timeout = cmp.Or(out.Timeout, TimeoutDefault)
+	out.MaxLargeBodies = cmp.Or(out.MaxLargeBodies, MaxLargeBodiesDefault)
 	out.MaxWait = cmp.Or(out.MaxWait, MaxWaitDefault)
 	out.ShutdownTimeout = cmp.Or(out.ShutdownTimeout, ShutdownTimeoutDefault)
 	if out.ReadyFunc == nil && out.Store != nil {
@@ -101,7 +126,7 @@ func (c *Config) validate() error {
 	switch {
 	case c.Store == nil:
 		return errors.New("api: Store is required")
-	case c.MaxBody < 1 || c.Timeout < 0 || c.MaxWait < 0 || c.ShutdownTimeout < 0:
+	case c.MaxBody < 1 || c.MaxLargeBodies < 1 || c.Timeout < 0 || c.MaxWait < 0 || c.ShutdownTimeout < 0:
 		return errors.New("api: MaxBody must be positive, and the durations not negative")
 	}
 	for _, t := range c.Tokens {
@@ -120,6 +145,10 @@ type Server struct {
 	store   *store.Store
 	log     *slog.Logger
 	handler http.Handler
+	probes  *probes
+	// large holds a token for each body larger than MaxBody being read
+	// or decoded; its capacity is MaxLargeBodies.
+	large chan struct{}
 	// tokens are SHA-256 sums of the configured tokens: comparing sums of
 	// equal length keeps the comparison's time independent of the tokens'
 	// lengths too.
@@ -143,12 +172,21 @@ func New(cfg *Config) (*Server, error) {
 		PoliciesFunc: cfg.PoliciesFunc,
 		MaxPayload:   int(cfg.MaxBody),
 		Observer:     cfg.Observer,
+		Tracer:       cfg.Tracer,
+		StrictTopics: cfg.StrictTopics,
 	})
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, client: c, store: cfg.Store, log: cfg.Logger}
+	s := &Server{cfg: cfg, client: c, store: cfg.Store, log: cfg.Logger, probes: newProbes(&ProbeConfig{
+		Metrics:     cfg.Metrics,
+		ReadyFunc:   cfg.ReadyFunc,
+		DetailsFunc: cfg.ReadyDetailsFunc,
+		Timeout:     cfg.Timeout,
+		Logger:      cfg.Logger,
+	})}
 	s.closing, s.close = context.WithCancel(context.Background())
+	s.large = make(chan struct{}, cfg.MaxLargeBodies)
 	for _, t := range cfg.Tokens {
 		s.tokens = append(s.tokens, sha256.Sum256([]byte(t)))
 	}
@@ -161,7 +199,14 @@ func New(cfg *Config) (*Server, error) {
 			mux.Handle(rt.pattern(), s.authenticate(h))
 		}
 	}
+	if cfg.UI != nil {
+		mux.Handle("/ui/", cfg.UI)
+		mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
+	}
 	s.handler = s.logRequests(s.unmatched(mux))
+	if cfg.Middleware != nil {
+		s.handler = cfg.Middleware(s.handler)
+	}
 	return s, nil
 }
 
@@ -173,32 +218,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.S
 // the requests in flight, and closes the server. It returns nil after a
 // clean shutdown.
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
-	srv := &http.Server{
-		Handler:           s,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       time.Minute,
-		// Room for the longest long poll and the store calls around it.
-		WriteTimeout: s.cfg.MaxWait + 2*s.cfg.Timeout,
-		IdleTimeout:  2 * time.Minute,
-		ErrorLog:     slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(l) }()
-	select {
-	case err := <-served:
-		s.Close()
-		return err
-	case <-ctx.Done():
-	}
-	s.log.InfoContext(ctx, "api: shutting down")
-	s.Close()
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
-	defer cancel()
-	err := srv.Shutdown(shutdownCtx)
-	if serr := <-served; !errors.Is(serr, http.ErrServerClosed) {
-		err = cmp.Or(err, serr)
-	}
-	return err
+	// Room for the longest long poll and the store calls around it.
+	writeTimeout := s.cfg.MaxWait + 2*s.cfg.Timeout
+	return serve(ctx, l, s, writeTimeout, s.cfg.ShutdownTimeout, s.log, func() { _ = s.Close() })
 }
 
 // Close ends waiting reservations (they answer with what they have) and the

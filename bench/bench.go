@@ -4,12 +4,14 @@
 // fast the notifications are delivered and how late each attempt starts
 // after its due time. `herald bench` runs it against the configured Redis.
 //
-// Lateness is the dispatcher's own figure, the one it reports to its
-// schedule.Observer: the attempt's start minus its due time. It is the time
-// lost between a notification falling due and a worker starting it, which
-// is what a payment platform's "attempt 2 at +2m" promise rests on. An
-// attempt that starts early would show as a negative lateness; Summary
-// counts those, and the dispatcher's design says there are none.
+// Lateness is measured in the sender, when the attempt starts, against the
+// send_at the run asked for, to the nanosecond: not against the due time
+// the store keeps (rounded up to the millisecond) nor the dispatcher's own
+// figure. It is the time lost between a notification falling due and a
+// worker starting it, which is what a payment platform's "attempt 2 at
+// +2m" promise rests on. An attempt that starts early shows as a negative
+// lateness; Summary counts those, and the dispatcher's design says there
+// are none.
 //
 // With a Window of zero every notification is due at once, and the
 // throughput is how fast one dispatcher drains a backlog; with a window,
@@ -27,6 +29,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -174,21 +177,59 @@ func Summarize(lateness []time.Duration) Summary {
 	return s
 }
 
-// recorder is the run's dispatcher observer: it keeps every attempt's
-// lateness.
+// plan says when a run asks each notification to be sent.
+type plan struct {
+	first  time.Time
+	window time.Duration
+	count  int
+}
+
+// at is the send_at of the i-th notification.
+func (p plan) at(i int) time.Time {
+	return p.first.Add(time.Duration(int64(p.window) * int64(i) / int64(p.count)))
+}
+
+// id names the i-th notification; index reads i back.
+func id(i int) string { return "b" + strconv.Itoa(i) }
+
+func index(id string) (int, bool) {
+	i, err := strconv.Atoi(strings.TrimPrefix(id, "b"))
+	return i, err == nil
+}
+
+// recorder is the run's sender, which keeps every attempt's lateness
+// against the requested send time, and its dispatcher observer, which
+// counts store errors.
 type recorder struct {
+	plan plan
+
 	mu       sync.Mutex
 	lateness []time.Duration
 	errs     int
 }
 
-var _ schedule.Observer = (*recorder)(nil)
+var (
+	_ schedule.Observer = (*recorder)(nil)
+	_ notify.Sender     = (*recorder)(nil)
+)
 
-// AttemptFinished implements schedule.Observer.
-func (r *recorder) AttemptFinished(_ *notify.Notification, _ notify.Attempt, _ notify.Action, lateness time.Duration) {
+// Send implements notify.Sender: it reads the clock first, then records
+// how late the attempt started.
+func (r *recorder) Send(_ context.Context, n *notify.Notification) (notify.Response, error) {
+	now := time.Now()
+	i, ok := index(n.ID)
+	if !ok {
+		return notify.Response{}, notify.Permanent(fmt.Errorf("bench: notification %q is not the run's", n.ID))
+	}
 	r.mu.Lock()
-	r.lateness = append(r.lateness, lateness)
+	r.lateness = append(r.lateness, now.Sub(r.plan.at(i)))
 	r.mu.Unlock()
+	return notify.Response{StatusCode: 200}, nil
+}
+
+// AttemptFinished implements schedule.Observer; the lateness is the
+// sender's.
+func (r *recorder) AttemptFinished(*notify.Notification, notify.Attempt, notify.Action, time.Duration) {
 }
 
 // StoreError implements schedule.Observer.
@@ -222,12 +263,9 @@ func Run(ctx context.Context, cfg *Config) (*Result, error) {
 	defer deleteNamespace(cfg.Client, cfg.Namespace, cfg.Logger)
 
 	rec := &recorder{lateness: make([]time.Duration, 0, cfg.Count)}
-	noop := notify.SenderFunc(func(context.Context, *notify.Notification) (notify.Response, error) {
-		return notify.Response{StatusCode: 200}, nil
-	})
 	d, err := schedule.New(&schedule.Config{
 		Store:       st,
-		Senders:     map[string]notify.Sender{notify.ChannelWebhook: noop},
+		Senders:     map[string]notify.Sender{notify.ChannelWebhook: rec},
 		Concurrency: cfg.Concurrency,
 		Batch:       cfg.Batch,
 		Observer:    rec,
@@ -249,7 +287,10 @@ func Run(ctx context.Context, cfg *Config) (*Result, error) {
 	res := &Result{Namespace: cfg.Namespace}
 	start := time.Now()
 	first := start.Add(cfg.Lead)
-	if err := enqueue(ctx, st, cfg, first); err != nil {
+	rec.mu.Lock()
+	rec.plan = plan{first: first, window: cfg.Window, count: cfg.Count}
+	rec.mu.Unlock()
+	if err := enqueue(ctx, st, cfg, rec.plan); err != nil {
 		if ctx.Err() != nil {
 			res.Interrupted = true
 			return res, nil
@@ -265,13 +306,16 @@ func Run(ctx context.Context, cfg *Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The store shows an outcome a moment before the dispatcher reports
+	// its lateness: stop it, so that every delivery is in the summary.
+	d.Stop()
 	res.Lateness, res.StoreErrors = rec.summary()
 	return res, nil
 }
 
-// enqueue stores cfg.Count notifications due from first over cfg.Window,
-// store.MaxBatch to a round trip.
-func enqueue(ctx context.Context, st *store.Store, cfg *Config, first time.Time) error {
+// enqueue stores cfg.Count notifications sent at p's times, store.MaxBatch
+// to a round trip.
+func enqueue(ctx context.Context, st *store.Store, cfg *Config, p plan) error {
 	set, err := policy.NewSet(nil, nil)
 	if err != nil {
 		return err
@@ -280,8 +324,8 @@ func enqueue(ctx context.Context, st *store.Store, cfg *Config, first time.Time)
 	for from := 0; from < cfg.Count; from += store.MaxBatch {
 		reqs := make([]store.EnqueueRequest, 0, store.MaxBatch)
 		for i := from; i < min(from+store.MaxBatch, cfg.Count); i++ {
-			at := first.Add(time.Duration(int64(cfg.Window) * int64(i) / int64(cfg.Count)))
-			n, err := set.Resolve(&notify.Request{ID: fmt.Sprintf("b%d", i), Topic: Topic, Channel: notify.ChannelWebhook,
+			at := p.at(i)
+			n, err := set.Resolve(&notify.Request{ID: id(i), Topic: Topic, Channel: notify.ChannelWebhook,
 				Target: "https://merchant.invalid/notify", Payload: payload, Backoff: []notify.Duration{0}, SendAt: &at}, time.Now(), 0)
 			if err != nil {
 				return err

@@ -43,6 +43,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/heraldhq/herald/endpoint"
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/policy"
 	"github.com/heraldhq/herald/schedule"
@@ -69,6 +70,17 @@ type Observer interface {
 	Enqueued(n *notify.Notification, status store.EnqueueStatus)
 }
 
+// Tracer traces enqueues; the tracing package implements it with
+// OpenTelemetry. Calls come from many goroutines.
+type Tracer interface {
+	// StartEnqueue is called, with the caller's context, for each resolved
+	// notification before it is stored. It may add headers to n (a trace
+	// context): they are stored and sent with every attempt, but are not
+	// part of the content that decides whether an enqueue repeats an
+	// earlier one. The returned function is called once with the outcome.
+	StartEnqueue(ctx context.Context, n *notify.Notification) func(status store.EnqueueStatus, err error)
+}
+
 // Config configures a Client.
 type Config struct {
 	// Store is the notifications' state. Required.
@@ -84,6 +96,17 @@ type Config struct {
 	PollInterval time.Duration
 	// Observer is told about enqueues, attempts and store errors. Optional.
 	Observer Observer
+	// Tracer traces enqueues. Nil, the default, traces nothing and costs
+	// nothing.
+	Tracer Tracer
+	// StrictTopics refuses a request whose topic the policies do not name,
+	// with a *notify.FieldError for topic, so that callers cannot create
+	// topics at will. Default false: any valid topic name.
+	StrictTopics bool
+	// Endpoints finds the endpoints notifications name. Default: an
+	// endpoint.Registry of the policies file's endpoints and those
+	// registered over the API in Store.
+	Endpoints endpoint.Lookup
 }
 
 // WithDefaults returns a copy of c with zero fields set to their defaults.
@@ -125,6 +148,8 @@ type Client struct {
 	store *store.Store
 	obs   Observer
 	hub   *hub
+	// pausedCache holds what is paused, for Reserve (pause.go).
+	pausedCache pausedCache
 }
 
 // New returns a client for cfg.
@@ -132,6 +157,12 @@ func New(cfg *Config) (*Client, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
+	}
+	if cfg.Endpoints == nil {
+		cfg.Endpoints = endpoint.NewRegistry(&endpoint.RegistryConfig{
+			FileFunc: func() map[string]endpoint.Endpoint { return cfg.PoliciesFunc().Endpoints },
+			Source:   cfg.Store,
+		})
 	}
 	return &Client{cfg: cfg, store: cfg.Store, obs: cfg.Observer, hub: newHub(cfg.Store)}, nil
 }
@@ -169,11 +200,24 @@ func (c *Client) EnqueueBatch(ctx context.Context, reqs []*notify.Request) ([]st
 	results := make([]store.EnqueueResult, len(reqs))
 	todo := make([]store.EnqueueRequest, 0, len(reqs))
 	index := make([]int, 0, len(reqs))
+	var traced []func(store.EnqueueStatus, error)
 	for i, req := range reqs {
-		n, err := set.Resolve(req, now, c.cfg.MaxPayload)
+		var n *notify.Notification
+		var err error
+		if _, known := set.Topics[req.Topic]; c.cfg.StrictTopics && !known {
+			err = notify.Errorf("topic", "%q is not a topic of the policies file, and only those are accepted", req.Topic)
+		} else {
+			n, err = set.Resolve(req, now, c.cfg.MaxPayload)
+		}
+		if err == nil && n.Endpoint != "" {
+			err = c.checkEndpoint(ctx, n.Endpoint)
+		}
 		if err != nil {
 			results[i].Err = err
 			continue
+		}
+		if c.cfg.Tracer != nil {
+			traced = append(traced, c.cfg.Tracer.StartEnqueue(ctx, n))
 		}
 		todo = append(todo, store.EnqueueRequest{Notification: n, Replace: req.Replace})
 		index = append(index, i)
@@ -183,10 +227,16 @@ func (c *Client) EnqueueBatch(ctx context.Context, reqs []*notify.Request) ([]st
 	}
 	stored, err := c.store.EnqueueBatch(ctx, todo)
 	if err != nil {
+		for _, end := range traced {
+			end(0, err)
+		}
 		c.storeError("enqueue", err)
 		return nil, err
 	}
 	for j, r := range stored {
+		if traced != nil {
+			traced[j](r.Status, r.Err)
+		}
 		if r.Notification != nil {
 			r.Notification.Receipt = ""
 		}
@@ -210,6 +260,7 @@ func (c *Client) Get(ctx context.Context, id string) (*notify.Notification, erro
 		return nil, err
 	}
 	n.Receipt = ""
+	markParked(n)
 	return n, nil
 }
 

@@ -45,7 +45,12 @@ func (c *Client) Reserve(ctx context.Context, topic string, limit int, wait time
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for {
-		items, next, err := c.reserveDue(ctx, queue, limit)
+		var items []*notify.Notification
+		var next time.Time
+		var err error
+		if !c.topicPaused(ctx, topic) {
+			items, next, err = c.reserveDue(ctx, queue, limit)
+		}
 		if err != nil || len(items) > 0 {
 			return items, err
 		}

@@ -11,7 +11,10 @@ package metrics
 import (
 	"cmp"
 	"context"
+	"maps"
 	"net/http"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -48,12 +51,23 @@ const (
 	ScheduledNotifications = "herald_scheduled_notifications"
 	ReservedNotifications  = "herald_reserved_notifications"
 	DeadNotifications      = "herald_dead_notifications"
+	// RedisEvictionPolicyOK is 1 when Redis's maxmemory-policy is
+	// noeviction and 0 when Redis may drop keys; absent while unknown (a
+	// Redis that refuses CONFIG).
+	RedisEvictionPolicyOK = "herald_redis_eviction_policy_ok"
+	// RedisPersistenceOK is 1 when Redis keeps its data on disk (AOF or
+	// RDB) and 0 when a restart loses it; absent while unknown.
+	RedisPersistenceOK = "herald_redis_persistence_ok"
 )
 
 // Defaults of Config.
 const (
 	// ScrapeTimeoutDefault bounds the store read behind the queue gauges.
 	ScrapeTimeoutDefault = 5 * time.Second
+	// MaxTopicsDefault bounds the topics with series of their own.
+	MaxTopicsDefault = 100
+	// OtherTopic is the topic label of every topic past MaxTopics.
+	OtherTopic = "other"
 )
 
 var (
@@ -72,6 +86,17 @@ type Config struct {
 	// ScrapeTimeout bounds the store read behind the gauges. Default
 	// ScrapeTimeoutDefault (5s).
 	ScrapeTimeout time.Duration
+	// MaxTopics bounds the topics that get series of their own: the first
+	// MaxTopics topics this process sees keep their name, and the others
+	// are counted together under OtherTopic, so that callers inventing
+	// topics cannot make the scrape grow without end. Default
+	// MaxTopicsDefault (100).
+	MaxTopics int
+	// RedisSafetyFunc reports, at scrape time, whether Redis's settings
+	// keep Herald's data: its maxmemory-policy is noeviction, and it
+	// persists (AOF or RDB). They are the gauges RedisEvictionPolicyOK and
+	// RedisPersistenceOK; nil leaves a gauge out, as unknown. Optional.
+	RedisSafetyFunc func() (evictionOK, persistenceOK *bool)
 }
 
 // Metrics counts what Herald does and serves it to Prometheus.
@@ -83,6 +108,7 @@ type Metrics struct {
 	duration    *prometheus.HistogramVec
 	lateness    *prometheus.HistogramVec
 	redisErrors *prometheus.CounterVec
+	topics      *topicLabels
 }
 
 var (
@@ -94,6 +120,7 @@ var (
 // and process collectors.
 func New(cfg *Config) *Metrics {
 	m := &Metrics{
+		topics:   &topicLabels{max: cmp.Or(cfg.MaxTopics, MaxTopicsDefault), seen: map[string]bool{}},
 		registry: prometheus.NewRegistry(),
 		enqueued: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: EnqueuedTotal, Help: "Notifications enqueued, by topic and result (created, replaced, existing).",
@@ -116,9 +143,13 @@ func New(cfg *Config) *Metrics {
 	}
 	m.registry.MustRegister(m.enqueued, m.attempts, m.dead, m.duration, m.lateness, m.redisErrors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if cfg.RedisSafetyFunc != nil {
+		m.registry.MustRegister(safetyCollector(cfg.RedisSafetyFunc))
+	}
 	if cfg.Store != nil {
 		timeout := cmp.Or(cfg.ScrapeTimeout, ScrapeTimeoutDefault)
-		m.registry.MustRegister(&queueCollector{store: cfg.Store, timeout: timeout, errors: m.redisErrors})
+		m.registry.MustRegister(&queueCollector{store: cfg.Store, timeout: timeout, errors: m.redisErrors, topics: m.topics})
+		m.registry.MustRegister(&endpointCollector{store: cfg.Store, timeout: timeout, errors: m.redisErrors})
 	}
 	return m
 }
@@ -139,19 +170,20 @@ func (m *Metrics) Enqueued(n *notify.Notification, status store.EnqueueStatus) {
 	case store.Replaced:
 		result = "replaced"
 	}
-	m.enqueued.WithLabelValues(n.Topic, result).Inc()
+	m.enqueued.WithLabelValues(m.topics.label(n.Topic), result).Inc()
 }
 
 // AttemptFinished implements schedule.Observer. The lateness of an attempt
 // the reaper ends (ttr_expired) is unknown and left out.
 func (m *Metrics) AttemptFinished(n *notify.Notification, a notify.Attempt, action notify.Action, lateness time.Duration) {
-	m.attempts.WithLabelValues(n.Topic, n.Channel, string(a.Outcome)).Inc()
-	m.duration.WithLabelValues(n.Topic, n.Channel).Observe(a.FinishedAt.Sub(a.StartedAt).Seconds())
+	topic := m.topics.label(n.Topic)
+	m.attempts.WithLabelValues(topic, n.Channel, string(a.Outcome)).Inc()
+	m.duration.WithLabelValues(topic, n.Channel).Observe(a.FinishedAt.Sub(a.StartedAt).Seconds())
 	if a.Outcome != notify.OutcomeTTRExpired {
-		m.lateness.WithLabelValues(n.Topic, n.Channel).Observe(max(lateness, 0).Seconds())
+		m.lateness.WithLabelValues(topic, n.Channel).Observe(max(lateness, 0).Seconds())
 	}
 	if action == notify.ActionDead {
-		m.dead.WithLabelValues(n.Topic, n.Channel).Inc()
+		m.dead.WithLabelValues(topic, n.Channel).Inc()
 	}
 }
 
@@ -165,6 +197,7 @@ type queueCollector struct {
 	store   *store.Store
 	timeout time.Duration
 	errors  *prometheus.CounterVec
+	topics  *topicLabels
 }
 
 var (
@@ -194,9 +227,68 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 		c.errors.WithLabelValues("stats").Inc()
 		return
 	}
-	for topic, s := range stats {
-		ch <- prometheus.MustNewConstMetric(scheduledDesc, prometheus.GaugeValue, float64(s.Scheduled), topic)
-		ch <- prometheus.MustNewConstMetric(reservedDesc, prometheus.GaugeValue, float64(s.Reserved), topic)
-		ch <- prometheus.MustNewConstMetric(deadDesc, prometheus.GaugeValue, float64(s.Dead), topic)
+	// Sorted, so that the topics that keep their names do not depend on
+	// the order of a map.
+	byLabel := map[string]store.TopicStats{}
+	for _, topic := range slices.Sorted(maps.Keys(stats)) {
+		s, label := stats[topic], c.topics.label(topic)
+		sum := byLabel[label]
+		sum.Scheduled, sum.Reserved, sum.Dead = sum.Scheduled+s.Scheduled, sum.Reserved+s.Reserved, sum.Dead+s.Dead
+		byLabel[label] = sum
 	}
+	for label, s := range byLabel {
+		ch <- prometheus.MustNewConstMetric(scheduledDesc, prometheus.GaugeValue, float64(s.Scheduled), label)
+		ch <- prometheus.MustNewConstMetric(reservedDesc, prometheus.GaugeValue, float64(s.Reserved), label)
+		ch <- prometheus.MustNewConstMetric(deadDesc, prometheus.GaugeValue, float64(s.Dead), label)
+	}
+}
+
+// safetyCollector reports the Redis settings gauges at scrape time,
+// leaving out those that are unknown.
+type safetyCollector func() (evictionOK, persistenceOK *bool)
+
+var (
+	evictionDesc    = prometheus.NewDesc(RedisEvictionPolicyOK, "1 when Redis's maxmemory-policy is noeviction, 0 when Redis may evict Herald's keys.", nil, nil)
+	persistenceDesc = prometheus.NewDesc(RedisPersistenceOK, "1 when Redis persists its data (AOF or RDB), 0 when a restart loses it.", nil, nil)
+)
+
+var _ prometheus.Collector = safetyCollector(nil)
+
+// Describe implements prometheus.Collector.
+func (c safetyCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- evictionDesc
+	ch <- persistenceDesc
+}
+
+// Collect implements prometheus.Collector.
+func (c safetyCollector) Collect(ch chan<- prometheus.Metric) {
+	eviction, persistence := c()
+	for desc, ok := range map[*prometheus.Desc]*bool{evictionDesc: eviction, persistenceDesc: persistence} {
+		if ok != nil {
+			ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, map[bool]float64{false: 0, true: 1}[*ok])
+		}
+	}
+}
+
+// topicLabels gives each topic its label: its name for the first max
+// topics seen, OtherTopic for the rest. It is safe for concurrent use.
+type topicLabels struct {
+	max int
+
+	// mu guards seen, the topics that keep their names.
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+func (t *topicLabels) label(topic string) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.seen[topic] {
+		return topic
+	}
+	if len(t.seen) < t.max && topic != OtherTopic {
+		t.seen[topic] = true
+		return topic
+	}
+	return OtherTopic
 }

@@ -3,9 +3,11 @@ package metrics_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -87,4 +89,33 @@ func TestQueueGauges(t *testing.T) {
 		require.Contains(t, scrape(t, m), `herald_redis_errors_total{op="stats"}`)
 		require.True(t, strings.Contains(text, "go_goroutines"), "runtime metrics still served")
 	})
+}
+
+// TestTopicFlood enqueues to 150 topics and puts 150 topics in the store:
+// the per-topic series stop at the first 100 topics seen, and the rest are
+// counted under topic "other", so a token holder inventing topics cannot
+// blow up the scrape.
+func TestTopicFlood(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	st, err := store.New(&store.Config{Client: srv.Client(t), Namespace: redistest.Namespace(t), Shards: 2})
+	require.NoError(t, err)
+	set, err := policy.NewSet(nil, nil)
+	require.NoError(t, err)
+	m := metrics.New(&metrics.Config{Store: st})
+	for i := range 150 {
+		n, err := set.Resolve(&notify.Request{Topic: fmt.Sprintf("t%03d", i), Channel: notify.ChannelPull}, time.Now(), 0)
+		require.NoError(t, err)
+		_, _, err = st.Enqueue(context.Background(), n, false)
+		require.NoError(t, err)
+		m.Enqueued(n, store.Created)
+	}
+	text := scrape(t, m)
+	for _, name := range []string{metrics.EnqueuedTotal, metrics.ScheduledNotifications} {
+		series := regexp.MustCompile(`(?m)^`+name+`\{.*topic="([^"]+)"`).FindAllStringSubmatch(text, -1)
+		require.Len(t, series, 101, name)
+	}
+	require.Contains(t, text, `herald_enqueued_total{result="created",topic="other"} 50`+"\n")
+	require.Contains(t, text, `herald_scheduled_notifications{topic="other"} 50`+"\n")
+	require.Contains(t, text, `herald_enqueued_total{result="created",topic="t099"} 1`+"\n")
 }

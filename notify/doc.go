@@ -3,8 +3,12 @@
 // the Sender interface the dispatcher calls, and the sentinel errors that the
 // store, the dispatcher and the API share.
 //
-// It imports nothing from store or schedule, so senders (notify/webhook,
+// It imports no other Herald package, so senders (notify/webhook,
 // notify/sms, notify/poll) and library-mode handlers depend on it alone.
+// What a sender needs of a notification's policy and topic (timeout,
+// retry_on, success_body, the poll condition) it declares as Rules, read
+// through a RulesFunc; package policy provides them (policy.CurrentRules),
+// so the dependency points from policy to notify and never back.
 //
 // # Outcomes
 //

@@ -80,12 +80,3 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	}
 	return d.UnmarshalText([]byte(s))
 }
-
-// Durations converts a slice of Duration to time.Duration.
-func Durations(ds []Duration) []time.Duration {
-	out := make([]time.Duration, len(ds))
-	for i, d := range ds {
-		out[i] = time.Duration(d)
-	}
-	return out
-}

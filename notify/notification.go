@@ -7,8 +7,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/url"
 	"regexp"
+	"slices"
 	"time"
 	"unicode/utf8"
 )
@@ -70,7 +72,7 @@ var (
 	orderKeyRe = idRe
 	topicRe    = regexp.MustCompile(`^[a-z0-9._-]{1,64}$`)
 	e164Re     = regexp.MustCompile(`^\+[1-9][0-9]{6,14}$`)
-	// headerRe is RFC 7230's token, the characters a header name may use.
+	// headerRe is RFC 9110's token, the characters a header name may use.
 	headerRe = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}$")
 )
 
@@ -78,10 +80,14 @@ var (
 // send, where, on which schedule, and what happened so far. Its JSON form is
 // the record the API returns.
 type Notification struct {
-	ID       string `json:"id"`
-	Topic    string `json:"topic"`
-	Channel  string `json:"channel"`
-	Target   string `json:"target,omitempty"`
+	ID      string `json:"id"`
+	Topic   string `json:"topic"`
+	Channel string `json:"channel"`
+	Target  string `json:"target,omitempty"`
+	// Endpoint, instead of Target, names a registered endpoint: each
+	// attempt goes to the endpoint's URL, signed with its secrets, as they
+	// are at that attempt.
+	Endpoint string `json:"endpoint,omitempty"`
 	Template string `json:"template,omitempty"`
 	Policy   string `json:"policy,omitempty"`
 	// OrderKey, when set, orders the notification behind every earlier one
@@ -114,6 +120,10 @@ type Notification struct {
 	Deadline *time.Time `json:"deadline,omitempty"`
 	// Digest identifies the content for idempotent enqueues; see Digest.
 	Digest string `json:"-"`
+	// Paused is set on a scheduled notification that came due while its
+	// topic or endpoint was paused: it has no next attempt time, and starts
+	// when they are resumed.
+	Paused bool `json:"paused,omitempty"`
 }
 
 // Attempt is one entry of a notification's history.
@@ -143,6 +153,22 @@ func ValidTopic(topic string) bool { return topicRe.MatchString(topic) }
 // +14155550100, the form SMS targets take.
 func ValidE164(s string) bool { return e164Re.MatchString(s) }
 
+// ValidHeaderName reports whether k may name a header: an RFC 9110 token of
+// at most 128 characters.
+func ValidHeaderName(k string) bool { return headerRe.MatchString(k) }
+
+// ValidHeaderValue reports whether v may be a header's value: an RFC 9110
+// field-value, which holds visible characters, spaces, tabs and bytes from
+// 0x80 up, but no other control character (CR, LF, NUL, ESC, DEL...).
+func ValidHeaderValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; (c < 0x20 && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
 // NewID returns a random id for a notification enqueued without one.
 func NewID() string {
 	var b [16]byte
@@ -165,7 +191,7 @@ func (n *Notification) Validate(maxPayload int) error {
 	case n.OrderKey != "" && !orderKeyRe.MatchString(n.OrderKey):
 		return Errorf("order_key", "must match [A-Za-z0-9._:-]{1,128}")
 	}
-	if err := validateTarget(n.Channel, n.Target); err != nil {
+	if err := validateEndpoint(n); err != nil {
 		return err
 	}
 	if len(n.Payload) > maxPayload {
@@ -188,12 +214,12 @@ func (n *Notification) Validate(maxPayload int) error {
 	if n.TTR <= 0 || time.Duration(n.TTR) > maxDuration {
 		return Errorf("ttr", "must be positive")
 	}
-	for k, v := range n.Headers {
-		if !headerRe.MatchString(k) {
-			return Errorf("headers", "bad header name %q", k)
+	for _, k := range slices.Sorted(maps.Keys(n.Headers)) {
+		if !ValidHeaderName(k) {
+			return Errorf("headers", "bad header name %q: want 1 to 128 token characters (letters, digits, !#$%%&'*+.^_`|~-)", k)
 		}
-		if bytes.ContainsAny([]byte(v), "\r\n\x00") {
-			return Errorf("headers."+k, "must not contain CR, LF or NUL")
+		if !ValidHeaderValue(n.Headers[k]) {
+			return Errorf("headers."+k, "must not contain control characters other than tab")
 		}
 	}
 	if n.SendAt.IsZero() {
@@ -202,11 +228,39 @@ func (n *Notification) Validate(maxPayload int) error {
 	return nil
 }
 
-func validateTarget(channel, target string) error {
+// validateEndpoint checks a notification's destination: its endpoint's
+// name, when it names one (whether the endpoint exists is for the caller,
+// which knows the registered ones), or else its target.
+func validateEndpoint(n *Notification) error {
+	switch {
+	case n.Endpoint == "":
+		return ValidateTarget(n.Channel, n.Target)
+	case n.Target != "":
+		return Errorf("endpoint", "give endpoint or target, not both")
+	case !ValidID(n.Endpoint):
+		return Errorf("endpoint", "must match [A-Za-z0-9._:-]{1,128}")
+	case n.Channel != ChannelWebhook:
+		return Errorf("endpoint", "is for channel webhook only, not %q", n.Channel)
+	}
+	return nil
+}
+
+// ValidHTTPURL reports whether s is an absolute http or https URL with a
+// host: what the webhook and poll senders, and an on_done webhook, can
+// reach.
+func ValidHTTPURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
+}
+
+// ValidateTarget checks that target suits channel: an http or https URL for
+// webhook and poll, an E.164 number for sms, nothing for pull. The error is
+// a *FieldError naming "target", or "channel" when channel is empty or
+// unknown.
+func ValidateTarget(channel, target string) error {
 	switch channel {
 	case ChannelWebhook, ChannelPoll:
-		u, err := url.Parse(target)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		if !ValidHTTPURL(target) {
 			return Errorf("target", "must be an http or https URL for channel %s", channel)
 		}
 	case ChannelSMS:
@@ -228,7 +282,7 @@ func validateTarget(channel, target string) error {
 // ComputeDigest returns a digest of the content that decides whether a
 // second enqueue of the same id is "the same notification": topic, channel,
 // target, template, policy, backoff, ttr, headers, payload (compacted),
-// order key and schedule. schedule is how the caller asked for the send time (an absolute
+// order key, endpoint and schedule. schedule is how the caller asked for the send time (an absolute
 // send_at, or a relative delay, so that a retried "delay: 30m" request is
 // still the same request).
 func (n *Notification) ComputeDigest(schedule string) string {
@@ -245,7 +299,8 @@ func (n *Notification) ComputeDigest(schedule string) string {
 		Payload                                  string
 		Schedule                                 string
 		OrderKey                                 string `json:",omitempty"`
-	}{n.Topic, n.Channel, n.Target, n.Template, n.Policy, n.Backoff, n.TTR, n.Headers, payload.String(), schedule, n.OrderKey}
+		Endpoint                                 string `json:",omitempty"`
+	}{n.Topic, n.Channel, n.Target, n.Template, n.Policy, n.Backoff, n.TTR, n.Headers, payload.String(), schedule, n.OrderKey, n.Endpoint}
 	b, _ := json.Marshal(content)
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:16])

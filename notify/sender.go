@@ -37,10 +37,13 @@ var _ Sender = SenderFunc(nil)
 // Request is what a producer asks to enqueue, as the API decodes it. Empty
 // fields take their topic's defaults, then the policy's.
 type Request struct {
-	ID       string            `json:"id,omitempty"`
-	Topic    string            `json:"topic"`
-	Channel  string            `json:"channel,omitempty"`
-	Target   string            `json:"target,omitempty"`
+	ID      string `json:"id,omitempty"`
+	Topic   string `json:"topic"`
+	Channel string `json:"channel,omitempty"`
+	Target  string `json:"target,omitempty"`
+	// Endpoint names a registered endpoint to deliver to instead of a
+	// target (webhook channel only); see Notification.Endpoint.
+	Endpoint string            `json:"endpoint,omitempty"`
 	Payload  json.RawMessage   `json:"payload,omitempty"`
 	Template string            `json:"template,omitempty"`
 	Policy   string            `json:"policy,omitempty"`

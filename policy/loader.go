@@ -12,9 +12,9 @@ import (
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/knadh/koanf/parsers/yaml"
 	"github.com/knadh/koanf/providers/file"
-	"github.com/knadh/koanf/providers/rawbytes"
 	"github.com/knadh/koanf/v2"
 
+	"github.com/heraldhq/herald/endpoint"
 	"github.com/heraldhq/herald/notify"
 )
 
@@ -30,9 +30,6 @@ func Load(path string) (*Set, error) {
 	return s, nil
 }
 
-// Parse is Load for YAML already in memory.
-func Parse(b []byte) (*Set, error) { return load(rawbytes.Provider(b)) }
-
 func load(p koanf.Provider) (*Set, error) {
 	k := koanf.New(".")
 	if err := k.Load(p, yaml.Parser()); err != nil {
@@ -42,8 +39,9 @@ func load(p koanf.Provider) (*Set, error) {
 	// koanf path, because policy and topic names may contain the path
 	// delimiter ("order.notify" is a valid topic).
 	var file struct {
-		Policies map[string]any `koanf:"policies"`
-		Topics   map[string]any `koanf:"topics"`
+		Policies  map[string]any `koanf:"policies"`
+		Topics    map[string]any `koanf:"topics"`
+		Endpoints map[string]any `koanf:"endpoints"`
 	}
 	if err := Decode("", k.Raw(), &file); err != nil {
 		return nil, err
@@ -56,7 +54,15 @@ func load(p koanf.Provider) (*Set, error) {
 	if err != nil {
 		return nil, err
 	}
-	return NewSet(policies, topics)
+	endpoints, err := decodeEach[endpoint.Endpoint]("endpoints", file.Endpoints)
+	if err != nil {
+		return nil, err
+	}
+	s, err := NewSet(policies, topics)
+	if err != nil {
+		return nil, err
+	}
+	return s.WithEndpoints(endpoints)
 }
 
 // decodeEach decodes every entry of a section, in name order so that the
@@ -80,6 +86,7 @@ func decodeEach[T any](section string, raw map[string]any) (map[string]T, error)
 //
 //   - a time.Duration or notify.Duration takes "2m", "0s" or a number of
 //     seconds (30, 1.5, "30"), as notify.ParseDuration;
+//   - a time.Time takes RFC 3339 ("2026-12-01T00:00:00Z");
 //   - scalars convert where YAML or the environment cannot say the type
 //     ("16" into an int, 429 into a string);
 //   - a key that out has no field for is an error, so a misspelt key is
@@ -89,7 +96,7 @@ func decodeEach[T any](section string, raw map[string]any) (map[string]T, error)
 func Decode(path string, in, out any) error {
 	var md mapstructure.Metadata
 	d, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
-		DecodeHook:       durationHook,
+		DecodeHook:       mapstructure.ComposeDecodeHookFunc(durationHook, mapstructure.StringToTimeHookFunc(time.RFC3339)),
 		WeaklyTypedInput: true,
 		Metadata:         &md,
 		TagName:          "koanf",

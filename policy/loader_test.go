@@ -3,10 +3,12 @@ package policy
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/knadh/koanf/parsers/yaml"
+	"github.com/knadh/koanf/providers/rawbytes"
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/notify"
@@ -18,7 +20,7 @@ func TestParse(t *testing.T) {
 	t.Run("DurationForms", func(t *testing.T) {
 		t.Parallel()
 
-		s, err := Parse([]byte(`
+		s, err := parse([]byte(`
 policies:
   p:
     backoff: [0s, 30, 1.5, "45", 2m]
@@ -29,7 +31,7 @@ policies:
 `))
 		require.NoError(t, err)
 		p := s.Policies["p"]
-		require.Equal(t, []time.Duration{0, 30 * time.Second, 1500 * time.Millisecond, 45 * time.Second, 2 * time.Minute}, notify.Durations(p.Backoff))
+		require.Equal(t, []notify.Duration{0, notify.Duration(30 * time.Second), notify.Duration(1500 * time.Millisecond), notify.Duration(45 * time.Second), notify.Duration(2 * time.Minute)}, p.Backoff)
 		require.Equal(t, notify.Duration(time.Minute), p.TTR)
 		require.Equal(t, notify.Duration(90*time.Minute), p.MaxRetryAfter)
 		require.Equal(t, []string{"network", "5xx", "429"}, p.RetryOn)
@@ -40,7 +42,7 @@ policies:
 	t.Run("DottedNames", func(t *testing.T) {
 		t.Parallel()
 
-		s, err := Parse([]byte(`
+		s, err := parse([]byte(`
 policies:
   merchant.v2: {backoff: [0s, 1m]}
 topics:
@@ -54,16 +56,16 @@ topics:
 	t.Run("Empty", func(t *testing.T) {
 		t.Parallel()
 
-		s, err := Parse(nil)
+		s, err := parse(nil)
 		require.NoError(t, err)
-		require.Equal(t, notify.Durations(BackoffDefault), notify.Durations(s.Policies[DefaultName].Backoff))
+		require.Equal(t, BackoffDefault, s.Policies[DefaultName].Backoff)
 		require.Empty(t, s.Topics)
 	})
 
 	t.Run("Poll", func(t *testing.T) {
 		t.Parallel()
 
-		s, err := Parse([]byte(`
+		s, err := parse([]byte(`
 topics:
   payment-poll:
     channel: poll
@@ -165,12 +167,70 @@ func TestParseErrors(t *testing.T) {
 			yaml:      "topics:\n  t: {channel: email}\n",
 			wantField: "topics.t.channel",
 		},
+		{
+			name:      "BackoffTooLong",
+			yaml:      "policies:\n  p: {backoff: [" + strings.Repeat("1s, ", notify.MaxBackoff) + "1s]}\n",
+			wantField: "policies.p.backoff",
+			wantMsg:   "more than 100",
+		},
+		{
+			name:      "JitterNaN",
+			yaml:      "policies:\n  p: {backoff: [0s], jitter: .nan}\n",
+			wantField: "policies.p.jitter",
+			wantMsg:   "between 0 and 1",
+		},
+		{
+			name:      "JitterInf",
+			yaml:      "policies:\n  p: {backoff: [0s], jitter: .inf}\n",
+			wantField: "policies.p.jitter",
+			wantMsg:   "between 0 and 1",
+		},
+		{
+			name:      "JitterNegative",
+			yaml:      "policies:\n  p: {backoff: [0s], jitter: -0.1}\n",
+			wantField: "policies.p.jitter",
+			wantMsg:   "between 0 and 1",
+		},
+		{
+			name:      "OnDoneFileURL",
+			yaml:      "topics:\n  t: {channel: poll, poll: {field: f, values: [x], on_done: 'file:///etc/passwd'}}\n",
+			wantField: "topics.t.poll.on_done",
+			wantMsg:   "http or https URL",
+		},
+		{
+			name:      "OnDoneWithoutHost",
+			yaml:      "topics:\n  t: {channel: poll, poll: {field: f, values: [x], on_done: 'https:///done'}}\n",
+			wantField: "topics.t.poll.on_done",
+			wantMsg:   "http or https URL",
+		},
+		{
+			name:      "TargetGopher",
+			yaml:      "topics:\n  t: {channel: webhook, target: 'gopher://x'}\n",
+			wantField: "topics.t.target",
+			wantMsg:   "http or https URL",
+		},
+		{
+			name:      "TargetGopherWithoutChannel",
+			yaml:      "topics:\n  t: {target: 'gopher://x'}\n",
+			wantField: "topics.t.target",
+		},
+		{
+			name:      "SMSTargetNotE164",
+			yaml:      "topics:\n  t: {channel: sms, target: 'https://x.example'}\n",
+			wantField: "topics.t.target",
+			wantMsg:   "E.164",
+		},
+		{
+			name:      "PullTarget",
+			yaml:      "topics:\n  t: {channel: pull, target: 'https://x.example'}\n",
+			wantField: "topics.t.target",
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 
-			_, err := Parse([]byte(tt.yaml))
+			_, err := parse([]byte(tt.yaml))
 			var fe *notify.FieldError
 			require.ErrorAs(t, err, &fe)
 			require.Equal(t, tt.wantField, fe.Field)
@@ -181,7 +241,7 @@ func TestParseErrors(t *testing.T) {
 	t.Run("BadYAML", func(t *testing.T) {
 		t.Parallel()
 
-		_, err := Parse([]byte("policies:\n  p: [unclosed\n"))
+		_, err := parse([]byte("policies:\n  p: [unclosed\n"))
 		require.Error(t, err)
 	})
 }
@@ -319,7 +379,7 @@ func FuzzParse(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		s, err := Parse(b)
+		s, err := parse(b)
 		if err != nil {
 			if _, yamlErr := yaml.Parser().Unmarshal(b); yamlErr == nil {
 				var fe *notify.FieldError
@@ -333,3 +393,33 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestSetRules(t *testing.T) {
+	t.Parallel()
+
+	set, err := NewSet(map[string]Policy{
+		"merchant": {Backoff: []notify.Duration{0}, Timeout: notify.Duration(3 * time.Second), RetryOn: []string{"5xx"}, SuccessBody: "success", HonorRetryAfter: true},
+	}, map[string]Topic{
+		"trade-poll": {Channel: notify.ChannelPoll, Poll: &Poll{Method: "POST", Field: "a.b", Values: []string{"X"}, OnDone: "https://hooks.example/done"}},
+	})
+	require.NoError(t, err)
+
+	require.Equal(t, notify.Rules{Timeout: 3 * time.Second, RetryOn: []string{"5xx"}, SuccessBody: "success", HonorRetryAfter: true},
+		set.Rules(&notify.Notification{Topic: "order-notify", Policy: "merchant"}))
+	require.Equal(t, notify.Rules{
+		Timeout: TimeoutDefault,
+		RetryOn: RetryOnDefault,
+		Poll:    &notify.PollRule{Method: "POST", Field: "a.b", Values: []string{"X"}, OnDone: "https://hooks.example/done"},
+	}, set.Rules(&notify.Notification{Topic: "trade-poll", Policy: "removed-since"}), "an unknown policy falls back to the default")
+
+	current := set
+	rules := CurrentRules(func() *Set { return current })
+	n := &notify.Notification{Topic: "order-notify", Policy: "merchant"}
+	require.Equal(t, "success", rules(n).SuccessBody)
+	current, err = NewSet(map[string]Policy{"merchant": {Backoff: []notify.Duration{0}}}, nil)
+	require.NoError(t, err)
+	require.Empty(t, rules(n).SuccessBody, "a reloaded set applies to the next call")
+}
+
+// parse is Load for YAML in memory.
+func parse(b []byte) (*Set, error) { return load(rawbytes.Provider(b)) }

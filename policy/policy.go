@@ -6,6 +6,9 @@
 // is the notification dead?"; it is pure, with the clock and the randomness
 // passed in.
 //
+// Set.Rules gives the senders the per-attempt part of a policy and topic as
+// notify.Rules; CurrentRules wires a Watcher's Current into them.
+//
 // Load reads a policies file (YAML, through koanf) into a Set, naming the
 // offending key of a bad file ("policies.merchant-notify.backoff[2]"); a
 // Watcher keeps the Set in force and swaps in a new one when the file
@@ -16,7 +19,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/heraldhq/herald/notify"
@@ -36,8 +38,8 @@ const (
 )
 
 // RetryOnDefault is the failures retried when a policy names none: network
-// errors, timeouts, 5xx, 408, 425 and 429.
-var RetryOnDefault = []string{"network", "timeout", "5xx", "408", "425", "429"}
+// errors, timeouts, 5xx, 408, 425 and 429 (notify.RetryOnDefault).
+var RetryOnDefault = slices.Clone(notify.RetryOnDefault)
 
 // BackoffDefault is the default policy's array: an immediate attempt, an
 // immediate retry, then 2m, 10m, 10m, 1h, 2h, 6h and 15h — 9 attempts over
@@ -121,7 +123,8 @@ func (p *Policy) Validate() error {
 			return notify.Errorf(fmt.Sprintf("retry_on[%d]", i), "must be network, timeout, 3xx, 4xx, 5xx or a status code, not %q", r)
 		}
 	}
-	if p.Jitter < 0 || p.Jitter > 1 {
+	// Written so that NaN, which compares false with everything, fails.
+	if !(p.Jitter >= 0 && p.Jitter <= 1) {
 		return notify.Errorf("jitter", "must be between 0 and 1")
 	}
 	return nil
@@ -136,21 +139,15 @@ func validRetryOn(r string) bool {
 	return err == nil && code >= 100 && code <= 599
 }
 
-// RetriesStatus reports whether an HTTP status code is retried under p.
-func (p *Policy) RetriesStatus(code int) bool {
-	for _, r := range p.RetryOn {
-		switch {
-		case r == strconv.Itoa(code):
-			return true
-		case len(r) == 3 && strings.HasSuffix(r, "xx") && r[0] == byte('0'+code/100):
-			return true
-		}
+// rules returns what a sender applies of p to an attempt.
+func (p *Policy) rules() notify.Rules {
+	return notify.Rules{
+		Timeout:         time.Duration(p.Timeout),
+		RetryOn:         p.RetryOn,
+		SuccessBody:     p.SuccessBody,
+		HonorRetryAfter: p.HonorRetryAfter,
 	}
-	return false
 }
-
-// Retries reports whether p retries a failure class, "network" or "timeout".
-func (p *Policy) Retries(class string) bool { return slices.Contains(p.RetryOn, class) }
 
 // Failure describes a failed attempt, the input of NextAttemptAt.
 type Failure struct {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/heraldhq/herald/endpoint"
 	"github.com/heraldhq/herald/notify"
 )
 
@@ -20,6 +21,9 @@ type Topic struct {
 	Template string `koanf:"template" json:"template,omitempty"`
 	// Target is the default target (URL or E.164 number).
 	Target string `koanf:"target" json:"target,omitempty"`
+	// Endpoint is the default endpoint, instead of a target: one of the
+	// file's endpoints or one registered over the API (checked on enqueue).
+	Endpoint string `koanf:"endpoint" json:"endpoint,omitempty"`
 	// Poll configures the poll channel: the done condition and the optional
 	// on_done webhook.
 	Poll *Poll `koanf:"poll" json:"poll,omitempty"`
@@ -45,6 +49,9 @@ type Poll struct {
 type Set struct {
 	Policies map[string]Policy `koanf:"policies" json:"policies"`
 	Topics   map[string]Topic  `koanf:"topics" json:"topics"`
+	// Endpoints are the file's endpoints (see WithEndpoints). Their
+	// secrets are never marshalled.
+	Endpoints map[string]endpoint.Endpoint `koanf:"endpoints" json:"-"`
 }
 
 // NewSet returns a validated set of policies (defaults applied) and topics.
@@ -73,12 +80,21 @@ func NewSet(policies map[string]Policy, topics map[string]Topic) (*Set, error) {
 		case t.Channel != "" && !slices.Contains([]string{notify.ChannelWebhook, notify.ChannelSMS, notify.ChannelPoll, notify.ChannelPull}, t.Channel):
 			return nil, notify.Errorf(field+".channel", "must be webhook, sms, poll or pull, not %q", t.Channel)
 		}
+		if err := checkTopicEndpoint(field, &t); err != nil {
+			return nil, err
+		}
 		if t.Policy != "" {
 			if _, ok := s.Policies[t.Policy]; !ok {
 				return nil, notify.Errorf(field+".policy", "names unknown policy %q", t.Policy)
 			}
 		}
+		if err := validateTopicTarget(t); err != nil {
+			return nil, prefix(field, err)
+		}
 		if t.Poll != nil {
+			if t.Poll.OnDone != "" && !notify.ValidHTTPURL(t.Poll.OnDone) {
+				return nil, notify.Errorf(field+".poll.on_done", "must be an http or https URL with a host, not %q", t.Poll.OnDone)
+			}
 			if t.Poll.Field == "" {
 				return nil, notify.Errorf(field+".poll.field", "is required")
 			}
@@ -91,6 +107,21 @@ func NewSet(policies map[string]Policy, topics map[string]Topic) (*Set, error) {
 		}
 	}
 	return s, nil
+}
+
+// validateTopicTarget checks a topic's default target as an enqueue checks
+// a notification's: for the topic's channel, or, when the topic names none,
+// as either an http or https URL or an E.164 number.
+func validateTopicTarget(t Topic) error {
+	switch {
+	case t.Target == "":
+		return nil
+	case t.Channel != "":
+		return notify.ValidateTarget(t.Channel, t.Target)
+	case !notify.ValidHTTPURL(t.Target) && !notify.ValidE164(t.Target):
+		return notify.Errorf("target", "must be an http or https URL or an E.164 phone number")
+	}
+	return nil
 }
 
 func prefix(path string, err error) error {
@@ -121,8 +152,27 @@ func (s *Set) PolicyFor(n *notify.Notification) Policy {
 	return p
 }
 
+// Rules returns the delivery rules of an attempt of n now: those of the
+// policy PolicyFor picks, and its topic's poll condition.
+func (s *Set) Rules(n *notify.Notification) notify.Rules {
+	p := s.PolicyFor(n)
+	r := p.rules()
+	if c := s.Topics[n.Topic].Poll; c != nil {
+		r.Poll = &notify.PollRule{Method: c.Method, Field: c.Field, Values: c.Values, OnDone: c.OnDone}
+	}
+	return r
+}
+
+// CurrentRules adapts a source of the set in force (a Watcher's Current) to
+// the senders' notify.RulesFunc: every call reads the set anew, so a reload
+// applies to the next attempt.
+func CurrentRules(current func() *Set) notify.RulesFunc {
+	return func(n *notify.Notification) notify.Rules { return current().Rules(n) }
+}
+
 // Resolve turns a request into a notification ready to store: it applies the
-// topic's defaults, then the policy's, picks a random id when none is given,
+// topic's defaults (its endpoint or target only when the request names
+// neither), then the policy's, picks a random id when none is given,
 // computes the send time from send_at or delay (now when neither), validates
 // the result, and computes its content digest. maxPayload is as in
 // notify.Notification.Validate.
@@ -131,11 +181,23 @@ func (s *Set) Resolve(req *notify.Request, now time.Time, maxPayload int) (*noti
 		return nil, notify.Errorf("topic", "must match [a-z0-9._-]{1,64}")
 	}
 	t := s.Topics[req.Topic]
+	if req.Endpoint != "" && req.Target != "" {
+		return nil, notify.Errorf("endpoint", "give endpoint or target, not both")
+	}
+	target, ep := t.Target, t.Endpoint
+	if req.Target != "" || req.Endpoint != "" {
+		target, ep = req.Target, req.Endpoint
+	}
+	channel := cmp.Or(req.Channel, t.Channel)
+	if ep != "" || t.Endpoint != "" {
+		channel = cmp.Or(channel, notify.ChannelWebhook) // endpoints are webhook receivers
+	}
 	n := &notify.Notification{
 		ID:       req.ID,
 		Topic:    req.Topic,
-		Channel:  cmp.Or(req.Channel, t.Channel),
-		Target:   cmp.Or(req.Target, t.Target),
+		Channel:  channel,
+		Target:   target,
+		Endpoint: ep,
 		Template: cmp.Or(req.Template, t.Template),
 		Policy:   cmp.Or(req.Policy, t.Policy, DefaultName),
 		Headers:  req.Headers,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"os/signal"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,6 +32,10 @@ type WatcherConfig struct {
 	// file was applied), for metrics or tests. It runs while the Watcher
 	// holds its reload lock, so it must not call Reload.
 	ReloadedFunc func(current *Set, err error)
+	// ReloadSignals, when set, make the running Watcher reload the file
+	// whenever the process receives one of them, as Reload does: herald
+	// serve passes SIGHUP. They are caught from Start until Stop.
+	ReloadSignals []os.Signal
 }
 
 // withDefaults returns a copy of c with zero fields set to their defaults.
@@ -48,7 +53,8 @@ func (c *WatcherConfig) withDefaults() *WatcherConfig {
 // Watcher holds the policy Set in force and replaces it when the policies
 // file changes (checked by polling, which also sees files replaced by a
 // rename or a symlink swap, as configuration managers do; a change is read
-// once it has held for one interval) or when Reload is called (on SIGHUP). A file that does not load is refused with its field
+// once it has held for one interval), when Reload is called, or when one of
+// its ReloadSignals arrives. A file that does not load is refused with its field
 // path, logged, and the previous Set stays in force, so a typo never takes
 // the policies away from a running dispatcher.
 type Watcher struct {
@@ -115,9 +121,16 @@ func (w *Watcher) Start(ctx context.Context) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	w.cancel, w.done = cancel, done
+	// Caught before Start returns, so a signal sent right after it cannot
+	// take its default action (SIGHUP's ends the process).
+	sig := make(chan os.Signal, 1)
+	if len(w.config.ReloadSignals) > 0 {
+		signal.Notify(sig, w.config.ReloadSignals...)
+	}
 	go func() {
 		defer close(done)
-		w.run(ctx)
+		defer signal.Stop(sig)
+		w.run(ctx, sig)
 	}()
 }
 
@@ -134,7 +147,7 @@ func (w *Watcher) Stop() {
 	w.cancel, w.done = nil, nil
 }
 
-func (w *Watcher) run(ctx context.Context) {
+func (w *Watcher) run(ctx context.Context, sig <-chan os.Signal) {
 	ticker := time.NewTicker(w.config.Interval)
 	defer ticker.Stop()
 	for {
@@ -143,6 +156,10 @@ func (w *Watcher) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
+		case s := <-sig:
+			w.mu.Lock()
+			_ = w.reload(ctx, s.String()) // logged and reported by reload
+			w.mu.Unlock()
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -248,4 +249,27 @@ func TestWatcher(t *testing.T) {
 		cancel()
 		w.Stop()
 	})
+}
+
+func TestWatcherReloadSignals(t *testing.T) {
+	t.Parallel()
+
+	path := filepath.Join(t.TempDir(), "policies.yaml")
+	mtime := time.Now().Add(-time.Hour)
+	write := func(content string) {
+		require.NoError(t, os.WriteFile(path, []byte(content), 0o600))
+		// Same size, same modification time: only the signal can notice.
+		require.NoError(t, os.Chtimes(path, mtime, mtime))
+	}
+	write("policies:\n  p: {backoff: [0s, 1m]}\n")
+	w, err := NewWatcher(&WatcherConfig{Path: path, Interval: time.Hour, ReloadSignals: []os.Signal{syscall.SIGUSR1}})
+	require.NoError(t, err)
+	w.Start(context.Background())
+	defer w.Stop()
+
+	write("policies:\n  p: {backoff: [0s, 2m]}\n")
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGUSR1))
+	require.Eventually(t, func() bool {
+		return w.Current().Policies["p"].Backoff[1].String() == "2m0s"
+	}, 10*time.Second, 5*time.Millisecond)
 }

@@ -6,7 +6,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/bench"
+	"github.com/heraldhq/herald/internal/heraldtest"
 	"github.com/heraldhq/herald/internal/redistest"
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/policy"
@@ -47,6 +47,7 @@ func (c *tripCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 // benchBundle is a store on the package server with a fresh namespace and a
 // counting client.
 type benchBundle struct {
+	client   *redis.Client
 	store    *store.Store
 	policies *policy.Set
 	counter  *tripCounter
@@ -62,7 +63,7 @@ func setupBench(b *testing.B) *benchBundle {
 	require.NoError(b, err)
 	set, err := policy.NewSet(nil, nil)
 	require.NoError(b, err)
-	return &benchBundle{store: st, policies: set, counter: counter}
+	return &benchBundle{client: client, store: st, policies: set, counter: counter}
 }
 
 func (bb *benchBundle) resolve(b *testing.B, id string, delay time.Duration) *notify.Notification {
@@ -232,27 +233,10 @@ func BenchmarkLife(b *testing.B) {
 	require.NoError(b, err)
 	set, err := policy.NewSet(nil, nil)
 	require.NoError(b, err)
-	payload := []byte(`{"order":"2026112200001","amount":"10.00","note":"` + strings.Repeat("x", 48) + `"}`)
 	calls0, cpu0 := serverCost(b, client)
 	b.ResetTimer()
 	start := time.Now()
-	var seq atomic.Int64
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() {
-			for i := seq.Add(1); i <= int64(b.N); i = seq.Add(1) {
-				n, err := set.Resolve(&notify.Request{ID: fmt.Sprintf("n%d", i), Topic: "bench", Channel: notify.ChannelPull, Payload: payload}, time.Now(), 0)
-				if err == nil {
-					_, _, err = st.Enqueue(context.Background(), n, false)
-				}
-				if err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
+	heraldtest.EnqueueConcurrently(b, st, set, 8, b.N)
 	enqueued := time.Since(start)
 	var done atomic.Int64
 	finished := make(chan struct{})
@@ -283,7 +267,8 @@ func BenchmarkLife(b *testing.B) {
 
 // BenchmarkDrainOrdered drains a backlog with and without a tenth of the
 // notifications carrying an order key (ten per key), to show what ordered
-// delivery costs and that notifications without a key are not slowed.
+// delivery costs (Redis commands per notification, enqueue included) and
+// that notifications without a key are not slowed.
 func BenchmarkDrainOrdered(b *testing.B) {
 	for _, bc := range []struct {
 		name  string
@@ -291,6 +276,7 @@ func BenchmarkDrainOrdered(b *testing.B) {
 	}{{"NoKeys", 0}, {"TenthKeyed", 10}} {
 		b.Run(bc.name, func(b *testing.B) {
 			bb := setupBench(b)
+			calls0, _ := serverCost(b, bb.client)
 			for start := 0; start < b.N; start += store.MaxBatch {
 				var reqs []store.EnqueueRequest
 				for i := start; i < min(start+store.MaxBatch, b.N); i++ {
@@ -327,7 +313,9 @@ func BenchmarkDrainOrdered(b *testing.B) {
 			waitSucceeded(b, bb.store.Namespace(), int64(b.N))
 			b.StopTimer()
 			d.Stop()
+			calls, _ := serverCost(b, bb.client)
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "notifications/s")
+			b.ReportMetric(float64(calls-calls0)/float64(b.N), "redis-cmds/notification")
 			if plainTotal > 0 {
 				b.ReportMetric(float64(plainTotal)/(<-plainDone).Sub(start).Seconds(), "without-key/s")
 			}

@@ -44,6 +44,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/heraldhq/herald/endpoint"
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/policy"
 	"github.com/heraldhq/herald/store"
@@ -89,6 +90,18 @@ type Observer interface {
 	StoreError(op string, err error)
 }
 
+// Tracer traces attempts; the tracing package implements it with
+// OpenTelemetry. Calls come from many goroutines.
+type Tracer interface {
+	// StartAttempt is called as an attempt of n starts, with the context
+	// its sender gets, and returns the context to give the sender instead.
+	// It may set headers on n for this attempt (a trace context): senders
+	// send them, and they are not stored. The returned function is called
+	// once the attempt has ended, with the outcome and next step about to
+	// be recorded.
+	StartAttempt(ctx context.Context, n *notify.Notification) (context.Context, func(f *store.Finish))
+}
+
 // Config configures a Dispatcher.
 type Config struct {
 	// Store is the notifications' state. Required.
@@ -127,8 +140,14 @@ type Config struct {
 	// ShutdownTimeout is how long Stop waits for running attempts before it
 	// cancels them and releases their notifications. Default 10s.
 	ShutdownTimeout time.Duration
+	// Endpoints finds the endpoints notifications name, whose max_in_flight
+	// and rate every dispatcher together respects. nil: no limits.
+	Endpoints endpoint.Lookup
 	// Observer receives attempt outcomes and store errors. Optional.
 	Observer Observer
+	// Tracer traces attempts. Nil, the default, traces nothing and costs
+	// nothing.
+	Tracer Tracer
 	// Logger defaults to a warn-level text handler on stderr.
 	Logger *slog.Logger
 }
@@ -209,7 +228,13 @@ type Dispatcher struct {
 	attemptCtx    context.Context
 	cancelAttempt context.CancelFunc
 
-	loops    sync.WaitGroup // reserve loops, maintenance, wake-up fan-out
+	// pauses is what is paused, read from the store (pause.go).
+	pauses pauses
+	// limits is what the dispatcher knows of endpoints at their limits
+	// (limit.go).
+	limits limits
+
+	loops    sync.WaitGroup // reserve loops, maintenance, wake-up fan-out, pauses
 	workers  sync.WaitGroup
 	finisher sync.WaitGroup
 }
@@ -265,6 +290,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	for topic := range d.cfg.Handlers {
 		queues[store.PullQueue(topic)] = make(chan store.Wake, 64)
 	}
+	d.startPauses(ctx, slices.Collect(maps.Keys(queues)))
 	wakes, ready := d.store.Subscribe(ctx)
 	d.loops.Add(2 + len(queues))
 	go func() {
@@ -494,8 +520,12 @@ func (d *Dispatcher) worker(ctx context.Context) {
 	for n := range d.work {
 		if ctx.Err() != nil {
 			d.finishes <- pendingFinish{Finish: store.Finish{Notification: n, Action: notify.ActionRelease, NextAt: dueOf(n, d.store.Now())}}
-		} else {
-			d.attempt(n)
+		} else if !d.park(ctx, n) {
+			if release, ok := d.acquire(ctx, n); ok {
+				err := d.attempt(n)
+				release()
+				d.recordHealth(ctx, n, err)
+			}
 		}
 		d.capacity.give(1)
 	}
@@ -508,8 +538,9 @@ func dueOf(n *notify.Notification, fallback time.Time) time.Time {
 	return fallback
 }
 
-// attempt runs one attempt of n and hands its outcome to the finisher.
-func (d *Dispatcher) attempt(n *notify.Notification) {
+// attempt runs one attempt of n, hands its outcome to the finisher, and
+// returns the sender's error.
+func (d *Dispatcher) attempt(n *notify.Notification) error {
 	p := d.cfg.PoliciesFunc().PolicyFor(n)
 	start := d.store.Now()
 	var lateness time.Duration
@@ -517,12 +548,21 @@ func (d *Dispatcher) attempt(n *notify.Notification) {
 		lateness = start.Sub(*n.NextAttemptAt)
 	}
 	ctx, cancel := attemptContext(d.attemptCtx, &p, n, start)
+	var traced func(*store.Finish)
+	if d.cfg.Tracer != nil {
+		ctx, traced = d.cfg.Tracer.StartAttempt(ctx, n)
+	}
 	resp, err := d.send(ctx, n)
 	cancel()
 	if err != nil && d.attemptCtx.Err() != nil {
 		err = notify.ErrReleased
 	}
-	d.finishes <- pendingFinish{Finish: finishOf(&p, n, start, d.store.Now(), resp, err), lateness: lateness, report: true}
+	f := finishOf(&p, n, start, d.store.Now(), resp, err)
+	if traced != nil {
+		traced(&f)
+	}
+	d.finishes <- pendingFinish{Finish: f, lateness: lateness, report: true}
+	return err
 }
 
 func (d *Dispatcher) send(ctx context.Context, n *notify.Notification) (resp notify.Response, err error) {

@@ -337,3 +337,78 @@ func TestSenderPanicIsRetried(t *testing.T) {
 	got := b.waitState(t, "n1", notify.StateSucceeded)
 	require.Contains(t, got.History[0].Error, "sender panicked: boom")
 }
+
+// observed records what the dispatcher reports to its observer.
+type observed struct {
+	mu       sync.Mutex
+	finished map[string][]notify.Action
+}
+
+func (o *observed) AttemptFinished(n *notify.Notification, _ notify.Attempt, action notify.Action, _ time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.finished[n.ID] = append(o.finished[n.ID], action)
+}
+
+func (o *observed) StoreError(string, error) {}
+
+func (o *observed) actions(id string) []notify.Action {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.finished[id]
+}
+
+// An attempt reaches the metrics only once its finish is recorded: one
+// whose notification was cancelled meanwhile, or whose reservation the
+// reaper took over, is counted once at most, by whoever recorded it.
+func TestObserverCountsRecordedAttemptsOnly(t *testing.T) {
+	t.Parallel()
+
+	t.Run("CancelledMeanwhile", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		started, cancelled := make(chan struct{}), make(chan struct{})
+		rec := newRecorder(func(_ context.Context, n *notify.Notification) error {
+			if n.ID == "n1" {
+				close(started)
+				<-cancelled
+			}
+			return nil
+		})
+		obs := &observed{finished: map[string][]notify.Action{}}
+		d := b.start(t, schedule.Config{Senders: map[string]notify.Sender{notify.ChannelWebhook: rec}, Observer: obs})
+		b.enqueue(t, "n1", ms(0, 0), 0)
+		<-started
+		_, err := b.store.Cancel(context.Background(), "n1")
+		require.NoError(t, err)
+		close(cancelled)
+		b.enqueue(t, "n2", ms(0), 0)
+		b.waitState(t, "n2", notify.StateSucceeded)
+		d.Stop() // every outcome is recorded, or refused, by now
+		require.Empty(t, obs.actions("n1"), "the cancelled notification's late success is not counted")
+		require.Equal(t, []notify.Action{notify.ActionAck}, obs.actions("n2"))
+	})
+
+	t.Run("Reaped", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		released := make(chan struct{})
+		// The handler outlives its ttr and ignores its context: the reaper
+		// records the attempt as expired, and the late success is refused.
+		rec := newRecorder(func(context.Context, *notify.Notification) error { <-released; return nil })
+		obs := &observed{finished: map[string][]notify.Action{}}
+		d := b.start(t, schedule.Config{Handlers: map[string]notify.Sender{"jobs": rec}, Observer: obs})
+		zero, ttr := notify.Duration(0), notify.Duration(50*time.Millisecond)
+		n, err := b.policies.Resolve(&notify.Request{ID: "job1", Topic: "jobs", Channel: notify.ChannelPull,
+			Backoff: ms(0), Delay: &zero, TTR: &ttr}, time.Now(), 0)
+		require.NoError(t, err)
+		_, _, err = b.store.Enqueue(context.Background(), n, false)
+		require.NoError(t, err)
+		got := b.waitState(t, "job1", notify.StateDead)
+		require.Equal(t, notify.OutcomeTTRExpired, got.History[0].Outcome)
+		close(released)
+		d.Stop()
+		require.Equal(t, []notify.Action{notify.ActionDead}, obs.actions("job1"), "counted once, by the reaper")
+		require.Equal(t, 1, rec.attempts("job1"))
+	})
+}

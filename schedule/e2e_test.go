@@ -68,9 +68,9 @@ func (b *testBundle) startSenders(t *testing.T) {
 	t.Helper()
 	policies := func() *policy.Set { return b.policies }
 	hc := httpsend.Config{AllowNetworks: []string{"127.0.0.0/8"}, Logger: heraldtest.Logger(t)}
-	hook, err := webhook.New(&webhook.Config{Secret: e2eSecret, Common: httpsend.Common{Policies: policies, HTTP: hc}})
+	hook, err := webhook.New(&webhook.Config{Secret: e2eSecret, Common: httpsend.Common{Rules: policy.CurrentRules(policies), HTTP: hc}})
 	require.NoError(t, err)
-	poller, err := poll.New(&poll.Config{OnDone: hook, Common: httpsend.Common{Policies: policies, HTTP: hc}})
+	poller, err := poll.New(&poll.Config{OnDone: hook, Common: httpsend.Common{Rules: policy.CurrentRules(policies), HTTP: hc}})
 	require.NoError(t, err)
 	b.start(t, schedule.Config{Senders: map[string]notify.Sender{notify.ChannelWebhook: hook, notify.ChannelPoll: poller}})
 }

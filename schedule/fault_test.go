@@ -91,7 +91,11 @@ func TestManyDispatchersNoOverlapNoneLost(t *testing.T) {
 	})
 	const count = 10_000
 	backoff := ms(0, 5, 5)
-	b.enqueueMany(t, count, backoff, 0)
+	// A ttr far above any attempt: on a starved machine a reservation
+	// prefetched for 2s can expire before its attempt starts, which counts
+	// as a failed attempt and would change the number of attempts checked
+	// here (the reaping itself is TestTTRExpiryCountsAsFailedAttempt's).
+	b.enqueueMany(t, count, backoff, 30*time.Second)
 	for range 4 {
 		own := setupOn(t, server, b.store.Namespace())
 		own.policies = b.policies

@@ -6,20 +6,26 @@ import (
 )
 
 // batcher writes enqueues made at the same time together (a group commit):
-// a caller that finds no write under way writes its own request at once;
-// requests that arrive while a write is under way wait, and the first of
-// them writes all that waited, up to MaxBatch, as soon as the write before
-// ends. An idle store therefore answers in one round trip, and a busy one
-// pays one script per shard per batch instead of one per notification.
+// a caller that finds fewer than maxWriters writes under way writes its own
+// request at once; requests that arrive while they are under way wait, and
+// the first of them writes all that waited, up to MaxBatch, as soon as a
+// write ends. An idle store therefore answers in one round trip, and a busy
+// one pays one script per batch (per shard on a Cluster) instead of one per
+// notification.
 type batcher struct {
 	store *Store
 
 	mu sync.Mutex // guards the fields below
-	// writing is true while a batch is being written.
-	writing bool
+	// writers counts the batches being written, at most maxWriters.
+	writers int
 	// waiting holds the requests that arrived during the write.
 	waiting []*waiter
 }
+
+// maxWriters is how many batches are written at once: while one is in
+// Redis, the next is built and sent, so that Redis does not wait on the
+// client between batches.
+const maxWriters = 2
 
 // waiter is one caller's request and, once written, its result.
 type waiter struct {
@@ -36,10 +42,11 @@ type waiter struct {
 func (b *batcher) do(ctx context.Context, req EnqueueRequest) (EnqueueResult, error) {
 	w := &waiter{req: req, done: make(chan struct{}), lead: make(chan struct{})}
 	b.mu.Lock()
-	b.waiting = append(b.waiting, w)
-	first := !b.writing
+	first := b.writers < maxWriters
 	if first {
-		b.writing = true
+		b.writers++
+	} else {
+		b.waiting = append(b.waiting, w)
 	}
 	b.mu.Unlock()
 	if !first {
@@ -54,18 +61,17 @@ func (b *batcher) do(ctx context.Context, req EnqueueRequest) (EnqueueResult, er
 			return EnqueueResult{}, ctx.Err()
 		}
 	}
-	b.write(context.WithoutCancel(ctx))
-	<-w.done
+	b.write(context.WithoutCancel(ctx), w)
 	return w.res, w.err
 }
 
-// write takes what waits, up to MaxBatch, writes it and answers each
-// waiter, then hands the writing on to the first of those that arrived
-// meanwhile, or stops.
-func (b *batcher) write(ctx context.Context) {
+// write writes lead's request with those waiting, up to MaxBatch in all,
+// answers each waiter, then hands the writing on to the first of those
+// that arrived meanwhile, or stops.
+func (b *batcher) write(ctx context.Context, lead *waiter) {
 	b.mu.Lock()
-	n := min(len(b.waiting), MaxBatch)
-	batch := b.waiting[:n:n]
+	n := min(len(b.waiting), MaxBatch-1)
+	batch := append([]*waiter{lead}, b.waiting[:n]...)
 	b.waiting = b.waiting[n:]
 	b.mu.Unlock()
 
@@ -73,7 +79,7 @@ func (b *batcher) write(ctx context.Context) {
 	for i, w := range batch {
 		reqs[i] = w.req
 	}
-	results, err := b.store.EnqueueBatch(ctx, reqs)
+	results, err := b.store.enqueueBatch(ctx, reqs)
 	for i, w := range batch {
 		if err != nil {
 			w.err = err
@@ -85,34 +91,36 @@ func (b *batcher) write(ctx context.Context) {
 	b.handOff()
 }
 
-// handOff makes the first waiting request the next writer, or marks the
-// batcher idle.
+// handOff makes the first waiting request a writer, taking it out of the
+// queue, or counts one writer less.
 func (b *batcher) handOff() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.waiting) == 0 {
-		b.writing = false
+		b.writers--
 		return
 	}
-	close(b.waiting[0].lead)
+	next := b.waiting[0]
+	b.waiting = b.waiting[1:]
+	close(next.lead)
 }
 
-// abandon removes w, whose caller gave up; if w had just been made the
-// writer, the next waiting request takes over.
+// abandon removes w, whose caller gave up; if w had just been made a
+// writer, the next waiting request takes its place.
 func (b *batcher) abandon(w *waiter) {
 	b.mu.Lock()
 	for i, o := range b.waiting {
 		if o == w {
 			b.waiting = append(b.waiting[:i:i], b.waiting[i+1:]...)
 			b.mu.Unlock()
-			select {
-			case <-w.lead:
-				b.handOff()
-			default:
-			}
 			return
 		}
 	}
 	b.mu.Unlock()
-	// w was taken into a batch already: the batch's writer answers it.
+	select {
+	case <-w.lead:
+		b.handOff()
+	default:
+		// w was taken into a batch already: the batch's writer answers it.
+	}
 }

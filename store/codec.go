@@ -29,7 +29,8 @@ import (
 //	uvarint len(headers), then name and value strings
 //	payload: the rest, as given
 //
-// where a string is a uvarint length and its bytes. The header carries what
+// where a string is a uvarint length and its bytes. The digest is cut to
+// digestLen characters. The header carries what
 // the scripts need without the body: the digest (idempotent enqueue), the
 // channel (which queue) and the topic (which gauges and dead set), and the
 // ttr (the reservation's deadline).
@@ -106,11 +107,25 @@ func queueOf(channel, topic string) string {
 	return QueuePush
 }
 
+// digestLen is how much of a notification's digest its content keeps: 16
+// hex characters, 64 bits, tell apart two contents enqueued under one id
+// as surely as the whole, in half the bytes of every stored record.
+const digestLen = 16
+
+// SameContent reports whether stored, a notification read from the store,
+// has the content whose digest is digest: whether enqueueing it again
+// would find it Existing rather than a conflict. Stored records keep only
+// the digest's first digestLen characters, so compare through this.
+func SameContent(stored *notify.Notification, digest string) bool {
+	cut := func(d string) string { return d[:min(len(d), digestLen)] }
+	return cut(stored.Digest) == cut(digest)
+}
+
 // encodeContent returns n's content as stored. created is the enqueue time.
 func encodeContent(n *notify.Notification, created time.Time) []byte {
 	var b bytes.Buffer
 	b.Grow(96 + len(n.Topic) + len(n.Target) + len(n.Payload))
-	fmt.Fprintf(&b, "%s %s %d %s\n", n.Digest, channelLetters[n.Channel], durMS(n.TTR), n.Topic)
+	fmt.Fprintf(&b, "%s %s %d %s\n", n.Digest[:min(len(n.Digest), digestLen)], channelLetters[n.Channel], durMS(n.TTR), n.Topic)
 	b.WriteByte(contentVersion)
 	putUvarint(&b, uint64(ms(created)))
 	putUvarint(&b, uint64(dueMS(n.SendAt)))
@@ -118,7 +133,7 @@ func encodeContent(n *notify.Notification, created time.Time) []byte {
 	for _, d := range n.Backoff {
 		putUvarint(&b, uint64(durMS(d)))
 	}
-	for _, s := range []string{n.Policy, n.Template, n.Target, n.OrderKey, "", ""} {
+	for _, s := range []string{n.Policy, n.Template, n.Target, n.OrderKey, n.Endpoint, ""} {
 		putString(&b, s)
 	}
 	putUvarint(&b, uint64(len(n.Headers)))
@@ -188,7 +203,8 @@ func decodeContent(id, content string) (*notify.Notification, error) {
 		r.err = errors.New("backoff too long")
 	}
 	n.Policy, n.Template, n.Target, n.OrderKey = r.string(), r.string(), r.string(), r.string()
-	_, _ = r.string(), r.string() // endpoint, trace: not used yet
+	n.Endpoint = r.string()
+	_ = r.string() // trace: not used yet
 	if nh := r.uvarint(); nh > 0 && nh <= uint64(len(r.s)) {
 		n.Headers = make(map[string]string, nh)
 		for range nh {

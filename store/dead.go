@@ -122,6 +122,16 @@ func (s *Store) ListDead(ctx context.Context, topic string, limit int, cursor st
 	return out, next, nil
 }
 
+// DeadCursorAt returns a ListDead cursor that starts the listing at the
+// notifications that died at t or later, so that a browser filtering by
+// time of death need not page through the earlier ones.
+func DeadCursorAt(t time.Time) string {
+	// Ids never contain '~', the character after every one they may use:
+	// the entries one millisecond before t all sort before this cursor.
+	b, _ := json.Marshal(deadCursor{Score: t.UnixMilli() - 1, ID: "~"})
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
 // DeadOptions tune Replay and Purge.
 type DeadOptions struct {
 	// Reset, for Replay, runs the whole backoff array again; without it each

@@ -73,6 +73,44 @@ func TestDueTimes(t *testing.T) {
 	})
 }
 
+// TestConcurrentEnqueuesOutliveCancelledCallers has a third of many
+// concurrent enqueuers give up at once: the others all get their answer, what
+// was answered as stored is stored, and later enqueues still go through.
+func TestConcurrentEnqueuesOutliveCancelledCallers(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	st, err := store.New(&store.Config{Client: srv.Client(t), Shards: 4})
+	require.NoError(t, err)
+
+	const n = 300
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			ctx := context.Background()
+			if i%3 == 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithCancel(ctx)
+				cancel()
+			}
+			_, _, errs[i] = st.Enqueue(ctx, heraldtest.Notification(t, fmt.Sprintf("n%d", i), time.Now()), false)
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if i%3 != 0 {
+			require.NoError(t, err, "n%d", i)
+		}
+		if err == nil {
+			_, err := st.Get(context.Background(), fmt.Sprintf("n%d", i))
+			require.NoError(t, err, "n%d was answered as stored", i)
+		}
+	}
+	_, status, err := st.Enqueue(context.Background(), heraldtest.Notification(t, "after", time.Now()), false)
+	require.NoError(t, err)
+	require.Equal(t, store.Created, status)
+}
+
 // TestConcurrentEnqueuesShareScripts enqueues from many goroutines at once:
 // each gets its own answer, and the store writes them in fewer scripts
 // than notifications.

@@ -80,7 +80,22 @@ func (s *Store) Enqueue(ctx context.Context, n *notify.Notification, replace boo
 // set. A due time the store cannot hold exactly is a *notify.FieldError
 // naming send_at. The returned error is for a failure of the whole batch;
 // per-item outcomes are in the results.
+//
+// A batch of one is written together with the other single enqueues made at
+// the same time, as Enqueue's are.
 func (s *Store) EnqueueBatch(ctx context.Context, reqs []EnqueueRequest) ([]EnqueueResult, error) {
+	if len(reqs) == 1 {
+		res, err := s.batcher.do(ctx, reqs[0])
+		if err != nil {
+			return nil, err
+		}
+		return []EnqueueResult{res}, nil
+	}
+	return s.enqueueBatch(ctx, reqs)
+}
+
+// enqueueBatch writes reqs at once; see EnqueueBatch.
+func (s *Store) enqueueBatch(ctx context.Context, reqs []EnqueueRequest) ([]EnqueueResult, error) {
 	if len(reqs) > MaxBatch {
 		return nil, fmt.Errorf("enqueue: %d notifications, more than %d", len(reqs), MaxBatch)
 	}
@@ -154,8 +169,12 @@ type enqueueItem struct {
 }
 
 // enqueueCalls builds one script call per shard for items, and returns the
-// items of each call in order.
+// items of each call in order. New notifications without an order key, on
+// a Redis that holds every shard, go in one call whatever their shards.
 func (s *Store) enqueueCalls(items []*enqueueItem, now time.Time) ([]*scriptCall, [][]*enqueueItem) {
+	if s.oneNode && len(items) > 1 && !slices.ContainsFunc(items, (*enqueueItem).special) {
+		return []*scriptCall{s.enqueueNewCall(items, now)}, [][]*enqueueItem{items}
+	}
 	byShard := map[int][]*enqueueItem{}
 	for _, it := range items {
 		shard := s.keys.shardFor(it.req.Notification)
@@ -195,14 +214,36 @@ func (s *Store) enqueueCalls(items []*enqueueItem, now time.Time) ([]*scriptCall
 			keyList = append(keyList, k.dead(shard, t))
 		}
 		script := enqueueScript
-		if one := group[0].req; len(group) == 1 && !one.Replace && one.Attempts == 0 && one.Dead == nil &&
-			one.Notification.OrderKey == "" && group[0].oldQueue == "" {
+		if len(group) == 1 && !group[0].special() {
 			script = enqueueOneScript
 		}
 		calls = append(calls, &scriptCall{script: script, keys: keyList, args: args})
 		groups = append(groups, group)
 	}
 	return calls, groups
+}
+
+// special says whether it needs enqueueScript: a replace, an import, or an
+// order key.
+func (it *enqueueItem) special() bool {
+	r := it.req
+	return r.Replace || r.Attempts != 0 || r.Dead != nil || r.Notification.OrderKey != "" || it.oldQueue != ""
+}
+
+// enqueueNewCall builds the enqueueNewScript call of items, none special,
+// across shards.
+func (s *Store) enqueueNewCall(items []*enqueueItem, now time.Time) *scriptCall {
+	k := s.keys
+	keyList := make([]string, 0, 3*len(items))
+	args := make([]any, 3, 3+6*len(items))
+	args[0], args[1], args[2] = ms(now), k.wake(), s.cfg.WakeHorizon.Milliseconds()
+	for _, it := range items {
+		n := it.req.Notification
+		shard, queue := k.shardFor(n), queueOf(n.Channel, n.Topic)
+		keyList = append(keyList, k.job(shard), k.stats(shard), k.due(shard, queue))
+		args = append(args, n.ID, it.content, it.due, shard, queue, n.Topic)
+	}
+	return &scriptCall{script: enqueueNewScript, keys: keyList, args: args}
 }
 
 // enqueueResults fills in the result of each item from its code: a new or

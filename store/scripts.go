@@ -61,8 +61,12 @@ const maxScriptBatch = 1000
 // defining them.
 var luaHelpers = []struct{ name, code string }{
 	{"header", `-- header reads a content's header line: digest, channel letter, ttr (ms), topic.
+-- The digest is cut to what the store writes (digestLen), so that records
+-- written with a longer one compare alike.
 local function header(content)
-  return string.match(content, '^(%S+) (%l) (%d+) ([^\n]+)\n')
+  local d, c, t, p = string.match(content, '^(%S+) (%l) (%d+) ([^\n]+)\n')
+  if d then d = string.sub(d, 1, DIGEST_LEN) end
+  return d, c, t, p
 end`},
 	{"queue_of", `local function queue_of(channel, topic)
   if channel == 'u' then return 'pull.' .. topic end
@@ -240,7 +244,7 @@ func newScript(body string) *redis.Script {
 		codes = append(codes, fmt.Sprint(c.code))
 	}
 	src := "local " + strings.Join(names, ", ") + " = " + strings.Join(codes, ", ") + "\n" +
-		fmt.Sprintf("local MAX_BATCH = %d\n", maxScriptBatch)
+		fmt.Sprintf("local MAX_BATCH, DIGEST_LEN = %d, %d\n", maxScriptBatch, digestLen)
 	uses := regexp.MustCompile(`[A-Za-z_]\w*`)
 	needed := map[string]bool{}
 	for _, w := range uses.FindAllString(body, -1) {
@@ -431,20 +435,95 @@ return codes
 // enqueueOneScript stores one new notification: the common case of a
 // single enqueue, kept apart from enqueueScript so that each call pays for
 // nothing it does not use. It takes enqueueScript's keys and arguments with
-// exactly one plain item (no replace, no import, no order key), and returns
-// its code alone (OK, EXISTS or CONFLICT).
+// exactly one plain item (no replace, no import, no order key); those it
+// reads:
+//
+//	KEYS[1]   job HASH
+//	KEYS[4]   stats HASH
+//	KEYS[9]   due ZSET of the item's queue
+//	          (KEYS[2], [3], [5] to [8] and [10] as enqueueScript's, unused)
+//	ARGV[1]   now (ms)
+//	ARGV[2]   wake channel
+//	ARGV[3]   shard
+//	ARGV[6]   wake horizon (ms)
+//	ARGV[7]   id
+//	ARGV[8]   content
+//	ARGV[9]   due (ms)
+//	ARGV[10]  replace: must be 0
+//	ARGV[13]  topic
+//	ARGV[14]  queue
+//	ARGV[17]  attempts already made: must be 0
+//	ARGV[18]  dead-letter history entry: must be ""
+//	ARGV[19]  order key: must be ""
+//	          (ARGV[4], [5], [11], [12], [15], [16] as enqueueScript's)
+//
+// Returns its code alone (OK, EXISTS or CONFLICT).
 var enqueueOneScript = newScript(`
-local horizon, due = tonumber(ARGV[6]), tonumber(ARGV[9])
-if #ARGV ~= 19 or #KEYS ~= 10 or ARGV[7] == '' or not horizon or not due or ARGV[10] ~= '0' or ARGV[19] ~= '' then
+local now, horizon, due = tonumber(ARGV[1]), tonumber(ARGV[6]), tonumber(ARGV[9])
+if #ARGV ~= 19 or #KEYS ~= 10 or ARGV[7] == '' or not now or not horizon or not due or ARGV[10] ~= '0' or
+    ARGV[17] ~= '0' or ARGV[18] ~= '' or ARGV[19] ~= '' then
   return redis.error_reply('ERR herald enqueue one: bad arguments')
 end
 if redis.call('HSETNX', KEYS[1], ARGV[7], ARGV[8]) == 0 then
   if header(redis.call('HGET', KEYS[1], ARGV[7])) == header(ARGV[8]) then return EXISTS end
   return CONFLICT
 end
-schedule(KEYS[9], {ARGV[9], ARGV[7]}, due, ARGV[2], ARGV[14], ARGV[3], tonumber(ARGV[1]) + horizon)
+schedule(KEYS[9], {ARGV[9], ARGV[7]}, due, ARGV[2], ARGV[14], ARGV[3], now + horizon)
 redis.call('HINCRBY', KEYS[4], ARGV[13] .. ':scheduled', 1)
 return OK
+`)
+
+// enqueueNewScript stores a batch of new notifications without an order
+// key, of any shards: on a Redis holding every shard, concurrent single
+// enqueues then cost one script between them, not one per shard.
+//
+//	KEYS[3i+1]  job HASH of item i's shard (i from 0)
+//	KEYS[3i+2]  stats HASH of item i's shard
+//	KEYS[3i+3]  due ZSET of item i's queue in its shard
+//	ARGV[1]     now (ms)
+//	ARGV[2]     wake channel
+//	ARGV[3]     wake horizon (ms), as enqueueScript's ARGV[6]
+//	ARGV[4..]   6 per item: id, content, due (ms), shard, queue, topic
+//
+// Returns per item its code: OK, EXISTS or CONFLICT. An id twice in one
+// batch: the second is compared with the first.
+var enqueueNewScript = newScript(`
+local now, horizon, n = tonumber(ARGV[1]), tonumber(ARGV[3]), (#ARGV - 3) / 6
+if not now or not horizon or ARGV[2] == '' or n < 1 or n % 1 ~= 0 or n > MAX_BATCH or #KEYS ~= 3 * n then
+  return redis.error_reply('ERR herald enqueue new: bad arguments')
+end
+for i = 0, n - 1 do
+  local b = 4 + 6 * i
+  if ARGV[b] == '' or not tonumber(ARGV[b + 2]) or ARGV[b + 3] == '' or ARGV[b + 4] == '' or ARGV[b + 5] == '' then
+    return redis.error_reply('ERR herald enqueue new: bad item ' .. (i + 1))
+  end
+end
+local codes, adds, deltas = {}, {}, {}
+for i = 0, n - 1 do
+  local b, k = 4 + 6 * i, 3 * i
+  local id, content, due = ARGV[b], ARGV[b + 1], tonumber(ARGV[b + 2])
+  if redis.call('HSETNX', KEYS[k + 1], id, content) == 1 then
+    codes[i + 1] = OK
+    local a = adds[KEYS[k + 3]]
+    if not a then
+      a = {pairs = {}, earliest = due, shard = ARGV[b + 3], queue = ARGV[b + 4]}
+      adds[KEYS[k + 3]] = a
+    end
+    a.pairs[#a.pairs + 1] = ARGV[b + 2]
+    a.pairs[#a.pairs + 1] = id
+    a.earliest = math.min(a.earliest, due)
+    local d = deltas[KEYS[k + 2]]
+    if not d then d = {}; deltas[KEYS[k + 2]] = d end
+    bump(d, ARGV[b + 5], 'scheduled', 1)
+  elseif header(redis.call('HGET', KEYS[k + 1], id)) == header(content) then
+    codes[i + 1] = EXISTS
+  else
+    codes[i + 1] = CONFLICT
+  end
+end
+for key, a in pairs(adds) do schedule(key, a.pairs, a.earliest, ARGV[2], a.queue, a.shard, now + horizon) end
+for key, d in pairs(deltas) do flush(key, d) end
+return codes
 `)
 
 // reserveScript reserves up to a limit of due notifications of one queue

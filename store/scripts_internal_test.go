@@ -108,6 +108,13 @@ func TestRejectedCallChangesNothing(t *testing.T) {
 		{"FinishRetryWithoutDue", finishScript, finishKeys, []any{ms(now), 1000, k.wake(), 0, 1, 1, 60,
 			reserved[0].ID, reserved[0].Receipt, "ack", "", 0, 0, "jobs", "{}", "", "", 0, 0,
 			reserved[1].ID, reserved[1].Receipt, "retry", "", 1, 0, "jobs", "{}", "", "", 0, 0}},
+		{"EnqueueNewBadDue", enqueueNewScript, []string{k.job(0), k.stats(0), k.due(0, PullQueue("jobs")),
+			k.job(0), k.stats(0), k.due(0, PullQueue("jobs"))}, []any{ms(now), k.wake(), 5000,
+			"d", encodeContent(good, now), ms(now), 0, "pull.jobs", "jobs",
+			"e", encodeContent(good, now), "soon", 0, "pull.jobs", "jobs"}},
+		{"EnqueueNewMissingKey", enqueueNewScript, []string{k.job(0), k.stats(0), k.due(0, PullQueue("jobs")), k.job(0), k.stats(0)},
+			[]any{ms(now), k.wake(), 5000, "d", encodeContent(good, now), ms(now), 0, "pull.jobs", "jobs",
+				"e", encodeContent(good, now), ms(now), 0, "pull.jobs", "jobs"}},
 		{"ReserveBadLimit", reserveScript, []string{k.due(0, PullQueue("jobs")), k.reserved(0), k.job(0), k.state(0), k.stats(0)},
 			[]any{ms(time.Now()), 0, "r."}},
 	}
@@ -165,4 +172,38 @@ func TestQuarantine(t *testing.T) {
 	stats, err := st.Stats(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, stats["jobs"].Reserved, "the quarantined ones left the gauges")
+}
+
+// TestLongDigestsCompareAlike stores a record the way earlier versions did,
+// with the whole 32-character digest in its header: enqueueing the same
+// content again is Existing, alone or in a batch, and other content a
+// conflict.
+func TestLongDigestsCompareAlike(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := redistest.Start(t, redistest.Options{}).Client(t)
+	st, err := New(&Config{Client: client, Shards: 2})
+	require.NoError(t, err)
+	now := time.Now().UTC()
+	build := func(id, digest string) *notify.Notification {
+		return &notify.Notification{ID: id, Topic: "jobs", Channel: notify.ChannelPull, Payload: json.RawMessage(`{}`),
+			Backoff: []notify.Duration{0}, TTR: notify.Duration(time.Minute), SendAt: now.Add(time.Hour), Digest: digest}
+	}
+	const long = "0123456789abcdef0123456789abcdef"
+	for _, id := range []string{"a", "b"} {
+		n := build(id, long)
+		content := encodeContent(n, now)
+		require.Equal(t, long[:digestLen]+" ", string(content[:digestLen+1]))
+		old := append([]byte(long), content[digestLen:]...)
+		require.NoError(t, client.HSet(ctx, st.keys.job(st.keys.shardFor(n)), id, old).Err())
+	}
+
+	_, status, err := st.Enqueue(ctx, build("a", long), false)
+	require.NoError(t, err)
+	require.Equal(t, Existing, status)
+	res, err := st.EnqueueBatch(ctx, []EnqueueRequest{{Notification: build("b", long)}, {Notification: build("a", "ffff"+long[4:])}})
+	require.NoError(t, err)
+	require.NoError(t, res[0].Err)
+	require.Equal(t, Existing, res[0].Status)
+	require.ErrorIs(t, res[1].Err, notify.ErrConflict)
 }

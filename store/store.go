@@ -124,6 +124,10 @@ type Store struct {
 	rotate atomic.Int64
 	// batcher writes concurrent single enqueues together.
 	batcher batcher
+	// oneNode is set when every shard lives on one Redis (a standalone or
+	// Sentinel-managed master, not a Cluster): a script may then span
+	// shards.
+	oneNode bool
 	// quarantined counts the records moved aside as undecodable.
 	quarantined atomic.Int64
 
@@ -141,6 +145,7 @@ func New(cfg *Config) (*Store, error) {
 	}
 	s := &Store{client: cfg.Client, keys: keys{ns: cfg.Namespace, shards: cfg.Shards}, cfg: cfg}
 	s.batcher.store = s
+	_, s.oneNode = cfg.Client.(*redis.Client)
 	return s, nil
 }
 

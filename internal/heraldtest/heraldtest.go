@@ -8,7 +8,10 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -131,4 +134,33 @@ func RequireStatsMatch(tb testing.TB, st *store.Store) {
 		return out
 	}
 	require.Equal(tb, gauges(counted), gauges(kept), "gauges [scheduled waiting reserved dead] per topic: counted afresh vs kept by the scripts")
+}
+
+// BenchPayload is the benchmarks' payload: an order of about 100 bytes.
+var BenchPayload = []byte(`{"order":"2026112200001","amount":"10.00","note":"` + strings.Repeat("x", 48) + `"}`)
+
+// EnqueueConcurrently enqueues count pull notifications "n1".."n<count>" of
+// topic bench with BenchPayload from producers goroutines, each making
+// single calls as a service's request handlers would, and returns when all
+// are stored.
+func EnqueueConcurrently(tb testing.TB, st *store.Store, set *policy.Set, producers, count int) {
+	tb.Helper()
+	var seq atomic.Int64
+	var wg sync.WaitGroup
+	for range producers {
+		wg.Go(func() {
+			for i := seq.Add(1); i <= int64(count); i = seq.Add(1) {
+				n, err := set.Resolve(&notify.Request{ID: "n" + strconv.FormatInt(i, 10), Topic: "bench",
+					Channel: notify.ChannelPull, Payload: BenchPayload}, time.Now(), 0)
+				if err == nil {
+					_, _, err = st.Enqueue(context.Background(), n, false)
+				}
+				if err != nil {
+					tb.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }

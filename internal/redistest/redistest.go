@@ -34,8 +34,14 @@ type Options struct {
 	// AOF turns on the append-only file with fsync on every write, in the
 	// server's own temporary directory, so a restart keeps the data.
 	AOF bool
-	// Args are extra redis-server arguments, such as "--cluster-enabled yes".
+	// Args are extra redis-server arguments, such as "--cluster-enabled yes";
+	// they override the ones Start sets ("--appendfsync everysec" after AOF).
 	Args []string
+	// Port is the port to listen on, for a test that points Herald at an
+	// address before a server answers there. Default: a free one.
+	Port int
+
+	sentinelConf string // the configuration file of a Sentinel
 }
 
 // Server is one redis-server process owned by a test.
@@ -126,9 +132,12 @@ func StartDir(dir string, opts Options) (*Server, error) {
 	s := &Server{opts: opts, dir: dir}
 	var lastErr error
 	for range 5 { // a free port can be taken between probe and bind
-		port, err := freePort()
+		port, err := FreePort()
 		if err != nil {
 			return nil, err
+		}
+		if opts.Port != 0 {
+			port = opts.Port
 		}
 		s.port = port
 		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
@@ -139,7 +148,8 @@ func StartDir(dir string, opts Options) (*Server, error) {
 	return nil, lastErr
 }
 
-func freePort() (int, error) {
+// FreePort returns a loopback port nothing listens on now (never 6379).
+func FreePort() (int, error) {
 	for range 20 {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -159,15 +169,18 @@ func (s *Server) launch() error {
 		"--port", strconv.Itoa(s.port),
 		"--bind", "127.0.0.1",
 		"--dir", s.dir,
-		"--save", "",
 		"--daemonize", "no",
 		"--logfile", filepath.Join(s.dir, "redis.log"),
-		"--dbfilename", "dump.rdb",
 	}
-	if s.opts.AOF {
-		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
-	} else {
-		args = append(args, "--appendonly", "no")
+	switch {
+	case s.opts.sentinelConf != "":
+		// A Sentinel rewrites its own configuration file as it learns the
+		// replicas, the other Sentinels and failovers.
+		args = append([]string{s.opts.sentinelConf, "--sentinel"}, args...)
+	case s.opts.AOF:
+		args = append(args, "--save", "", "--dbfilename", "dump.rdb", "--appendonly", "yes", "--appendfsync", "always")
+	default:
+		args = append(args, "--save", "", "--dbfilename", "dump.rdb", "--appendonly", "no")
 	}
 	args = append(args, s.opts.Args...)
 	cmd := exec.Command("redis-server", args...)
@@ -371,4 +384,110 @@ func (c *Cluster) Client(tb testing.TB) *redis.ClusterClient {
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, DialTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
 	tb.Cleanup(func() { _ = cc.Close() })
 	return cc
+}
+
+// SentinelOptions configure the Sentinels StartSentinels starts.
+type SentinelOptions struct {
+	// MasterName is the name the Sentinels monitor the master under.
+	MasterName string
+	// Quorum is how many Sentinels must agree the master is down. Default
+	// a majority.
+	Quorum int
+	// DownAfter is how long the master must not answer to be down.
+	// Default 500ms, so that a test's failover takes a second or two.
+	DownAfter time.Duration
+	// FailoverTimeout bounds a failover. Default 2s.
+	FailoverTimeout time.Duration
+}
+
+// Sentinels are Redis Sentinels watching one master.
+type Sentinels struct {
+	Nodes []*Server
+	opts  SentinelOptions
+}
+
+// StartSentinels starts n Sentinels watching master for tb, and waits until
+// each knows the others and replicas replicas of master, so a failover can
+// start as soon as master fails.
+func StartSentinels(tb testing.TB, master *Server, n, replicas int, opts SentinelOptions) *Sentinels {
+	tb.Helper()
+	if opts.Quorum == 0 {
+		opts.Quorum = n/2 + 1
+	}
+	if opts.DownAfter == 0 {
+		opts.DownAfter = 500 * time.Millisecond
+	}
+	if opts.FailoverTimeout == 0 {
+		opts.FailoverTimeout = 2 * time.Second
+	}
+	ss := &Sentinels{opts: opts}
+	for range n {
+		dir := tb.TempDir()
+		conf := filepath.Join(dir, "sentinel.conf")
+		body := fmt.Sprintf("sentinel monitor %[1]s 127.0.0.1 %[2]d %[3]d\n"+
+			"sentinel down-after-milliseconds %[1]s %[4]d\nsentinel failover-timeout %[1]s %[5]d\n",
+			opts.MasterName, master.port, opts.Quorum, opts.DownAfter.Milliseconds(), opts.FailoverTimeout.Milliseconds())
+		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+			tb.Fatalf("redistest: %v", err)
+		}
+		s, err := StartDir(dir, Options{sentinelConf: conf})
+		if err != nil {
+			tb.Fatalf("redistest: sentinel: %v", err)
+		}
+		tb.Cleanup(s.Stop)
+		ss.Nodes = append(ss.Nodes, s)
+	}
+	// Sentinels find each other through hello messages every 2s.
+	deadline := time.Now().Add(20 * time.Second)
+	for _, s := range ss.Nodes {
+		c := redis.NewSentinelClient(&redis.Options{Addr: s.Addr, DialTimeout: time.Second})
+		for !ss.ready(c, n-1, replicas) {
+			if time.Now().After(deadline) {
+				_ = c.Close()
+				tb.Fatalf("redistest: sentinel %s did not see %d other sentinels and %d replicas within 20s", s.Addr, n-1, replicas)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		_ = c.Close()
+	}
+	return ss
+}
+
+func (ss *Sentinels) ready(c *redis.SentinelClient, others, replicas int) bool {
+	ctx := context.Background()
+	peers, err := c.Sentinels(ctx, ss.opts.MasterName).Result()
+	if err != nil || len(peers) < others {
+		return false
+	}
+	got, err := c.Replicas(ctx, ss.opts.MasterName).Result()
+	if err != nil {
+		return false
+	}
+	up := 0
+	for _, r := range got {
+		if !strings.Contains(r["flags"], "down") && r["master-link-status"] == "ok" {
+			up++
+		}
+	}
+	return up >= replicas
+}
+
+// Addrs returns the Sentinels' addresses.
+func (ss *Sentinels) Addrs() []string {
+	addrs := make([]string, len(ss.Nodes))
+	for i, s := range ss.Nodes {
+		addrs[i] = s.Addr
+	}
+	return addrs
+}
+
+// Master returns the address the first Sentinel names as the master.
+func (ss *Sentinels) Master(ctx context.Context) (string, error) {
+	c := redis.NewSentinelClient(&redis.Options{Addr: ss.Nodes[0].Addr, DialTimeout: time.Second})
+	defer c.Close()
+	got, err := c.GetMasterAddrByName(ctx, ss.opts.MasterName).Result()
+	if err != nil {
+		return "", err
+	}
+	return net.JoinHostPort(got[0], got[1]), nil
 }

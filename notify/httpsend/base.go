@@ -5,7 +5,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/heraldhq/herald/policy"
+	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/templates"
 )
 
@@ -16,14 +16,16 @@ const TimeoutDefault = 10 * time.Second
 // Common is the configuration every HTTP sender shares; the webhook, sms and
 // poll Configs embed it.
 type Common struct {
-	// Timeout caps one attempt's request: the notification's policy sets the
-	// timeout, and this is the longest any policy may have
+	// Timeout caps one attempt's request: the notification's rules set the
+	// timeout, and this is the longest any of them may have
 	// (senders.webhook.timeout). Default TimeoutDefault.
 	Timeout time.Duration
-	// Policies returns the current policy set. It is called on every
-	// attempt, so a hot reload applies to the next attempt. Default: a set
-	// with only the default policy.
-	Policies func() *policy.Set
+	// Rules returns the delivery rules of an attempt (its policy's timeout,
+	// retry_on, success_body, and its topic's poll condition); Herald wires
+	// policy.CurrentRules here. It is called on every attempt, so a hot
+	// reload applies to the next attempt. Default: notify.Rules{}, the
+	// default retry_on and no poll condition.
+	Rules notify.RulesFunc
 	// Templates renders notifications that name a template. nil: such
 	// notifications fail permanently.
 	Templates *templates.Set
@@ -42,8 +44,8 @@ type Base struct {
 	// Templates renders bodies; nil renders payloads only.
 	Templates *templates.Set
 
-	policies func() *policy.Set
-	timeout  time.Duration
+	rules   notify.RulesFunc
+	timeout time.Duration
 	// nowFunc stamps webhook-timestamp and measures HTTP-date Retry-After.
 	nowFunc func() time.Time
 }
@@ -55,26 +57,33 @@ func NewBase(c *Common) (*Base, error) {
 	if err != nil {
 		return nil, err
 	}
+	rules := c.Rules
+	if rules == nil {
+		rules = defaultRules
+	}
 	return &Base{
 		Client:    client,
 		Templates: c.Templates,
-		policies:  policiesOrDefault(c.Policies),
+		rules:     rules,
 		timeout:   cmp.Or(c.Timeout, TimeoutDefault),
 		nowFunc:   time.Now,
 	}, nil
 }
 
-// Policies returns the current policy set.
-func (b *Base) Policies() *policy.Set { return b.policies() }
+// defaultRules are the rules of a sender given none.
+func defaultRules(*notify.Notification) notify.Rules { return notify.Rules{} }
+
+// Rules returns the delivery rules of an attempt of n now.
+func (b *Base) Rules(n *notify.Notification) notify.Rules { return b.rules(n) }
 
 // Now returns the sender's clock.
 func (b *Base) Now() time.Time { return b.nowFunc() }
 
-// Begin bounds an attempt under policy p: ctx ends at p's timeout, or at the
+// Begin bounds an attempt under rules r: ctx ends at r's timeout, or at the
 // configured cap when that is shorter.
-func (b *Base) Begin(ctx context.Context, p *policy.Policy) (context.Context, context.CancelFunc) {
+func (b *Base) Begin(ctx context.Context, r *notify.Rules) (context.Context, context.CancelFunc) {
 	timeout := b.timeout
-	if pt := time.Duration(p.Timeout); pt > 0 && pt < timeout {
+	if pt := r.Timeout; pt > 0 && pt < timeout {
 		timeout = pt
 	}
 	return context.WithTimeout(ctx, timeout)

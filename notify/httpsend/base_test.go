@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/notify"
-	"github.com/heraldhq/herald/policy"
 )
 
 func TestBeginCapsThePolicyTimeout(t *testing.T) {
@@ -28,7 +27,7 @@ func TestBeginCapsThePolicyTimeout(t *testing.T) {
 			base, err := NewBase(&Common{Timeout: tt.cap})
 			require.NoError(t, err)
 			start := time.Now()
-			ctx, cancel := base.Begin(context.Background(), &policy.Policy{Timeout: notify.Duration(tt.policyTO)})
+			ctx, cancel := base.Begin(context.Background(), &notify.Rules{Timeout: tt.policyTO})
 			defer cancel()
 			deadline, ok := ctx.Deadline()
 			require.True(t, ok)

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/notify"
-	"github.com/heraldhq/herald/policy"
 )
 
 // StatusError is an attempt that reached the receiver and got a status that
@@ -32,12 +31,12 @@ func (e *StatusError) Error() string {
 	return msg
 }
 
-// ClassifyError turns a transport error into an attempt's outcome under p:
+// ClassifyError turns a transport error into an attempt's outcome under r:
 // an error already permanent stays so; a refused address is permanent; a timeout and any other network failure
-// (refused connection, unknown host, reset) are retried when p's retry_on
+// (refused connection, unknown host, reset) are retried when r's retry_on
 // names "timeout" or "network", and permanent otherwise. A cancelled context
 // (the dispatcher shutting down) is returned as it is, retryable.
-func ClassifyError(p *policy.Policy, err error) error {
+func ClassifyError(r *notify.Rules, err error) error {
 	var (
 		blocked *BlockedError
 		perm    *notify.PermanentError
@@ -52,11 +51,11 @@ func ClassifyError(p *policy.Policy, err error) error {
 	case errors.Is(err, context.Canceled):
 		return err
 	case isTimeout(err):
-		if p.Retries("timeout") {
+		if r.Retries("timeout") {
 			return err
 		}
 		return notify.Permanent(err)
-	case p.Retries("network"):
+	case r.Retries("network"):
 		return err
 	default:
 		return notify.Permanent(err)
@@ -68,21 +67,21 @@ func isTimeout(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }
 
-// ClassifyStatus turns a response into an attempt's outcome under p: nil
-// for a 2xx; a retry for a status p's retry_on names, carrying the
-// receiver's Retry-After when p honours it; permanent for any other status,
+// ClassifyStatus turns a response into an attempt's outcome under r: nil
+// for a 2xx; a retry for a status r's retry_on names, carrying the
+// receiver's Retry-After when r honours it; permanent for any other status,
 // a 3xx included (redirects are not followed). now is the clock that an
 // HTTP-date Retry-After is measured against.
-func ClassifyStatus(p *policy.Policy, res *Result, now time.Time) error {
+func ClassifyStatus(r *notify.Rules, res *Result, now time.Time) error {
 	if res.StatusCode >= 200 && res.StatusCode < 300 {
 		return nil
 	}
 	err := &StatusError{StatusCode: res.StatusCode, Body: notify.CutError(string(bytes.TrimSpace(res.Body)))}
-	if !p.RetriesStatus(res.StatusCode) {
+	if !r.RetriesStatus(res.StatusCode) {
 		return notify.Permanent(err)
 	}
 	var after time.Duration
-	if p.HonorRetryAfter {
+	if r.HonorRetryAfter {
 		after = RetryAfter(res.Header.Get("Retry-After"), now)
 	}
 	return notify.Retry(err, after)

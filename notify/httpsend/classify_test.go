@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/notify"
-	"github.com/heraldhq/herald/policy"
 )
 
 func TestRetryAfter(t *testing.T) {
@@ -43,28 +42,28 @@ func TestRetryAfter(t *testing.T) {
 func TestClassifyError(t *testing.T) {
 	t.Parallel()
 
-	defaults := policy.Policy{}.WithDefaults()
-	strict := policy.Policy{RetryOn: []string{"5xx"}}.WithDefaults()
+	defaults := notify.Rules{}
+	strict := notify.Rules{RetryOn: []string{"5xx"}}
 	blocked := &BlockedError{Host: "10.0.0.1", Addr: netip.MustParseAddr("10.0.0.1"), Reason: "private"}
 	refused := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", errors.New("connection refused"))}
 
 	for _, tt := range []struct {
 		name      string
-		policy    policy.Policy
+		rules     notify.Rules
 		err       error
 		permanent bool
 	}{
-		{name: "Blocked", policy: defaults, err: fmt.Errorf("post: %w", blocked), permanent: true},
-		{name: "Deadline", policy: defaults, err: fmt.Errorf("post: %w", context.DeadlineExceeded)},
-		{name: "DeadlineNotRetried", policy: strict, err: context.DeadlineExceeded, permanent: true},
-		{name: "Refused", policy: defaults, err: refused},
-		{name: "RefusedNotRetried", policy: strict, err: refused, permanent: true},
-		{name: "UnknownHost", policy: defaults, err: &net.DNSError{Err: "no such host", Name: "x.test", IsNotFound: true}},
-		{name: "CanceledAlwaysRetryable", policy: strict, err: context.Canceled},
+		{name: "Blocked", rules: defaults, err: fmt.Errorf("post: %w", blocked), permanent: true},
+		{name: "Deadline", rules: defaults, err: fmt.Errorf("post: %w", context.DeadlineExceeded)},
+		{name: "DeadlineNotRetried", rules: strict, err: context.DeadlineExceeded, permanent: true},
+		{name: "Refused", rules: defaults, err: refused},
+		{name: "RefusedNotRetried", rules: strict, err: refused, permanent: true},
+		{name: "UnknownHost", rules: defaults, err: &net.DNSError{Err: "no such host", Name: "x.test", IsNotFound: true}},
+		{name: "CanceledAlwaysRetryable", rules: strict, err: context.Canceled},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			err := ClassifyError(&tt.policy, tt.err)
+			err := ClassifyError(&tt.rules, tt.err)
 			require.ErrorIs(t, err, tt.err)
 			var perm *notify.PermanentError
 			require.Equal(t, tt.permanent, errors.As(err, &perm))
@@ -77,28 +76,28 @@ func TestClassifyStatus(t *testing.T) {
 	t.Parallel()
 
 	now := time.Now()
-	honoring := policy.Policy{HonorRetryAfter: true}.WithDefaults()
-	ignoring := policy.Policy{}.WithDefaults()
+	honoring := notify.Rules{HonorRetryAfter: true}
+	ignoring := notify.Rules{}
 	header := http.Header{"Retry-After": {"30"}}
 
 	for _, tt := range []struct {
 		name       string
-		policy     policy.Policy
+		rules      notify.Rules
 		status     int
 		permanent  bool
 		retryAfter time.Duration
 	}{
-		{name: "OK", policy: honoring, status: 200},
-		{name: "NoContent", policy: honoring, status: 204},
-		{name: "TooManyHonoured", policy: honoring, status: 429, retryAfter: 30 * time.Second},
-		{name: "TooManyIgnored", policy: ignoring, status: 429},
-		{name: "Unavailable", policy: honoring, status: 503, retryAfter: 30 * time.Second},
-		{name: "Redirect", policy: honoring, status: 301, permanent: true},
-		{name: "BadRequestIgnoresRetryAfter", policy: honoring, status: 400, permanent: true},
+		{name: "OK", rules: honoring, status: 200},
+		{name: "NoContent", rules: honoring, status: 204},
+		{name: "TooManyHonoured", rules: honoring, status: 429, retryAfter: 30 * time.Second},
+		{name: "TooManyIgnored", rules: ignoring, status: 429},
+		{name: "Unavailable", rules: honoring, status: 503, retryAfter: 30 * time.Second},
+		{name: "Redirect", rules: honoring, status: 301, permanent: true},
+		{name: "BadRequestIgnoresRetryAfter", rules: honoring, status: 400, permanent: true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			err := ClassifyStatus(&tt.policy, &Result{StatusCode: tt.status, Header: header, Body: []byte(" busy \n")}, now)
+			err := ClassifyStatus(&tt.rules, &Result{StatusCode: tt.status, Header: header, Body: []byte(" busy \n")}, now)
 			if tt.status < 300 {
 				require.NoError(t, err)
 				return

@@ -1,17 +1,21 @@
 // Package httpsend is the HTTP plumbing that the webhook, sms and poll
 // senders share, so that each of them gets the same guarantees:
 //
-//   - an SSRF guard in the dialer (Guard) that refuses loopback, private,
-//     link-local, multicast, unspecified, carrier-grade NAT and reserved
-//     addresses after DNS resolution, unless the configuration allows their
+//   - an SSRF guard in the dialer (Guard) that refuses, after DNS
+//     resolution, every address the IANA special-purpose registries mark
+//     not globally reachable (loopback, private, link-local, carrier-grade
+//     NAT, benchmarking, documentation, reserved and the like), multicast,
+//     and IPv6 addresses that carry such an IPv4 address (NAT64, 6to4,
+//     Teredo, IPv4-compatible, SIIT), unless the configuration allows their
 //     networks;
 //   - no proxy from the environment (it would hide the real destination from
 //     the guard), no cookie jar (cookies must not travel between
 //     notifications), no redirects followed, and keep-alive connections
 //     reused across attempts;
 //   - a response read capped at ReadLimit;
-//   - one classification of outcomes under a policy: ClassifyError for
-//     transport failures and ClassifyStatus for HTTP statuses.
+//   - one classification of outcomes under a notification's notify.Rules:
+//     ClassifyError for transport failures and ClassifyStatus for HTTP
+//     statuses.
 package httpsend
 
 import (
@@ -21,7 +25,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"os"
 	"slices"
 	"time"
@@ -29,7 +32,6 @@ import (
 	"github.com/go-resty/resty/v2"
 
 	"github.com/heraldhq/herald/notify"
-	"github.com/heraldhq/herald/policy"
 )
 
 // Defaults and limits of the client.
@@ -116,41 +118,41 @@ func LoggerOrDefault(l *slog.Logger) *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
-// policiesOrDefault returns f, or, when f is nil, a function that returns a
-// set holding only the default policy: what a sender uses when it is given
-// no policies.
-func policiesOrDefault(f func() *policy.Set) func() *policy.Set {
-	if f != nil {
-		return f
-	}
-	set, err := policy.NewSet(nil, nil)
-	if err != nil {
-		panic(fmt.Sprintf("httpsend: the default policy set is invalid: %v", err))
-	}
-	return func() *policy.Set { return set }
+// Request is one HTTP request of an attempt, as a sender builds it: the
+// client adds the User-Agent, sends it through the SSRF guard and reads the
+// answer (Client.Do). It keeps the HTTP library out of the senders' code.
+type Request struct {
+	// Method is the HTTP method, such as http.MethodPost.
+	Method string
+	// URL is the target; Do refuses anything but an http or https URL.
+	URL string
+	// Header holds the request's headers. Set canonicalizes names; assign
+	// Header[name] directly to send a name as it is spelt ("webhook-id").
+	Header http.Header
+	// Body is sent as it is; nil sends none.
+	Body []byte
 }
 
-// Request starts a request bound to ctx. Set its headers and body, then pass
-// it to Do.
-func (c *Client) Request(ctx context.Context) *resty.Request {
-	return c.rc.R().SetContext(ctx)
+// NewRequest returns a request of method to url with no headers and no body.
+func NewRequest(method, url string) *Request {
+	return &Request{Method: method, URL: url, Header: http.Header{}}
 }
 
 // clientHeaders are the headers the client sets itself or that would break
 // the request's framing, which a notification's own headers cannot set.
 var clientHeaders = []string{"Host", "Content-Length", "Transfer-Encoding", "Connection", "Content-Type", "User-Agent"}
 
-// SetHeaders sets a notification's own headers on req, except the client's
-// own (Host, Content-Length, Transfer-Encoding, Connection, Content-Type,
-// User-Agent) and those named in reserved, which the sender sets. Names
-// compare case-insensitively.
-func SetHeaders(req *resty.Request, headers map[string]string, reserved ...string) {
+// SetNotificationHeaders sets a notification's own headers on r, except the
+// client's own (Host, Content-Length, Transfer-Encoding, Connection,
+// Content-Type, User-Agent) and those named in reserved, which the sender
+// sets. Names compare case-insensitively.
+func (r *Request) SetNotificationHeaders(headers map[string]string, reserved ...string) {
 	for k, v := range headers {
 		ck := http.CanonicalHeaderKey(k)
 		if slices.Contains(clientHeaders, ck) || slices.ContainsFunc(reserved, func(r string) bool { return http.CanonicalHeaderKey(r) == ck }) {
 			continue
 		}
-		req.SetHeader(k, v)
+		r.Header.Set(k, v)
 	}
 }
 
@@ -162,15 +164,30 @@ type Result struct {
 	Body       []byte
 }
 
-// Do sends req with method to target and reads the response. The error is
-// the transport's (a refused address, a refused connection, a timeout), or a
-// permanent one for a target that is not an http or https URL; classify it
-// with ClassifyError, and the Result with ClassifyStatus.
-func (c *Client) Do(req *resty.Request, method, target string) (*Result, error) {
-	if u, err := url.Parse(target); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, notify.Permanent(fmt.Errorf("target %q is not an http or https URL", target))
+// Do sends req, bound to ctx, and reads the response. The error is the
+// transport's (a refused address, a refused connection, a timeout), or a
+// permanent one for a target that is not an http or https URL or a header
+// that no request can carry; classify it with ClassifyError, and the Result
+// with ClassifyStatus.
+func (c *Client) Do(ctx context.Context, req *Request) (*Result, error) {
+	if !notify.ValidHTTPURL(req.URL) {
+		return nil, notify.Permanent(fmt.Errorf("target %q is not an http or https URL", req.URL))
 	}
-	resp, err := req.Execute(method, target)
+	rr := c.rc.R().SetContext(ctx)
+	for k, vs := range req.Header {
+		for _, v := range vs {
+			if !notify.ValidHeaderName(k) || !notify.ValidHeaderValue(v) {
+				// net/http would refuse the request the same way on every
+				// attempt, so it is not worth retrying.
+				return nil, notify.Permanent(fmt.Errorf("header %q: invalid name or value (control characters)", k))
+			}
+		}
+		rr.Header[k] = vs
+	}
+	if req.Body != nil {
+		rr.SetBody(req.Body)
+	}
+	resp, err := rr.Execute(req.Method, req.URL)
 	if err != nil {
 		if resp != nil && resp.RawResponse != nil {
 			resp.RawResponse.Body.Close()

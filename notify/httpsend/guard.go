@@ -29,18 +29,78 @@ var _ Resolver = ResolverFunc(nil)
 // once the guard has checked it. The default is a net.Dialer's DialContext.
 type DialFunc func(ctx context.Context, network, address string) (net.Conn, error)
 
-// blockedNetworks are the networks refused unless allowed, with the reason
-// the refusal names. Go's netip predicates cover loopback, private (RFC 1918
-// and fc00::/7), link-local, multicast and unspecified; the prefixes add what
-// they miss.
-var blockedNetworks = []struct {
+// specialNetwork is one entry of the refused set: a block and whether its
+// addresses are globally reachable. An address takes the entry of the most
+// specific block that holds it, so that a globally reachable exception
+// (192.0.0.9/32 inside 192.0.0.0/24) lets its addresses through.
+type specialNetwork struct {
 	prefix netip.Prefix
 	reason string
-}{
-	{netip.MustParsePrefix("0.0.0.0/8"), "this-network"},
-	{netip.MustParsePrefix("100.64.0.0/10"), "carrier-grade NAT"},
-	{netip.MustParsePrefix("240.0.0.0/4"), "reserved"},
+	global bool
 }
+
+// specialNetworks is every block of the IANA IPv4 and IPv6 Special-Purpose
+// Address Registries (RFC 6890, as updated to 2025), plus multicast,
+// site-local and the embedding forms the registries do not list. A block
+// whose "Globally Reachable" is False or N/A is refused; the True entries
+// are the exceptions inside refused blocks. IPv6 outside 2000::/3, which the
+// IANA address space registry leaves unassigned or special, is refused as
+// well (see blockedReason), so these IPv6 entries mostly name the reason.
+var specialNetworks = []specialNetwork{
+	// IPv4.
+	{prefix: netip.MustParsePrefix("0.0.0.0/8"), reason: "this-network"},
+	{prefix: netip.MustParsePrefix("0.0.0.0/32"), reason: "unspecified"},
+	{prefix: netip.MustParsePrefix("10.0.0.0/8"), reason: "private"},
+	{prefix: netip.MustParsePrefix("100.64.0.0/10"), reason: "carrier-grade NAT"},
+	{prefix: netip.MustParsePrefix("127.0.0.0/8"), reason: "loopback"},
+	{prefix: netip.MustParsePrefix("169.254.0.0/16"), reason: "link-local"},
+	{prefix: netip.MustParsePrefix("172.16.0.0/12"), reason: "private"},
+	{prefix: netip.MustParsePrefix("192.0.0.0/24"), reason: "IETF protocol assignment"},
+	{prefix: netip.MustParsePrefix("192.0.0.9/32"), reason: "PCP anycast", global: true},
+	{prefix: netip.MustParsePrefix("192.0.0.10/32"), reason: "TURN anycast", global: true},
+	{prefix: netip.MustParsePrefix("192.0.2.0/24"), reason: "documentation"},
+	{prefix: netip.MustParsePrefix("192.88.99.0/24"), reason: "deprecated 6to4 relay"},
+	{prefix: netip.MustParsePrefix("192.168.0.0/16"), reason: "private"},
+	{prefix: netip.MustParsePrefix("198.18.0.0/15"), reason: "benchmarking"},
+	{prefix: netip.MustParsePrefix("198.51.100.0/24"), reason: "documentation"},
+	{prefix: netip.MustParsePrefix("203.0.113.0/24"), reason: "documentation"},
+	{prefix: netip.MustParsePrefix("224.0.0.0/4"), reason: "multicast"},
+	{prefix: netip.MustParsePrefix("240.0.0.0/4"), reason: "reserved"},
+	{prefix: netip.MustParsePrefix("255.255.255.255/32"), reason: "broadcast"},
+	// IPv6.
+	{prefix: netip.MustParsePrefix("::/128"), reason: "unspecified"},
+	{prefix: netip.MustParsePrefix("::1/128"), reason: "loopback"},
+	{prefix: netip.MustParsePrefix("::/96"), reason: "IPv4-compatible"},
+	{prefix: netip.MustParsePrefix("::ffff:0:0:0/96"), reason: "SIIT IPv4-translated"},
+	{prefix: netip.MustParsePrefix("64:ff9b::/96"), reason: "NAT64", global: true},
+	{prefix: netip.MustParsePrefix("64:ff9b:1::/48"), reason: "local-use NAT64"},
+	{prefix: netip.MustParsePrefix("100::/64"), reason: "discard-only"},
+	{prefix: netip.MustParsePrefix("100:0:0:1::/64"), reason: "dummy"},
+	{prefix: netip.MustParsePrefix("2001::/23"), reason: "IETF protocol assignment"},
+	{prefix: netip.MustParsePrefix("2001::/32"), reason: "Teredo"},
+	{prefix: netip.MustParsePrefix("2001:1::1/128"), reason: "PCP anycast", global: true},
+	{prefix: netip.MustParsePrefix("2001:1::2/128"), reason: "TURN anycast", global: true},
+	{prefix: netip.MustParsePrefix("2001:1::3/128"), reason: "DNS-SD SRP anycast", global: true},
+	{prefix: netip.MustParsePrefix("2001:2::/48"), reason: "benchmarking"},
+	{prefix: netip.MustParsePrefix("2001:3::/32"), reason: "AMT", global: true},
+	{prefix: netip.MustParsePrefix("2001:4:112::/48"), reason: "AS112", global: true},
+	{prefix: netip.MustParsePrefix("2001:10::/28"), reason: "deprecated ORCHID"},
+	{prefix: netip.MustParsePrefix("2001:20::/28"), reason: "ORCHIDv2", global: true},
+	{prefix: netip.MustParsePrefix("2001:30::/28"), reason: "drone remote ID", global: true},
+	{prefix: netip.MustParsePrefix("2001:db8::/32"), reason: "documentation"},
+	{prefix: netip.MustParsePrefix("2002::/16"), reason: "6to4"},
+	{prefix: netip.MustParsePrefix("3fff::/20"), reason: "documentation"},
+	{prefix: netip.MustParsePrefix("5f00::/16"), reason: "SRv6 SID"},
+	{prefix: netip.MustParsePrefix("fc00::/7"), reason: "private"},
+	{prefix: netip.MustParsePrefix("fe80::/10"), reason: "link-local"},
+	{prefix: netip.MustParsePrefix("fec0::/10"), reason: "site-local"},
+	{prefix: netip.MustParsePrefix("ff00::/8"), reason: "multicast"},
+}
+
+// globalUnicast is the IPv6 space IANA allocates for global unicast; the
+// rest (besides the NAT64 prefix, which specialNetworks lets through) is
+// reserved or special.
+var globalUnicast = netip.MustParsePrefix("2000::/3")
 
 // BlockedError is the guard's refusal to connect to an address. The senders
 // make it a permanent failure: retrying cannot make the address acceptable.
@@ -106,12 +166,19 @@ func ParsePrefixes(cidrs []string) ([]netip.Prefix, error) {
 
 // Check returns a *BlockedError when addr is in a refused network that no
 // allowed network covers, and nil otherwise. host names the target for the
-// error.
+// error. An IPv4-mapped address is checked as the IPv4 address it is dialled
+// as. An address that embeds an IPv4 address (NAT64, 6to4, Teredo,
+// IPv4-compatible, SIIT) is refused when the embedded address is, unless an
+// allowed network covers that one: a NAT64 gateway would carry the request
+// on to it.
 func (g *Guard) Check(host string, addr netip.Addr) error {
 	addr = addr.Unmap().WithZone("")
-	for _, p := range g.allow {
-		if p.Contains(addr) {
-			return nil
+	if g.allowed(addr) {
+		return nil
+	}
+	if v4, form, ok := embeddedIPv4(addr); ok && !g.allowed(v4) {
+		if reason := blockedReason(v4); reason != "" {
+			return &BlockedError{Host: host, Addr: addr, Reason: fmt.Sprintf("%s (%s embedded in %s)", reason, v4, form)}
 		}
 	}
 	if reason := blockedReason(addr); reason != "" {
@@ -120,25 +187,70 @@ func (g *Guard) Check(host string, addr netip.Addr) error {
 	return nil
 }
 
-func blockedReason(a netip.Addr) string {
-	switch {
-	case a.IsLoopback():
-		return "loopback"
-	case a.IsPrivate():
-		return "private"
-	case a.IsLinkLocalUnicast():
-		return "link-local"
-	case a.IsMulticast():
-		return "multicast"
-	case a.IsUnspecified():
-		return "unspecified"
-	}
-	for _, b := range blockedNetworks {
-		if b.prefix.Contains(a) {
-			return b.reason
+func (g *Guard) allowed(addr netip.Addr) bool {
+	for _, p := range g.allow {
+		if p.Contains(addr) {
+			return true
 		}
 	}
+	return false
+}
+
+// blockedReason names the refused network that holds a, or returns "" for
+// a globally reachable address.
+func blockedReason(a netip.Addr) string {
+	var best *specialNetwork
+	for i, n := range specialNetworks {
+		if n.prefix.Contains(a) && (best == nil || n.prefix.Bits() > best.prefix.Bits()) {
+			best = &specialNetworks[i]
+		}
+	}
+	switch {
+	case best != nil && !best.global:
+		return best.reason
+	case best == nil && a.Is6() && !globalUnicast.Contains(a):
+		return "reserved"
+	}
 	return ""
+}
+
+// Prefixes whose addresses carry an IPv4 address.
+var (
+	nat64Prefix      = netip.MustParsePrefix("64:ff9b::/96")
+	nat64LocalPrefix = netip.MustParsePrefix("64:ff9b:1::/48")
+	sixToFourPrefix  = netip.MustParsePrefix("2002::/16")
+	teredoPrefix     = netip.MustParsePrefix("2001::/32")
+	compatPrefix     = netip.MustParsePrefix("::/96")
+	siitPrefix       = netip.MustParsePrefix("::ffff:0:0:0/96")
+)
+
+// embeddedIPv4 returns the IPv4 address an IPv6 address carries, and the
+// form that carries it: NAT64 (RFC 6052, the low 32 bits; for the local-use
+// prefix with a /96 layout, as gateways commonly use), 6to4 (RFC 3056, bits
+// 16 to 47), Teredo (RFC 4380, the client's address, the low 32 bits
+// inverted), IPv4-compatible (RFC 4291) and SIIT (RFC 2765), both the low 32
+// bits. The unspecified and loopback addresses are not IPv4-compatible ones.
+func embeddedIPv4(a netip.Addr) (netip.Addr, string, bool) {
+	if !a.Is6() {
+		return netip.Addr{}, "", false
+	}
+	b := a.As16()
+	low := [4]byte{b[12], b[13], b[14], b[15]}
+	switch {
+	case nat64Prefix.Contains(a):
+		return netip.AddrFrom4(low), "NAT64", true
+	case nat64LocalPrefix.Contains(a):
+		return netip.AddrFrom4(low), "local-use NAT64", true
+	case sixToFourPrefix.Contains(a):
+		return netip.AddrFrom4([4]byte{b[2], b[3], b[4], b[5]}), "6to4", true
+	case teredoPrefix.Contains(a):
+		return netip.AddrFrom4([4]byte{^low[0], ^low[1], ^low[2], ^low[3]}), "Teredo", true
+	case siitPrefix.Contains(a):
+		return netip.AddrFrom4(low), "SIIT", true
+	case compatPrefix.Contains(a) && a.Compare(netip.IPv6Loopback()) > 0:
+		return netip.AddrFrom4(low), "IPv4-compatible", true
+	}
+	return netip.Addr{}, "", false
 }
 
 // DialContext resolves address's host, refuses it when every address it

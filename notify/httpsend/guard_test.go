@@ -38,11 +38,14 @@ func TestGuardCheck(t *testing.T) {
 		{addr: "ff02::1", reason: "multicast"},
 		{addr: "100.64.0.1", reason: "carrier-grade NAT"},
 		{addr: "100.127.255.254", reason: "carrier-grade NAT"},
-		{addr: "255.255.255.255", reason: "reserved"},
+		{addr: "255.255.255.255", reason: "broadcast"},
 		{addr: "172.32.0.1"},
 		{addr: "100.128.0.1"},
-		{addr: "192.0.2.1"},
-		{addr: "2001:db8::1"},
+		{addr: "192.0.2.1", reason: "documentation"},
+		{addr: "8.8.8.8"},
+		{addr: "2001:db8::1", reason: "documentation"},
+		{addr: "64:ff9b::7f00:1", reason: "loopback (127.0.0.1 embedded in NAT64)"},
+		{addr: "2606:4700:4700::1111"},
 		{addr: "10.1.2.3", allow: []string{"10.0.0.0/8"}},
 		{addr: "127.0.0.1", allow: []string{"10.0.0.0/8"}, reason: "loopback"},
 		{addr: "127.0.0.1", allow: []string{"127.0.0.1"}},
@@ -103,7 +106,7 @@ func TestGuardDialContext(t *testing.T) {
 		case "internal.test":
 			return []netip.Addr{netip.MustParseAddr("10.0.0.7")}, nil
 		case "mixed.test":
-			return []netip.Addr{netip.MustParseAddr("10.0.0.7"), netip.MustParseAddr("192.0.2.10")}, nil
+			return []netip.Addr{netip.MustParseAddr("10.0.0.7"), netip.MustParseAddr("8.8.4.4")}, nil
 		case "empty.test":
 			return nil, nil
 		}
@@ -146,7 +149,7 @@ func TestGuardDialContext(t *testing.T) {
 		conn, err := bundle.guard.DialContext(context.Background(), "tcp", "mixed.test:80")
 		require.NoError(t, err)
 		conn.Close()
-		require.Equal(t, []string{"192.0.2.10:80"}, bundle.rec.dialed)
+		require.Equal(t, []string{"8.8.4.4:80"}, bundle.rec.dialed)
 	})
 
 	t.Run("AllowedNetwork", func(t *testing.T) {
@@ -177,4 +180,128 @@ func TestGuardDialContext(t *testing.T) {
 		_, err := guard.DialContext(context.Background(), "tcp", "mixed.test:80")
 		require.ErrorIs(t, err, refused)
 	})
+}
+
+// TestGuardRefusesSpecialPurpose resolves a name to one address of every
+// block of the IANA IPv4 and IPv6 special-purpose address registries that is
+// not globally reachable, and to addresses that embed an internal IPv4
+// address (NAT64, 6to4, Teredo, IPv4-compatible, SIIT, mapped): each is
+// refused before anything is dialled.
+func TestGuardRefusesSpecialPurpose(t *testing.T) {
+	t.Parallel()
+
+	for _, tt := range []struct {
+		name string
+		addr string
+	}{
+		// IPv4 special-purpose registry.
+		{name: "ThisNetwork", addr: "0.1.2.3"},
+		{name: "ThisHost", addr: "0.0.0.0"},
+		{name: "Private10", addr: "10.1.2.3"},
+		{name: "SharedAddressSpace", addr: "100.64.0.1"},
+		{name: "Loopback", addr: "127.0.0.1"},
+		{name: "LinkLocal", addr: "169.254.169.254"},
+		{name: "Private172", addr: "172.16.0.1"},
+		{name: "IETFProtocolAssignments", addr: "192.0.0.1"},
+		{name: "ServiceContinuity", addr: "192.0.0.6"},
+		{name: "DummyAddress", addr: "192.0.0.8"},
+		{name: "NAT64Discovery", addr: "192.0.0.170"},
+		{name: "Documentation1", addr: "192.0.2.1"},
+		{name: "Deprecated6to4Relay", addr: "192.88.99.1"},
+		{name: "Private192", addr: "192.168.1.1"},
+		{name: "Benchmarking", addr: "198.18.0.1"},
+		{name: "BenchmarkingUpper", addr: "198.19.255.254"},
+		{name: "Documentation2", addr: "198.51.100.7"},
+		{name: "Documentation3", addr: "203.0.113.9"},
+		{name: "Reserved", addr: "240.0.0.1"},
+		{name: "LimitedBroadcast", addr: "255.255.255.255"},
+		{name: "Multicast", addr: "224.0.0.1"},
+		// IPv6 special-purpose registry.
+		{name: "LoopbackIPv6", addr: "::1"},
+		{name: "UnspecifiedIPv6", addr: "::"},
+		{name: "IPv4MappedLoopback", addr: "::ffff:127.0.0.1"},
+		{name: "IPv4MappedMetadata", addr: "::ffff:169.254.169.254"},
+		{name: "NAT64LocalUse", addr: "64:ff9b:1::1"},
+		{name: "NAT64LocalUsePublic", addr: "64:ff9b:1::808:808"},
+		{name: "DiscardOnly", addr: "100::1"},
+		{name: "DummyIPv6Prefix", addr: "100:0:0:1::1"},
+		{name: "IETFProtocolAssignmentsIPv6", addr: "2001:0:1::1"},
+		{name: "Teredo", addr: "2001:0:4136:e378:8000:63bf:3fff:fdd2"},
+		{name: "BenchmarkingIPv6", addr: "2001:2::1"},
+		{name: "ORCHIDDeprecated", addr: "2001:10::1"},
+		{name: "DocumentationIPv6", addr: "2001:db8::1"},
+		{name: "DocumentationIPv6New", addr: "3fff::1"},
+		{name: "SixToFour", addr: "2002:c000:0201::1"},
+		{name: "SRv6SIDs", addr: "5f00::1"},
+		{name: "UniqueLocal", addr: "fd00::1"},
+		{name: "LinkLocalIPv6", addr: "fe80::1"},
+		{name: "SiteLocal", addr: "fec0::1"},
+		{name: "MulticastIPv6", addr: "ff02::1"},
+		// Addresses that embed an internal IPv4 address.
+		{name: "NAT64Loopback", addr: "64:ff9b::127.0.0.1"},
+		{name: "NAT64Metadata", addr: "64:ff9b::169.254.169.254"},
+		{name: "NAT64Private", addr: "64:ff9b::10.0.0.1"},
+		{name: "SixToFourLoopback", addr: "2002:7f00:1::"},
+		{name: "SixToFourMetadata", addr: "2002:a9fe:a9fe::1"},
+		{name: "TeredoLoopbackClient", addr: "2001:0:4136:e378:8000:63bf:80ff:fffe"},
+		{name: "IPv4CompatibleLoopback", addr: "::127.0.0.1"},
+		{name: "IPv4CompatiblePublic", addr: "::8.8.8.8"},
+		{name: "SIITLoopback", addr: "::ffff:0:127.0.0.1"},
+		{name: "SIITPublic", addr: "::ffff:0:8.8.8.8"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			addr := netip.MustParseAddr(tt.addr)
+			resolver := ResolverFunc(func(context.Context, string, string) ([]netip.Addr, error) {
+				return []netip.Addr{addr}, nil
+			})
+			rec := &dialRecorder{}
+			guard := NewGuard(nil, resolver, rec.dial)
+			for _, target := range []string{"internal.test:443", net.JoinHostPort(tt.addr, "443")} {
+				_, err := guard.DialContext(context.Background(), "tcp", target)
+				var blocked *BlockedError
+				require.ErrorAs(t, err, &blocked, "%s (%s) was let through", target, tt.addr)
+			}
+			require.Empty(t, rec.dialed, "a refused address was dialled")
+		})
+	}
+}
+
+// TestGuardLetsGlobalAddressesThrough checks the other side of
+// TestGuardRefusesSpecialPurpose: globally reachable addresses, the
+// registry's globally reachable exceptions inside refused blocks, NAT64 of a
+// public address, and internal networks that allow_networks names.
+func TestGuardLetsGlobalAddressesThrough(t *testing.T) {
+	t.Parallel()
+
+	for _, tt := range []struct {
+		name  string
+		addr  string
+		allow []string
+	}{
+		{name: "PublicIPv4", addr: "8.8.8.8"},
+		{name: "PublicIPv6", addr: "2606:4700:4700::1111"},
+		{name: "MappedPublic", addr: "::ffff:8.8.8.8"},
+		{name: "PCPAnycast", addr: "192.0.0.9"},
+		{name: "TURNAnycast", addr: "192.0.0.10"},
+		{name: "AS112", addr: "192.31.196.1"},
+		{name: "AMTIPv6", addr: "2001:3::1"},
+		{name: "NAT64Public", addr: "64:ff9b::8.8.8.8"},
+		{name: "AllowedPrivate", addr: "10.1.2.3", allow: []string{"10.0.0.0/8"}},
+		{name: "AllowedBenchmarking", addr: "198.18.0.1", allow: []string{"198.18.0.0/15"}},
+		{name: "AllowedNAT64Private", addr: "64:ff9b::10.0.0.1", allow: []string{"10.0.0.0/8"}},
+		{name: "AllowedSixToFour", addr: "2002:7f00:1::", allow: []string{"2002::/16", "127.0.0.0/8"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			allow, err := ParsePrefixes(tt.allow)
+			require.NoError(t, err)
+			rec := &dialRecorder{}
+			guard := NewGuard(allow, nil, rec.dial)
+			conn, err := guard.DialContext(context.Background(), "tcp", net.JoinHostPort(tt.addr, "443"))
+			require.NoError(t, err)
+			conn.Close()
+			require.Equal(t, []string{net.JoinHostPort(netip.MustParseAddr(tt.addr).Unmap().String(), "443")}, rec.dialed)
+		})
+	}
 }

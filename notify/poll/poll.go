@@ -11,15 +11,19 @@
 //
 // # Done
 //
-// The notification's topic says when the answer is final (policy.Poll): the
+// The notification's topic says when the answer is final (notify.Rules.Poll,
+// from the topic's poll section in the policies file): the
 // JSON response's Field, a dotted path such as
 // "alipay_trade_query_response.trade_status" (a numeric segment indexes an
 // array), must equal one of Values. A number or boolean compares by its JSON
 // text ("10000", "true").
 //
-// A 2xx answer that is done is success. One that is not done, lacks the
-// field or is not JSON is retried (the error wraps ErrNotDone, or says the
-// answer is not JSON), so polling goes on until the backoff array runs out.
+// The answer is parsed once, strictly: exactly one JSON value with nothing
+// but white space around it, so `{"trade_status":"TRADE_SUCCESS"} junk` is
+// not JSON. A 2xx answer that is done is success. One that is not done,
+// lacks the field or is not JSON is retried (the error wraps ErrNotDone, or
+// says the answer is not JSON), so polling goes on until the backoff array
+// runs out.
 // Other statuses and transport failures are classified under the policy as
 // for a webhook; a topic without a poll condition is a permanent failure.
 //
@@ -31,7 +35,7 @@
 // body:
 //
 //	{"id": ..., "topic": ..., "target": ..., "field": ..., "value": ...,
-//	 "status_code": 200, "response": <the provider's JSON answer>}
+//	 "status_code": 200, "response": <the provider's answer, as parsed>}
 //
 // The notification's own headers are not forwarded there: they are meant for
 // the provider. If the on_done webhook fails, the attempt fails with its
@@ -47,6 +51,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -54,7 +59,6 @@ import (
 
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/notify/httpsend"
-	"github.com/heraldhq/herald/policy"
 	"github.com/heraldhq/herald/templates"
 )
 
@@ -94,44 +98,46 @@ func New(cfg *Config) (*Sender, error) {
 // Send makes one poll of n.Target; see the package doc for what counts as
 // done.
 func (s *Sender) Send(ctx context.Context, n *notify.Notification) (notify.Response, error) {
-	set := s.Policies()
-	p := set.PolicyFor(n)
-	cond := set.Topics[n.Topic].Poll
+	r := s.Rules(n)
+	cond := r.Poll
 	if cond == nil {
 		return notify.Response{}, notify.Permanent(fmt.Errorf("poll: topic %q has no poll condition (topics.%s.poll)", n.Topic, n.Topic))
 	}
-	ctx, cancel := s.Begin(ctx, &p)
+	ctx, cancel := s.Begin(ctx, &r)
 	defer cancel()
 
-	method := cmp.Or(cond.Method, http.MethodGet)
-	req := s.Client.Request(ctx).SetHeader("Accept", templates.ContentTypeJSON)
-	httpsend.SetHeaders(req, n.Headers, "Accept")
-	if method == http.MethodPost {
+	req := httpsend.NewRequest(cmp.Or(cond.Method, http.MethodGet), n.Target)
+	req.SetNotificationHeaders(n.Headers, "Accept")
+	req.Header.Set("Accept", templates.ContentTypeJSON)
+	if req.Method == http.MethodPost {
 		body, contentType, err := s.Templates.Body(n)
 		if err != nil {
 			return notify.Response{}, notify.Permanent(fmt.Errorf("poll: %w", err))
 		}
-		req.SetHeader("Content-Type", contentType).SetBody(body)
+		req.Header.Set("Content-Type", contentType)
+		req.Body = body
 	}
-	res, err := s.Client.Do(req, method, n.Target)
+	res, err := s.Client.Do(ctx, req)
 	if err != nil {
-		return notify.Response{}, httpsend.ClassifyError(&p, fmt.Errorf("poll: %w", err))
+		return notify.Response{}, httpsend.ClassifyError(&r, fmt.Errorf("poll: %w", err))
 	}
 	resp := res.Response()
-	if err := httpsend.ClassifyStatus(&p, res, s.Now()); err != nil {
+	if err := httpsend.ClassifyStatus(&r, res, s.Now()); err != nil {
 		return resp, fmt.Errorf("poll: %w", err)
 	}
-	value, found, err := lookup(res.Body, cond.Field)
-	switch {
-	case err != nil:
+	doc, err := parseAnswer(res.Body)
+	if err != nil {
 		return resp, fmt.Errorf("poll: the answer is not JSON: %w", err)
+	}
+	value, found := lookup(doc, cond.Field)
+	switch {
 	case !found:
 		return resp, fmt.Errorf("poll: %s is absent from the answer: %w", cond.Field, ErrNotDone)
 	case !slices.Contains(cond.Values, value):
 		return resp, fmt.Errorf("poll: %s is %q, not one of %s: %w", cond.Field, value, strings.Join(cond.Values, ", "), ErrNotDone)
 	}
 	if cond.OnDone != "" {
-		if err := s.sendOnDone(ctx, n, cond, value, res); err != nil {
+		if err := s.sendOnDone(ctx, n, cond, value, res.StatusCode, doc); err != nil {
 			return resp, fmt.Errorf("poll: done, but on_done: %w", err)
 		}
 	}
@@ -139,19 +145,19 @@ func (s *Sender) Send(ctx context.Context, n *notify.Notification) (notify.Respo
 }
 
 // sendOnDone sends the on_done webhook of a done poll; see the package doc.
-func (s *Sender) sendOnDone(ctx context.Context, n *notify.Notification, cond *policy.Poll, value string, res *httpsend.Result) error {
+func (s *Sender) sendOnDone(ctx context.Context, n *notify.Notification, cond *notify.PollRule, value string, status int, doc any) error {
 	if s.onDone == nil {
 		return notify.Permanent(fmt.Errorf("topic %q names on_done %s, but the poll sender has no webhook sender", n.Topic, cond.OnDone))
 	}
 	payload, err := json.Marshal(struct {
-		ID         string          `json:"id"`
-		Topic      string          `json:"topic"`
-		Target     string          `json:"target"`
-		Field      string          `json:"field"`
-		Value      string          `json:"value"`
-		StatusCode int             `json:"status_code"`
-		Response   json.RawMessage `json:"response"`
-	}{n.ID, n.Topic, n.Target, cond.Field, value, res.StatusCode, bytes.TrimSpace(res.Body)})
+		ID         string `json:"id"`
+		Topic      string `json:"topic"`
+		Target     string `json:"target"`
+		Field      string `json:"field"`
+		Value      string `json:"value"`
+		StatusCode int    `json:"status_code"`
+		Response   any    `json:"response"`
+	}{n.ID, n.Topic, n.Target, cond.Field, value, status, doc})
 	if err != nil {
 		return notify.Permanent(err)
 	}
@@ -171,44 +177,56 @@ func (s *Sender) sendOnDone(ctx context.Context, n *notify.Notification, cond *p
 	return err
 }
 
-// lookup finds the dotted path in a JSON document and returns the value
-// there as text: a string as it is, a number or boolean as its JSON text,
-// null as "null", an object or array as compact JSON. found is false when
-// the path leads nowhere; err is set when body is not JSON.
-func lookup(body []byte, path string) (value string, found bool, err error) {
+// parseAnswer reads a provider's answer: exactly one JSON value, with
+// nothing but white space around it. Numbers stay as their JSON text, so a
+// value compares and is forwarded to on_done as the provider wrote it.
+func parseAnswer(body []byte) (any, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return "", false, err
+	var doc any
+	if err := dec.Decode(&doc); err != nil {
+		return nil, err
 	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("data after the JSON value")
+	}
+	return doc, nil
+}
+
+// lookup finds the dotted path in a parsed answer and returns the value
+// there as text: a string as it is, a number or boolean as its JSON text,
+// null as "null", an object or array as compact JSON. found is false when
+// the path leads nowhere.
+func lookup(doc any, path string) (value string, found bool) {
+	v := doc
 	for _, seg := range strings.Split(path, ".") {
 		switch t := v.(type) {
 		case map[string]any:
 			if v, found = t[seg]; !found {
-				return "", false, nil
+				return "", false
 			}
 		case []any:
 			i, err := strconv.Atoi(seg)
 			if err != nil || i < 0 || i >= len(t) {
-				return "", false, nil
+				return "", false
 			}
 			v = t[i]
 		default:
-			return "", false, nil
+			return "", false
 		}
 	}
 	switch t := v.(type) {
 	case string:
-		return t, true, nil
+		return t, true
 	case json.Number:
-		return t.String(), true, nil
+		return t.String(), true
 	case bool:
-		return strconv.FormatBool(t), true, nil
+		return strconv.FormatBool(t), true
 	case nil:
-		return "null", true, nil
+		return "null", true
 	default:
-		b, err := json.Marshal(t)
-		return string(b), true, err
+		// A parsed object or array always marshals.
+		b, _ := json.Marshal(t)
+		return string(b), true
 	}
 }

@@ -69,16 +69,16 @@ func setup(t *testing.T, h http.HandlerFunc, method string, withOnDone bool) *te
 		"no-cond":    {Channel: notify.ChannelPoll},
 	})
 	require.NoError(t, err)
-	policies := func() *policy.Set { return set }
+	rules := set.Rules
 	tmpl, err := templates.Load("../../templates")
 	require.NoError(t, err)
 	httpCfg := httpsend.Config{
 		AllowNetworks: []string{"127.0.0.0/8"},
 		Logger:        slog.New(slog.NewTextHandler(t.Output(), nil)),
 	}
-	hook, err := webhook.New(&webhook.Config{Secret: "whsec_c2VjcmV0", Common: httpsend.Common{Policies: policies, HTTP: httpCfg}})
+	hook, err := webhook.New(&webhook.Config{Secret: "whsec_c2VjcmV0", Common: httpsend.Common{Rules: rules, HTTP: httpCfg}})
 	require.NoError(t, err)
-	bundle.sender, err = New(&Config{OnDone: hook, Common: httpsend.Common{Policies: policies, Templates: tmpl, HTTP: httpCfg}})
+	bundle.sender, err = New(&Config{OnDone: hook, Common: httpsend.Common{Rules: rules, Templates: tmpl, HTTP: httpCfg}})
 	require.NoError(t, err)
 	return bundle
 }
@@ -204,14 +204,15 @@ func TestSendOnDoneFails(t *testing.T) {
 	t.Run("Retried", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t, provider(0), "", false)
-		set := bundle.sender.Policies()
 		failing := httpsendtest.NewReceiver(t, "tcp4", httpsendtest.Answer(503, ""))
-		topics := map[string]policy.Topic{"trade-poll": {Channel: notify.ChannelPoll, Poll: &policy.Poll{Field: tradeField, Values: finalStatuses, OnDone: failing.URL()}}}
-		withOnDone, err := policy.NewSet(set.Policies, topics)
-		require.NoError(t, err)
+		withOnDone := func(n *notify.Notification) notify.Rules {
+			r := bundle.sender.Rules(n)
+			r.Poll = &notify.PollRule{Field: tradeField, Values: finalStatuses, OnDone: failing.URL()}
+			return r
+		}
 		sender, err := New(&Config{OnDone: bundle.sender.onDone, Common: httpsend.Common{
-			Policies: func() *policy.Set { return withOnDone },
-			HTTP:     httpsend.Config{AllowNetworks: []string{"127.0.0.0/8"}, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))},
+			Rules: withOnDone,
+			HTTP:  httpsend.Config{AllowNetworks: []string{"127.0.0.0/8"}, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))},
 		}})
 		require.NoError(t, err)
 
@@ -235,8 +236,7 @@ func TestSendGuarded(t *testing.T) {
 	t.Parallel()
 
 	bundle := setup(t, provider(0), "", false)
-	policies := bundle.sender.Policies
-	guarded, err := New(&Config{Common: httpsend.Common{Policies: policies, HTTP: httpsend.Config{Logger: slog.New(slog.NewTextHandler(t.Output(), nil))}}})
+	guarded, err := New(&Config{Common: httpsend.Common{Rules: bundle.sender.Rules, HTTP: httpsend.Config{Logger: slog.New(slog.NewTextHandler(t.Output(), nil))}}})
 	require.NoError(t, err)
 	_, err = guarded.Send(context.Background(), notification(bundle.provider.URL()))
 	var blocked *httpsend.BlockedError
@@ -248,7 +248,8 @@ func TestSendGuarded(t *testing.T) {
 func TestLookup(t *testing.T) {
 	t.Parallel()
 
-	doc := []byte(`{"a":{"b":"x","n":10000,"f":1.50,"t":true,"z":null,"o":{"k":[1,2]},"list":[{"s":"first"},{"s":"second"}]}}`)
+	doc, err := parseAnswer([]byte(`{"a":{"b":"x","n":10000,"f":1.50,"t":true,"z":null,"o":{"k":[1,2]},"list":[{"s":"first"},{"s":"second"}]}}`))
+	require.NoError(t, err)
 	for _, tt := range []struct {
 		path  string
 		want  string
@@ -266,13 +267,14 @@ func TestLookup(t *testing.T) {
 		{path: "a.b.c"},
 		{path: "missing"},
 	} {
-		got, found, err := lookup(doc, tt.path)
-		require.NoError(t, err, tt.path)
+		got, found := lookup(doc, tt.path)
 		require.Equal(t, tt.found, found, tt.path)
 		require.Equal(t, tt.want, got, tt.path)
 	}
-	_, _, err := lookup([]byte("<html>"), "a")
-	require.Error(t, err)
+	for _, bad := range []string{"<html>", "", `{"a":1} junk`, `{"a":1}{}`, `{"a":1`} {
+		_, err := parseAnswer([]byte(bad))
+		require.Error(t, err, bad)
+	}
 }
 
 // FuzzLookup checks that any answer and path give a value or an error,
@@ -284,9 +286,10 @@ func FuzzLookup(f *testing.F) {
 	f.Add([]byte(`[1,2,{"x":"y"}]`), "2.x", "\u00e9\x00")
 	f.Add([]byte(`{"":{"":""}}`), ".", "")
 	f.Fuzz(func(t *testing.T, body []byte, path, s string) {
-		value, found, err := lookup(body, path)
-		if err != nil || !found {
-			require.Empty(t, value)
+		if doc, err := parseAnswer(body); err == nil {
+			if value, found := lookup(doc, path); !found {
+				require.Empty(t, value)
+			}
 		}
 		if path == "" || strings.Contains(path, ".") {
 			return
@@ -296,10 +299,51 @@ func FuzzLookup(f *testing.F) {
 		var want map[string]string
 		require.NoError(t, json.Unmarshal(doc, &want))
 		for key, v := range want { // one key, as JSON spelled it (invalid UTF-8 replaced)
-			value, found, err = lookup(doc, key)
+			parsed, err := parseAnswer(doc)
 			require.NoError(t, err)
+			value, found := lookup(parsed, key)
 			require.True(t, found)
 			require.Equal(t, v, value)
 		}
+	})
+}
+
+// TestSendAnswerWithTrailingData polls a provider whose answer is a done
+// JSON document followed by something else: the answer is not JSON, so the
+// poll is retried and no on_done webhook goes out.
+func TestSendAnswerWithTrailingData(t *testing.T) {
+	t.Parallel()
+
+	for _, tt := range []struct {
+		name string
+		body string
+	}{
+		{name: "Junk", body: tradeAnswer("TRADE_SUCCESS") + " junk"},
+		{name: "SecondDocument", body: tradeAnswer("TRADE_SUCCESS") + tradeAnswer("WAIT_BUYER_PAY")},
+		{name: "SecondValue", body: tradeAnswer("TRADE_SUCCESS") + " 1"},
+		{name: "Unterminated", body: `{"alipay_trade_query_response":{"trade_status":"TRADE_SUCCESS"}`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			bundle := setup(t, httpsendtest.Answer(200, tt.body, "Content-Type", "application/json"), "", true)
+			_, err := bundle.sender.Send(context.Background(), notification(bundle.provider.URL()))
+			require.ErrorContains(t, err, "not JSON")
+			require.False(t, isPermanent(err), "error: %v", err)
+			require.Empty(t, bundle.onDone.Requests())
+		})
+	}
+
+	t.Run("TrailingSpaceIsDone", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t, httpsendtest.Answer(200, " \n"+tradeAnswer("TRADE_SUCCESS")+"\r\n\t ", "Content-Type", "application/json"), "", true)
+		_, err := bundle.sender.Send(context.Background(), notification(bundle.provider.URL()))
+		require.NoError(t, err)
+		done := bundle.onDone.Requests()
+		require.Len(t, done, 1)
+		var body struct {
+			Response json.RawMessage `json:"response"`
+		}
+		require.NoError(t, json.Unmarshal(done[0].Body, &body))
+		require.JSONEq(t, tradeAnswer("TRADE_SUCCESS"), string(body.Response))
 	})
 }

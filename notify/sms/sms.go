@@ -30,6 +30,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -39,7 +40,6 @@ import (
 
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/notify/httpsend"
-	"github.com/heraldhq/herald/policy"
 	"github.com/heraldhq/herald/templates"
 )
 
@@ -119,7 +119,7 @@ func New(cfg *Config) (*Sender, error) {
 	default:
 		return nil, notify.Errorf("provider", "must be %s or %s, not %q", ProviderHTTP, ProviderTwilio, s.provider)
 	}
-	if u, err := url.Parse(s.url); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+	if !notify.ValidHTTPURL(s.url) {
 		return nil, notify.Errorf("url", "%q is not an http or https URL", s.url)
 	}
 	base, err := httpsend.NewBase(&cfg.Common)
@@ -139,13 +139,13 @@ func (s *Sender) Send(ctx context.Context, n *notify.Notification) (notify.Respo
 	if err != nil {
 		return notify.Response{}, notify.Permanent(fmt.Errorf("sms: %w", err))
 	}
-	p := s.Policies().PolicyFor(n)
-	ctx, cancel := s.Begin(ctx, &p)
+	r := s.Rules(n)
+	ctx, cancel := s.Begin(ctx, &r)
 	defer cancel()
 	if s.provider == ProviderTwilio {
-		return s.sendTwilio(ctx, &p, n, text)
+		return s.sendTwilio(ctx, &r, n, text)
 	}
-	return s.sendHTTP(ctx, &p, n, text)
+	return s.sendHTTP(ctx, &r, n, text)
 }
 
 // text is the message for n; see the package doc.
@@ -178,7 +178,7 @@ func (s *Sender) text(n *notify.Notification) (string, error) {
 	return text, nil
 }
 
-func (s *Sender) sendHTTP(ctx context.Context, p *policy.Policy, n *notify.Notification, text string) (notify.Response, error) {
+func (s *Sender) sendHTTP(ctx context.Context, r *notify.Rules, n *notify.Notification, text string) (notify.Response, error) {
 	body, err := json.Marshal(struct {
 		To   string `json:"to"`
 		From string `json:"from,omitempty"`
@@ -187,16 +187,16 @@ func (s *Sender) sendHTTP(ctx context.Context, p *policy.Policy, n *notify.Notif
 	if err != nil {
 		return notify.Response{}, notify.Permanent(fmt.Errorf("sms: %w", err))
 	}
-	req := s.Client.Request(ctx).
-		SetHeader("Content-Type", templates.ContentTypeJSON).
-		SetHeader("Idempotency-Key", n.ID).
-		SetBody(body)
-	res, err := s.Client.Do(req, http.MethodPost, s.url)
+	req := httpsend.NewRequest(http.MethodPost, s.url)
+	req.Header.Set("Content-Type", templates.ContentTypeJSON)
+	req.Header.Set("Idempotency-Key", n.ID)
+	req.Body = body
+	res, err := s.Client.Do(ctx, req)
 	if err != nil {
-		return notify.Response{}, httpsend.ClassifyError(p, fmt.Errorf("sms: %w", err))
+		return notify.Response{}, httpsend.ClassifyError(r, fmt.Errorf("sms: %w", err))
 	}
 	resp := res.Response()
-	if err := httpsend.ClassifyStatus(p, res, s.Now()); err != nil {
+	if err := httpsend.ClassifyStatus(r, res, s.Now()); err != nil {
 		return resp, fmt.Errorf("sms: %w", err)
 	}
 	return resp, nil
@@ -208,17 +208,18 @@ type twilioError struct {
 	Message string `json:"message"`
 }
 
-func (s *Sender) sendTwilio(ctx context.Context, p *policy.Policy, n *notify.Notification, text string) (notify.Response, error) {
+func (s *Sender) sendTwilio(ctx context.Context, r *notify.Rules, n *notify.Notification, text string) (notify.Response, error) {
 	endpoint := s.url + "/2010-04-01/Accounts/" + url.PathEscape(s.sid) + "/Messages.json"
-	req := s.Client.Request(ctx).
-		SetBasicAuth(s.sid, s.token).
-		SetFormData(map[string]string{"To": n.Target, "From": s.from, "Body": text})
-	res, err := s.Client.Do(req, http.MethodPost, endpoint)
+	req := httpsend.NewRequest(http.MethodPost, endpoint)
+	req.Header.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(s.sid+":"+s.token)))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Body = []byte(url.Values{"To": {n.Target}, "From": {s.from}, "Body": {text}}.Encode())
+	res, err := s.Client.Do(ctx, req)
 	if err != nil {
-		return notify.Response{}, httpsend.ClassifyError(p, fmt.Errorf("sms: twilio: %w", err))
+		return notify.Response{}, httpsend.ClassifyError(r, fmt.Errorf("sms: twilio: %w", err))
 	}
 	resp := res.Response()
-	statusErr := httpsend.ClassifyStatus(p, res, s.Now())
+	statusErr := httpsend.ClassifyStatus(r, res, s.Now())
 	if statusErr == nil {
 		return resp, nil
 	}

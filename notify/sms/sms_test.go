@@ -41,7 +41,7 @@ func setup(t *testing.T, provider string, h http.HandlerFunc) *testBundle {
 		AccountSID: "AC0123456789",
 		AuthToken:  "token-1",
 		From:       "+15005550006",
-		Common: httpsend.Common{Policies: func() *policy.Set { return policies }, Templates: set, HTTP: httpsend.Config{
+		Common: httpsend.Common{Rules: policies.Rules, Templates: set, HTTP: httpsend.Config{
 			AllowNetworks: []string{"127.0.0.0/8"},
 			Logger:        slog.New(slog.NewTextHandler(t.Output(), nil)),
 		}},

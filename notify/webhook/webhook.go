@@ -8,11 +8,32 @@
 //	webhook-id         the notification id, the same on every attempt, so a
 //	                   receiver can de-duplicate
 //	webhook-timestamp  Unix seconds of this attempt
-//	webhook-signature  v1,<base64 HMAC-SHA256 of "id.timestamp.body">
+//	webhook-signature  v1,<base64 HMAC-SHA256 of "id.timestamp.body">; for
+//	                   a notification naming an endpoint, the endpoint's
+//	                   signatures (see package endpoint)
 //	Herald-Attempt     the 0-based attempt index, as in the history
 //
 // plus the notification's own headers (which cannot replace the ones above,
 // Content-Type or User-Agent) and a User-Agent.
+//
+// # Verifying, on the receiver's side
+//
+// Any Standard Webhooks library verifies these requests. The key is the
+// secret's bytes after base64-decoding what follows "whsec_"; a secret
+// without that prefix (a "raw" secret) is used as it is, byte for byte.
+// With a "whsec_" secret, give the libraries the secret itself. With a raw
+// one, give them its bytes: in Go,
+//
+//	wh, err := standardwebhooks.NewWebhookRaw([]byte(rawSecret))
+//	err = wh.Verify(body, r.Header)
+//
+// and in libraries that only take "whsec_" secrets, pass "whsec_" followed
+// by the standard base64 of the raw secret. By hand: compute base64(
+// HMAC-SHA256(key, webhook-id + "." + webhook-timestamp + "." + body)) over
+// the body exactly as received, compare it in constant time with each
+// space-separated "v1,<signature>" entry of webhook-signature, and refuse a
+// webhook-timestamp more than a few minutes from now (the libraries allow
+// five), so a captured request cannot be replayed later.
 //
 // # Outcome
 //
@@ -31,16 +52,16 @@ package webhook
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"reflect"
 	"strconv"
 	"strings"
 
+	"github.com/heraldhq/herald/endpoint"
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/notify/httpsend"
 )
@@ -63,6 +84,11 @@ type Config struct {
 	// issues them, or any other string used as the key's bytes. Empty: no
 	// webhook-signature header (warned at construction).
 	Secret string
+	// Endpoints finds the endpoint a notification names, on every attempt:
+	// such a notification goes to the endpoint's URL, signed with the
+	// endpoint's secrets instead of Secret. nil: no endpoints, and a
+	// notification naming one fails permanently.
+	Endpoints endpoint.Lookup
 	httpsend.Common
 }
 
@@ -70,7 +96,8 @@ type Config struct {
 // connections alive between attempts.
 type Sender struct {
 	*httpsend.Base
-	key []byte
+	key       []byte
+	endpoints endpoint.Lookup
 }
 
 var _ notify.Sender = (*Sender)(nil)
@@ -89,7 +116,7 @@ func New(cfg *Config) (*Sender, error) {
 	if err != nil {
 		return nil, fmt.Errorf("webhook: %w", err)
 	}
-	return &Sender{Base: base, key: key}, nil
+	return &Sender{Base: base, key: key, endpoints: cfg.Endpoints}, nil
 }
 
 // ParseSecret returns the signing key of a secret: the base64-decoded rest
@@ -109,49 +136,71 @@ func ParseSecret(secret string) ([]byte, error) {
 // Send makes one attempt to deliver n to n.Target; see the package doc for
 // the request and how its outcome is classified.
 func (s *Sender) Send(ctx context.Context, n *notify.Notification) (notify.Response, error) {
-	p := s.Policies().PolicyFor(n)
+	r := s.Rules(n)
 	body, contentType, err := s.Templates.Body(n)
 	if err != nil {
 		return notify.Response{}, notify.Permanent(fmt.Errorf("webhook: %w", err))
 	}
-	ctx, cancel := s.Begin(ctx, &p)
+	target, ep, err := s.destination(ctx, n)
+	if err != nil {
+		return notify.Response{}, err
+	}
+	ctx, cancel := s.Begin(ctx, &r)
 	defer cancel()
 
-	timestamp := strconv.FormatInt(s.Now().Unix(), 10)
-	req := s.Client.Request(ctx).SetBody(body)
-	httpsend.SetHeaders(req, n.Headers, HeaderID, HeaderTimestamp, HeaderSignature, HeaderAttempt)
-	req.SetHeader("Content-Type", contentType).
-		SetHeaderVerbatim(HeaderID, n.ID).
-		SetHeaderVerbatim(HeaderTimestamp, timestamp).
-		SetHeader(HeaderAttempt, strconv.Itoa(n.Attempts))
-	if len(s.key) > 0 {
-		req.SetHeaderVerbatim(HeaderSignature, "v1,"+sign(s.key, n.ID, timestamp, body))
+	now := s.Now()
+	timestamp := strconv.FormatInt(now.Unix(), 10)
+	req := httpsend.NewRequest(http.MethodPost, target)
+	req.Body = body
+	req.SetNotificationHeaders(n.Headers, HeaderID, HeaderTimestamp, HeaderSignature, HeaderAttempt)
+	req.Header.Set("Content-Type", contentType)
+	req.Header.Set(HeaderAttempt, strconv.Itoa(n.Attempts))
+	// Standard Webhooks spells its headers in lower case; some receivers
+	// look them up as spelt.
+	req.Header[HeaderID] = []string{n.ID}
+	req.Header[HeaderTimestamp] = []string{timestamp}
+	switch {
+	case ep != nil:
+		if sig := ep.Sign(now, n.ID, timestamp, body); sig != "" {
+			req.Header[HeaderSignature] = []string{sig}
+		}
+	case len(s.key) > 0:
+		req.Header[HeaderSignature] = []string{endpoint.SignHMAC(s.key, endpoint.Content(n.ID, timestamp, body))}
 	}
 
-	res, err := s.Client.Do(req, http.MethodPost, n.Target)
+	res, err := s.Client.Do(ctx, req)
 	if err != nil {
-		return notify.Response{}, httpsend.ClassifyError(&p, fmt.Errorf("webhook: %w", err))
+		return notify.Response{}, httpsend.ClassifyError(&r, fmt.Errorf("webhook: %w", err))
 	}
 	resp := res.Response()
-	if err := httpsend.ClassifyStatus(&p, res, s.Now()); err != nil {
+	if err := httpsend.ClassifyStatus(&r, res, s.Now()); err != nil {
 		return resp, fmt.Errorf("webhook: %w", err)
 	}
-	if !successBodyMatches(p.SuccessBody, res.Body) {
-		return resp, fmt.Errorf("webhook: status %d without the success_body %q: %q", res.StatusCode, p.SuccessBody, resp.Body)
+	if !successBodyMatches(r.SuccessBody, res.Body) {
+		return resp, fmt.Errorf("webhook: status %d without the success_body %q: %q", res.StatusCode, r.SuccessBody, resp.Body)
 	}
 	return resp, nil
 }
 
-// sign is the Standard Webhooks signature: base64 of HMAC-SHA256 over
-// "id.timestamp.body".
-func sign(key []byte, id, timestamp string, body []byte) string {
-	mac := hmac.New(sha256.New, key)
-	mac.Write([]byte(id))
-	mac.Write([]byte{'.'})
-	mac.Write([]byte(timestamp))
-	mac.Write([]byte{'.'})
-	mac.Write(body)
-	return base64.StdEncoding.EncodeToString(mac.Sum(nil))
+// destination returns where an attempt of n goes: n's target, or the URL of
+// the endpoint n names, with that endpoint. An endpoint that no longer
+// exists is permanent (an operator removed it; a replay after re-adding it
+// delivers); one that cannot be looked up now is retried.
+func (s *Sender) destination(ctx context.Context, n *notify.Notification) (string, *endpoint.Endpoint, error) {
+	if n.Endpoint == "" {
+		return n.Target, nil, nil
+	}
+	if s.endpoints == nil {
+		return "", nil, notify.Permanent(fmt.Errorf("webhook: endpoint %q: no endpoints configured", n.Endpoint))
+	}
+	ep, err := s.endpoints.Endpoint(ctx, n.Endpoint)
+	switch {
+	case errors.Is(err, endpoint.ErrNotFound):
+		return "", nil, notify.Permanent(fmt.Errorf("webhook: endpoint %q: %w", n.Endpoint, err))
+	case err != nil:
+		return "", nil, fmt.Errorf("webhook: endpoint %q: %w", n.Endpoint, err)
+	}
+	return ep.URL, ep, nil
 }
 
 // successBodyMatches reports whether a response body acknowledges the

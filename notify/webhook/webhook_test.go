@@ -62,8 +62,8 @@ var fakeResolver = httpsend.ResolverFunc(func(_ context.Context, _, host string)
 func newSender(tb testing.TB, cfg Config) *Sender {
 	tb.Helper()
 	cfg.Secret = cmp.Or(cfg.Secret, testSecret)
-	if cfg.Policies == nil {
-		cfg.Policies = testPolicies(tb)
+	if cfg.Rules == nil {
+		cfg.Rules = policy.CurrentRules(testPolicies(tb))
 	}
 	if cfg.HTTP.Resolver == nil {
 		cfg.HTTP.Resolver = fakeResolver
@@ -358,7 +358,7 @@ func TestSendPolicyReload(t *testing.T) {
 	rec := httpsendtest.NewReceiver(t, "tcp4", httpsendtest.Answer(200, "ok"))
 	var current atomic.Pointer[policy.Set]
 	current.Store(testPolicies(t)())
-	sender := newSender(t, Config{Common: httpsend.Common{HTTP: loopback, Policies: current.Load}})
+	sender := newSender(t, Config{Common: httpsend.Common{HTTP: loopback, Rules: policy.CurrentRules(current.Load)}})
 	n := notification(rec.URL())
 	n.Policy = "strict"
 
@@ -475,4 +475,22 @@ func TestSendSSRFWithoutInjectedDialer(t *testing.T) {
 	_, err = newSender(t, Config{Common: httpsend.Common{HTTP: httpsend.Config{AllowNetworks: []string{"0.0.0.0/32"}}}}).Send(context.Background(), notification(target))
 	require.NoError(t, err)
 	require.Len(t, rec.Requests(), 1)
+}
+
+// TestSendInvalidHeaderIsPermanent sends a notification whose own header
+// carries a control character (one stored before enqueue validation refused
+// them): no request can carry it, so the attempt fails permanently instead
+// of being retried as a network error until the array runs out.
+func TestSendInvalidHeaderIsPermanent(t *testing.T) {
+	t.Parallel()
+
+	rec := httpsendtest.NewReceiver(t, "tcp4", httpsendtest.Answer(200, "ok"))
+	sender := newSender(t, Config{Common: httpsend.Common{HTTP: loopback}})
+	for _, headers := range []map[string]string{{"X-A": "a\u0001b"}, {"X A": "b"}} {
+		n := notification(rec.URL())
+		n.Headers = headers
+		_, err := sender.Send(context.Background(), n)
+		require.Equal(t, permanent, classify(err), "headers %q: %v", headers, err)
+	}
+	require.Zero(t, rec.Conns())
 }

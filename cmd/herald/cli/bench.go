@@ -2,63 +2,12 @@ package cli
 
 import (
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/heraldhq/herald/bench"
 )
-
-// benchReport is what bench prints with --json; times in milliseconds.
-type benchReport struct {
-	Namespace     string  `json:"namespace"`
-	Count         int     `json:"count"`
-	Delivered     int     `json:"delivered"`
-	WindowMS      float64 `json:"window_ms"`
-	EnqueueMS     float64 `json:"enqueue_ms"`
-	EnqueuedLate  bool    `json:"enqueued_late"`
-	ElapsedMS     float64 `json:"elapsed_ms"`
-	PerSecond     float64 `json:"throughput_per_second"`
-	LatenessP50MS float64 `json:"lateness_p50_ms"`
-	LatenessP90MS float64 `json:"lateness_p90_ms"`
-	LatenessP99MS float64 `json:"lateness_p99_ms"`
-	LatenessMaxMS float64 `json:"lateness_max_ms"`
-	Early         int     `json:"early"`
-	StoreErrors   int     `json:"store_errors"`
-	Interrupted   bool    `json:"interrupted"`
-}
-
-func msOf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
-func newBenchReport(r *bench.Result, window time.Duration) *benchReport {
-	return &benchReport{
-		Namespace: r.Namespace, Count: r.Count, Delivered: r.Delivered, WindowMS: msOf(window),
-		EnqueueMS: msOf(r.Enqueue), EnqueuedLate: r.EnqueuedLate, ElapsedMS: msOf(r.Elapsed), PerSecond: r.Throughput(),
-		LatenessP50MS: msOf(r.Lateness.P50), LatenessP90MS: msOf(r.Lateness.P90),
-		LatenessP99MS: msOf(r.Lateness.P99), LatenessMaxMS: msOf(r.Lateness.Max),
-		Early: r.Lateness.Early, StoreErrors: r.StoreErrors, Interrupted: r.Interrupted,
-	}
-}
-
-func (b *benchReport) print(out io.Writer) error {
-	if b.Interrupted {
-		fmt.Fprintln(out, "interrupted: the figures cover what was delivered before the signal")
-	}
-	if b.Count > 0 && b.EnqueueMS > 0 {
-		fmt.Fprintf(out, "enqueued   %d in %.0fms (%.0f/s)\n", b.Count, b.EnqueueMS, float64(b.Count)/b.EnqueueMS*1000)
-	}
-	if b.EnqueuedLate {
-		fmt.Fprintln(out, "           (enqueueing outlasted --lead, so the lateness includes it: raise --lead)")
-	}
-	fmt.Fprintf(out, "delivered  %d of %d in %.0fms from the first due time (%.0f/s)\n", b.Delivered, b.Count, b.ElapsedMS, b.PerSecond)
-	_, err := fmt.Fprintf(out, "lateness   p50 %.2fms  p90 %.2fms  p99 %.2fms  max %.2fms  early %d\n",
-		b.LatenessP50MS, b.LatenessP90MS, b.LatenessP99MS, b.LatenessMaxMS, b.Early)
-	if b.StoreErrors > 0 {
-		_, err = fmt.Fprintf(out, "store errors %d (retried)\n", b.StoreErrors)
-	}
-	return err
-}
 
 func (c *app) benchCommand() *cobra.Command {
 	var (
@@ -102,11 +51,8 @@ SIGINT or SIGTERM with what it measured so far.`,
 			if err != nil {
 				return err
 			}
-			r := newBenchReport(res, window)
-			if asJSON {
-				return printJSON(c.base.Out, r)
-			}
-			return r.print(c.base.Out)
+			r := bench.NewReport(res, window)
+			return c.output(asJSON, r, r.Print)
 		},
 	})
 	f := cmd.Flags()

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/bench"
 )
 
 func TestBench(t *testing.T) {
@@ -14,7 +16,7 @@ func TestBench(t *testing.T) {
 		t.Parallel()
 		r := newEnv(t, "").run(t, "bench", "--count", "300", "--window", "200ms", "--lead", "300ms", "--json")
 		require.NoError(t, r.err)
-		var got benchReport
+		var got bench.Report
 		require.NoError(t, json.Unmarshal([]byte(r.out), &got))
 		require.Equal(t, 300, got.Count)
 		require.Equal(t, 300, got.Delivered)

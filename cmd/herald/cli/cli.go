@@ -14,7 +14,7 @@
 // withConfigFile, for one with a config file of its own, as demo has); by
 // the time its RunE runs, Base.Config is loaded and validated and
 // Base.Logger follows its log section. Flags that override a config key
-// are bound with bindFlag, as serve binds --listen to api.listen. stats is
+// are bound with config.BindFlag, as serve binds --listen to api.listen. stats is
 // the shape of a command that reads notifications:
 //
 //	func (c *app) statsCommand() *cobra.Command {
@@ -23,13 +23,10 @@
 //			Use:  "stats",
 //			Args: cobra.NoArgs,
 //			RunE: func(cmd *cobra.Command, _ []string) error {
-//				cl, done, err := c.openClient(cmd, false)
-//				if err != nil {
-//					return err
-//				}
-//				defer done()
-//				// ... ask cl, then print to c.base.Out: a table, or
-//				// JSON in the API's shape with --json.
+//				return c.withClient(cmd, false, func(cl *client.Client) error {
+//					// ... ask cl, then print with c.output: a table,
+//					// or JSON in the API's shape with --json.
+//				})
 //			},
 //		})
 //		cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
@@ -44,7 +41,7 @@
 // allows it) and opens the store; the wiring then builds the client,
 // templates, senders, dispatcher and API as the command needs them, and
 // serve keeps the policies current with Base.StartPolicies. Commands that
-// only read or change notifications use c.openClient.
+// only read or change notifications use c.withClient.
 //
 // # Exit status
 //
@@ -62,6 +59,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/heraldhq/herald/cmd/herald/config"
 	"github.com/heraldhq/herald/notify"
 )
 
@@ -123,9 +121,9 @@ type Base struct {
 	// the command runs: --debug, else --log-level, else (for commands that
 	// load the configuration) log.level and log.format.
 	Logger *slog.Logger
-	// Config is the validated configuration for commands built with
+	// config.Config is the validated configuration for commands built with
 	// withConfig, and nil for the others.
-	Config *Config
+	Config *config.Config
 }
 
 // UsageError is a mistake in how herald was called or configured: an
@@ -180,8 +178,8 @@ func withConfig(cmd *cobra.Command) *cobra.Command {
 }
 
 // withConfigFile is withConfig for a command with a config file of its own
-// (demo's configs/demo.yaml), read instead of ConfigFileDefault when
-// --config is not given. Unlike ConfigFileDefault it must exist: the
+// (demo's configs/demo.yaml), read instead of config.FileDefault when
+// --config is not given. Unlike config.FileDefault it must exist: the
 // command depends on what it sets.
 func withConfigFile(cmd *cobra.Command, file string) *cobra.Command {
 	withConfig(cmd).Annotations[configFileAnnotation] = file
@@ -209,13 +207,15 @@ HERALD_REDIS_ADDRS=a:6379,b:6379 or HERALD_API_LISTEN=:8080), then flags.`,
 	root.SetErr(c.deps.Err)
 
 	pf := root.PersistentFlags()
-	pf.StringVar(&c.configFile, "config", ConfigFileDefault, "config file; the default may be missing, a file named here may not")
+	pf.StringVar(&c.configFile, "config", config.FileDefault, "config file; the default may be missing, a file named here may not")
 	pf.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error (log.level)")
-	bindFlag(pf, "log-level", "log.level")
+	config.BindFlag(pf, "log-level", "log.level")
 	pf.BoolVar(&c.debug, "debug", false, "log at debug level, whatever else says")
 
 	root.AddCommand(c.serveCommand(), c.demoCommand(), c.enqueueCommand(), c.statusCommand(), c.cancelCommand(),
-		c.statsCommand(), c.dlqCommand(), c.benchCommand(), c.policyCommand(), c.versionCommand())
+		c.statsCommand(), c.dlqCommand(), c.benchCommand(), c.policyCommand(), c.versionCommand(), c.endpointCommand())
+	root.AddCommand(c.pauseCommands()...)
+	root.AddCommand(c.importCommand())
 	return root
 }
 
@@ -223,30 +223,21 @@ HERALD_REDIS_ADDRS=a:6379,b:6379 or HERALD_API_LISTEN=:8080), then flags.`,
 // commands that need it and chooses the log handler.
 func (c *app) setup(cmd *cobra.Command, _ []string) error {
 	c.started = true
-	logCfg := LogConfig{Level: c.logLevel, Format: "text"}
+	logCfg := config.LogConfig{Level: c.logLevel, Format: "text"}
 	if cmd.Annotations[configAnnotation] != "" {
-		src := &configSource{File: c.configFile, FileRequired: cmd.Flags().Changed("config"), Flags: cmd.Flags()}
+		src := &config.Source{File: c.configFile, FileRequired: cmd.Flags().Changed("config"), Flags: cmd.Flags()}
 		if own := cmd.Annotations[configFileAnnotation]; own != "" && !src.FileRequired {
 			src.File, src.FileRequired = own, true
 		}
-		cfg, err := loadConfig(src)
+		cfg, err := config.Load(src)
 		if err != nil {
 			return &UsageError{Err: fmt.Errorf("config: %w", err)}
 		}
 		c.base.Config = cfg
 		logCfg = cfg.Log
-	} else if err := logCfg.validate(); err != nil {
+	} else if err := logCfg.Validate(); err != nil {
 		return &UsageError{Err: err}
 	}
-	level, _ := parseLevel(logCfg.Level) // validated above
-	if c.debug {
-		level = slog.LevelDebug
-	}
-	opts := &slog.HandlerOptions{Level: level}
-	var h slog.Handler = slog.NewTextHandler(c.deps.Err, opts)
-	if logCfg.Format == "json" {
-		h = slog.NewJSONHandler(c.deps.Err, opts)
-	}
-	c.base.Logger = slog.New(h)
+	c.base.Logger = logCfg.NewLogger(c.deps.Err, c.debug)
 	return nil
 }

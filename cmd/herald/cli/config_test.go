@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldhq/herald/cmd/herald/config"
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/notify/sms"
 )
@@ -35,13 +35,13 @@ func requireField(t *testing.T, err error, field string) *notify.FieldError {
 	return fe
 }
 
-// load runs loadConfig on a file with the root's flags parsed from args.
-func load(t *testing.T, path string, args ...string) (*Config, error) {
+// load runs config.Load on a file with the root's flags parsed from args.
+func load(t *testing.T, path string, args ...string) (*config.Config, error) {
 	t.Helper()
 	c := newApp(Deps{Out: &bytes.Buffer{}, Err: &bytes.Buffer{}})
 	fs := c.rootCommand().PersistentFlags()
 	require.NoError(t, fs.Parse(args))
-	return loadConfig(&configSource{File: path, FileRequired: true, Flags: fs})
+	return config.Load(&config.Source{File: path, FileRequired: true, Flags: fs})
 }
 
 // These tests set HERALD_* variables, so neither they nor their subtests
@@ -95,19 +95,30 @@ log:
 		t.Setenv("HERALD_TEMPLATES_DIR", "/srv/templates")
 		t.Setenv("HERALD_REDIS_TLS", "true")
 		t.Setenv("HERALD_RETENTION", "24h")
+		t.Setenv("HERALD_REDIS_WAIT_REPLICAS", "1")
+		t.Setenv("HERALD_REDIS_WAIT_TIMEOUT", "250ms")
 
 		cfg, err := load(t, path)
 		require.NoError(t, err)
 		require.Equal(t, "sentinel", cfg.Redis.Mode)
 		require.Equal(t, "mymaster", cfg.Redis.MasterName)
 		require.Equal(t, 1048576, cfg.API.MaxBody)
-		require.Equal(t, []Secret{"t1", "t2"}, cfg.API.Tokens)
+		require.Equal(t, []config.Secret{"t1", "t2"}, cfg.API.Tokens)
 		require.Equal(t, []string{"127.0.0.0/8", "::1/128"}, cfg.Senders.Webhook.AllowNetworks)
 		require.Equal(t, 30*time.Second, cfg.Senders.Webhook.Timeout)
 		require.Equal(t, "AC123", cfg.Senders.SMS.AccountSID)
 		require.Equal(t, "/srv/templates", cfg.TemplatesDir)
 		require.True(t, cfg.Redis.TLS)
 		require.Equal(t, 24*time.Hour, cfg.Retention)
+		require.Equal(t, 1, cfg.Redis.WaitReplicas)
+		require.Equal(t, 250*time.Millisecond, cfg.Redis.WaitTimeout)
+	})
+
+	t.Run("RetentionForeverFromEnv", func(t *testing.T) {
+		t.Setenv("HERALD_RETENTION", "-1")
+		cfg, err := load(t, writeConfig(t, ""))
+		require.NoError(t, err)
+		require.Equal(t, time.Duration(-1), cfg.Retention)
 	})
 
 	t.Run("EmptyListFromEnv", func(t *testing.T) {
@@ -127,6 +138,7 @@ log:
 		for _, tt := range []struct{ env, value, field string }{
 			{"HERALD_SHARDS", "many", "shards"},
 			{"HERALD_RETENTION", "-1h", "retention"},
+			{"HERALD_RETENTION", "0", "retention"},
 			{"HERALD_REDIS_TLS", "maybe", "redis.tls"},
 			{"HERALD_DISPATCHER_CONCURRENCY", "0", "dispatcher.concurrency"},
 		} {
@@ -156,7 +168,7 @@ func TestConfigFile(t *testing.T) {
 
 		cfg, err := load(t, "../../../configs/herald.yaml")
 		require.NoError(t, err)
-		def := ConfigDefault()
+		def := config.Default()
 		require.Equal(t, &def, cfg, "configs/herald.yaml shows the defaults")
 
 		cfg, err = load(t, "../../../configs/demo.yaml")
@@ -172,7 +184,7 @@ func TestConfigFile(t *testing.T) {
 		// configs/herald.yaml.
 		r := run(t, []string{"probe"}, probeCommand)
 		require.NoError(t, r.err)
-		def := ConfigDefault()
+		def := config.Default()
 		require.Equal(t, &def, r.base.Config)
 	})
 
@@ -214,6 +226,36 @@ func TestConfigFile(t *testing.T) {
 		}
 	})
 
+	t.Run("config.RetentionForever", func(t *testing.T) {
+		t.Parallel()
+
+		cfg, err := load(t, writeConfig(t, "retention: -1\n"))
+		require.NoError(t, err)
+		require.Equal(t, time.Duration(-1), cfg.Retention, "-1 keeps finished records, as store.Config allows")
+		_, err = load(t, writeConfig(t, "retention: -2h\n"))
+		requireField(t, err, "retention")
+	})
+
+	t.Run("SecretsOfTheWrongTypeAreNotShown", func(t *testing.T) {
+		t.Parallel()
+
+		for yaml, field := range map[string]string{
+			"redis: {password: [R3disPassw0rd, x]}\n":            "redis.password",
+			"redis: {password: {a: R3disPassw0rd}}\n":            "redis.password",
+			"api: {tokens: [{t: R3disPassw0rd}]}\n":              "api.tokens[0]",
+			"api: {tokens: {t: R3disPassw0rd}}\n":                "api.tokens[0]",
+			"senders: {webhook: {secret: {k: R3disPassw0rd}}}\n": "senders.webhook.secret",
+			"senders: {sms: {auth_token: [R3disPassw0rd, x]}}\n": "senders.sms.auth_token",
+			"senders: {webhook: [R3disPassw0rd]}\n":              "senders.webhook",
+			"redis: R3disPassw0rd\n":                             "redis",
+		} {
+			r := run(t, []string{"--config", writeConfig(t, yaml), "probe"}, probeCommand)
+			require.Equal(t, 2, r.code(), yaml)
+			requireField(t, r.err, field)
+			require.NotContains(t, r.err.Error()+r.out+r.logs, "R3disPassw0rd", yaml)
+		}
+	})
+
 	t.Run("BadYAML", func(t *testing.T) {
 		t.Parallel()
 
@@ -237,43 +279,45 @@ func TestConfigValidate(t *testing.T) {
 
 	tests := []struct {
 		name   string
-		modify func(*Config)
+		modify func(*config.Config)
 		field  string
 	}{
-		{"RedisMode", func(c *Config) { c.Redis.Mode = "replica" }, "redis.mode"},
-		{"SentinelNeedsMaster", func(c *Config) { c.Redis.Mode = RedisModeSentinel }, "redis.master_name"},
-		{"ClusterNeedsAddrs", func(c *Config) { c.Redis.Mode, c.Redis.Addrs = RedisModeCluster, nil }, "redis.addrs"},
-		{"ClusterDB", func(c *Config) { c.Redis.Mode, c.Redis.DB = RedisModeCluster, 2 }, "redis.db"},
-		{"NegativeDB", func(c *Config) { c.Redis.DB = -1 }, "redis.db"},
-		{"RedisAddr", func(c *Config) { c.Redis.Addrs = []string{"a:1", "nohost"} }, "redis.addrs[1]"},
-		{"StandaloneTakesOneAddr", func(c *Config) { c.Redis.Addrs = []string{"a:1", "b:2"} }, "redis.addrs"},
-		{"Namespace", func(c *Config) { c.Namespace = "{herald}" }, "namespace"},
-		{"ShardsZero", func(c *Config) { c.Shards = 0 }, "shards"},
-		{"ShardsTooMany", func(c *Config) { c.Shards = 5000 }, "shards"},
-		{"Retention", func(c *Config) { c.Retention = 0 }, "retention"},
-		{"Batch", func(c *Config) { c.Dispatcher.Batch = 0 }, "dispatcher.batch"},
-		{"Listen", func(c *Config) { c.API.Listen = "8080" }, "api.listen"},
-		{"EmptyToken", func(c *Config) { c.API.Tokens = []Secret{"a", ""} }, "api.tokens[1]"},
-		{"MaxBody", func(c *Config) { c.API.MaxBody = 0 }, "api.max_body"},
-		{"WebhookSecret", func(c *Config) { c.Senders.Webhook.Secret = "whsec_not base64!" }, "senders.webhook.secret"},
-		{"AllowNetworks", func(c *Config) { c.Senders.Webhook.AllowNetworks = []string{"10.0.0.0/8", "internal"} }, "senders.webhook.allow_networks[1]"},
-		{"TwilioNeedsSID", func(c *Config) { c.Senders.SMS.Provider = sms.ProviderTwilio }, "senders.sms.account_sid"},
-		{"TwilioNeedsToken", func(c *Config) {
+		{"RedisMode", func(c *config.Config) { c.Redis.Mode = "replica" }, "redis.mode"},
+		{"SentinelNeedsMaster", func(c *config.Config) { c.Redis.Mode = config.RedisModeSentinel }, "redis.master_name"},
+		{"ClusterNeedsAddrs", func(c *config.Config) { c.Redis.Mode, c.Redis.Addrs = config.RedisModeCluster, nil }, "redis.addrs"},
+		{"ClusterDB", func(c *config.Config) { c.Redis.Mode, c.Redis.DB = config.RedisModeCluster, 2 }, "redis.db"},
+		{"NegativeDB", func(c *config.Config) { c.Redis.DB = -1 }, "redis.db"},
+		{"NegativeWaitReplicas", func(c *config.Config) { c.Redis.WaitReplicas = -1 }, "redis.wait_replicas"},
+		{"WaitTimeout", func(c *config.Config) { c.Redis.WaitTimeout = 0 }, "redis.wait_timeout"},
+		{"RedisAddr", func(c *config.Config) { c.Redis.Addrs = []string{"a:1", "nohost"} }, "redis.addrs[1]"},
+		{"StandaloneTakesOneAddr", func(c *config.Config) { c.Redis.Addrs = []string{"a:1", "b:2"} }, "redis.addrs"},
+		{"Namespace", func(c *config.Config) { c.Namespace = "{herald}" }, "namespace"},
+		{"ShardsZero", func(c *config.Config) { c.Shards = 0 }, "shards"},
+		{"ShardsTooMany", func(c *config.Config) { c.Shards = 5000 }, "shards"},
+		{"Retention", func(c *config.Config) { c.Retention = 0 }, "retention"},
+		{"Batch", func(c *config.Config) { c.Dispatcher.Batch = 0 }, "dispatcher.batch"},
+		{"Listen", func(c *config.Config) { c.API.Listen = "8080" }, "api.listen"},
+		{"EmptyToken", func(c *config.Config) { c.API.Tokens = []config.Secret{"a", ""} }, "api.tokens[1]"},
+		{"MaxBody", func(c *config.Config) { c.API.MaxBody = 0 }, "api.max_body"},
+		{"WebhookSecret", func(c *config.Config) { c.Senders.Webhook.Secret = "whsec_not base64!" }, "senders.webhook.secret"},
+		{"AllowNetworks", func(c *config.Config) { c.Senders.Webhook.AllowNetworks = []string{"10.0.0.0/8", "internal"} }, "senders.webhook.allow_networks[1]"},
+		{"TwilioNeedsSID", func(c *config.Config) { c.Senders.SMS.Provider = sms.ProviderTwilio }, "senders.sms.account_sid"},
+		{"TwilioNeedsToken", func(c *config.Config) {
 			c.Senders.SMS.Provider, c.Senders.SMS.AccountSID = sms.ProviderTwilio, "AC1"
 		}, "senders.sms.auth_token"},
-		{"TwilioNeedsFrom", func(c *Config) {
+		{"TwilioNeedsFrom", func(c *config.Config) {
 			c.Senders.SMS.Provider, c.Senders.SMS.AccountSID, c.Senders.SMS.AuthToken = sms.ProviderTwilio, "AC1", "tok"
 		}, "senders.sms.from"},
-		{"SMSURL", func(c *Config) { c.Senders.SMS.URL = "ftp://sms" }, "senders.sms.url"},
-		{"TemplatesDir", func(c *Config) { c.TemplatesDir = "" }, "templates_dir"},
-		{"PoliciesFile", func(c *Config) { c.PoliciesFile = "" }, "policies_file"},
-		{"LogFormat", func(c *Config) { c.Log.Format = "xml" }, "log.format"},
+		{"SMSURL", func(c *config.Config) { c.Senders.SMS.URL = "ftp://sms" }, "senders.sms.url"},
+		{"TemplatesDir", func(c *config.Config) { c.TemplatesDir = "" }, "templates_dir"},
+		{"PoliciesFile", func(c *config.Config) { c.PoliciesFile = "" }, "policies_file"},
+		{"LogFormat", func(c *config.Config) { c.Log.Format = "xml" }, "log.format"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 
-			cfg := ConfigDefault()
+			cfg := config.Default()
 			require.NoError(t, cfg.Validate())
 			tt.modify(&cfg)
 			requireField(t, cfg.Validate(), tt.field)
@@ -283,7 +327,7 @@ func TestConfigValidate(t *testing.T) {
 	t.Run("EmbeddedRedis", func(t *testing.T) {
 		t.Parallel()
 
-		cfg := ConfigDefault()
+		cfg := config.Default()
 		cfg.Redis.Addrs = []string{}
 		require.NoError(t, cfg.Validate())
 	})
@@ -298,9 +342,9 @@ func TestSecretsNeverShown(t *testing.T) {
 		secret    = "whsec_c2lnbmluZy1rZXktMTYxOA=="
 		authToken = "twilio-token-1414"
 	)
-	cfg := ConfigDefault()
+	cfg := config.Default()
 	cfg.Redis.Password = password
-	cfg.API.Tokens = []Secret{token}
+	cfg.API.Tokens = []config.Secret{token}
 	cfg.Senders.Webhook.Secret = secret
 	cfg.Senders.SMS.Provider, cfg.Senders.SMS.AccountSID, cfg.Senders.SMS.AuthToken = sms.ProviderTwilio, "AC1", authToken
 	cfg.Senders.SMS.From = "+14155550100"
@@ -317,7 +361,7 @@ func TestSecretsNeverShown(t *testing.T) {
 	slog.New(slog.NewTextHandler(&shown, nil)).Info("config", "config", cfg, "ptr", &cfg, "password", cfg.Redis.Password)
 	slog.New(slog.NewJSONHandler(&shown, nil)).Info("config", "config", cfg, "password", cfg.Redis.Password)
 
-	require.Contains(t, shown.String(), redacted)
+	require.Contains(t, shown.String(), "[redacted]")
 	for _, s := range []string{password, token, secret, authToken} {
 		require.NotContains(t, shown.String(), s)
 	}
@@ -325,25 +369,4 @@ func TestSecretsNeverShown(t *testing.T) {
 	// A bad secret's error does not quote it.
 	cfg.Senders.Webhook.Secret = "whsec_!!" + password
 	require.NotContains(t, cfg.Validate().Error(), password)
-}
-
-func TestConfigKeys(t *testing.T) {
-	t.Parallel()
-
-	keys := configKeys()
-	require.Len(t, keys.byEnv, len(keys.lists), "two keys share an environment variable")
-	for env, key := range map[string]string{
-		"HERALD_REDIS_ADDRS":                    "redis.addrs",
-		"HERALD_REDIS_MASTER_NAME":              "redis.master_name",
-		"HERALD_API_MAX_BODY":                   "api.max_body",
-		"HERALD_SENDERS_WEBHOOK_ALLOW_NETWORKS": "senders.webhook.allow_networks",
-		"HERALD_SENDERS_SMS_AUTH_TOKEN":         "senders.sms.auth_token",
-		"HERALD_POLICIES_FILE":                  "policies_file",
-		"HERALD_LOG_LEVEL":                      "log.level",
-	} {
-		require.Equal(t, key, keys.byEnv[env], env)
-	}
-	require.Len(t, keys.byEnv, 26, "the keys of DESIGN.md")
-
-	require.Panics(t, func() { bindFlag(pflag.NewFlagSet("x", pflag.ContinueOnError), "x", "redis.adress") })
 }

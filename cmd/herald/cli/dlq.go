@@ -4,14 +4,15 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/heraldhq/herald/api"
 	"github.com/heraldhq/herald/client"
+	"github.com/heraldhq/herald/internal/show"
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/store"
 )
@@ -79,24 +80,7 @@ func (c *app) onDead(cmd *cobra.Command, f *deadFilterFlags, do func(cl *client.
 	if err != nil {
 		return err
 	}
-	cl, done, err := c.openClient(cmd, false)
-	if err != nil {
-		return err
-	}
-	defer done()
-	return usageIfField(do(cl, filter))
-}
-
-// replayResult and purgeResult are what replay and purge print with
-// --json: the API's answers.
-type replayResult struct {
-	Matched  int `json:"matched"`
-	Replayed int `json:"replayed"`
-}
-
-type purgeResult struct {
-	Matched int `json:"matched"`
-	Purged  int `json:"purged"`
+	return c.withClient(cmd, false, func(cl *client.Client) error { return usageIfField(do(cl, filter)) })
 }
 
 // printCount prints the outcome of a replay or purge (verb) that matched
@@ -128,29 +112,20 @@ stops after --limit; the next page starts at the cursor it prints.`,
 			if limit < 1 {
 				return &UsageError{Err: fmt.Errorf("--limit must be at least 1")}
 			}
-			cl, done, err := c.openClient(cmd, false)
-			if err != nil {
-				return err
-			}
-			defer done()
-			var items []*notify.Notification
-			for {
-				page, next, err := cl.ListDead(cmd.Context(), topic, min(limit-len(items), store.MaxBatch), cursor)
-				if err != nil {
-					return usageIfField(err)
+			return c.withClient(cmd, false, func(cl *client.Client) error {
+				var items []*notify.Notification
+				for {
+					page, next, err := cl.ListDead(cmd.Context(), topic, min(limit-len(items), store.MaxBatch), cursor)
+					if err != nil {
+						return usageIfField(err)
+					}
+					items, cursor = append(items, page...), next
+					if cursor == "" || len(items) >= limit {
+						break
+					}
 				}
-				items, cursor = append(items, page...), next
-				if cursor == "" || len(items) >= limit {
-					break
-				}
-			}
-			if asJSON {
-				return printJSON(c.base.Out, struct {
-					Notifications []*notify.Notification `json:"notifications"`
-					NextCursor    string                 `json:"next_cursor"`
-				}{Notifications: append([]*notify.Notification{}, items...), NextCursor: cursor})
-			}
-			return printDead(c.base.Out, items, cursor)
+				return c.output(asJSON, api.NewDeadPage(items, cursor), func(out io.Writer) error { return printDead(out, items, cursor) })
+			})
 		},
 	})
 	f := cmd.Flags()
@@ -175,8 +150,8 @@ func printDead(out io.Writer, items []*notify.Notification, cursor string) error
 		if len(n.History) > 0 {
 			last = n.History[len(n.History)-1].Error
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", n.ID, n.Topic, n.Channel, dash(truncate(n.Target, 50)),
-			n.Attempts, formatTime(n.UpdatedAt), dash(truncate(strings.Join(strings.Fields(last), " "), 60)))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", n.ID, n.Topic, n.Channel, show.Dash(show.Line(n.Target, 50)),
+			n.Attempts, show.Time(n.UpdatedAt), show.Dash(show.Line(last, 60)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -207,15 +182,12 @@ On a terminal, a replay of many shows a progress bar.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return c.onDead(cmd, &f, func(cl *client.Client, filter store.DeadFilter) error {
-				var r replayResult
+				var r api.ReplayResult
 				var err error
 				if r.Matched, r.Replayed, err = c.replay(cmd.Context(), cl, filter, reset, dryRun); err != nil {
 					return err
 				}
-				if asJSON {
-					return printJSON(c.base.Out, r)
-				}
-				return printCount(c.base.Out, dryRun, "replayed", r.Matched, r.Replayed)
+				return c.output(asJSON, r, func(out io.Writer) error { return printCount(out, dryRun, "replayed", r.Matched, r.Replayed) })
 			})
 		},
 	})
@@ -260,15 +232,12 @@ afterwards. Try the same filters with --dry-run first: it only counts.`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return c.onDead(cmd, &f, func(cl *client.Client, filter store.DeadFilter) error {
-				var r purgeResult
+				var r api.PurgeResult
 				var err error
 				if r.Matched, r.Purged, err = cl.Purge(cmd.Context(), filter, store.DeadOptions{DryRun: dryRun}); err != nil {
 					return err
 				}
-				if asJSON {
-					return printJSON(c.base.Out, r)
-				}
-				return printCount(c.base.Out, dryRun, "purged", r.Matched, r.Purged)
+				return c.output(asJSON, r, func(out io.Writer) error { return printCount(out, dryRun, "purged", r.Matched, r.Purged) })
 			})
 		},
 	})

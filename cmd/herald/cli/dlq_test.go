@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldhq/herald/api"
 	"github.com/heraldhq/herald/notify"
 )
 
@@ -111,7 +112,7 @@ func TestDLQ(t *testing.T) {
 
 		r := e.run(t, "stats", "--json")
 		require.NoError(t, r.err)
-		var got statsReport
+		var got api.Stats
 		require.NoError(t, json.Unmarshal([]byte(r.out), &got))
 		require.EqualValues(t, 0, got.Topics["jobs"].Dead)
 		require.EqualValues(t, 501, got.Topics["jobs"].Scheduled)

@@ -10,13 +10,14 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/heraldhq/herald/client"
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/store"
 )
 
 // enqueueOptions are enqueue's flags, the fields of POST /v1/notifications.
 type enqueueOptions struct {
-	id, topic, channel, target, template, policy string
+	id, topic, channel, target, template, policy, orderKey string
 	// payload is JSON, or @FILE to read it from a file.
 	payload string
 	// backoff is a comma-separated array of durations.
@@ -41,7 +42,7 @@ func (o *enqueueOptions) request() (*notify.Request, error) {
 	}
 	req := &notify.Request{
 		ID: o.id, Topic: o.topic, Channel: o.channel, Target: o.target,
-		Template: o.template, Policy: o.policy, Replace: o.replace,
+		Template: o.template, Policy: o.policy, OrderKey: o.orderKey, Replace: o.replace,
 	}
 	if o.payload != "" {
 		body := []byte(o.payload)
@@ -129,27 +130,20 @@ chosen. Prints the stored record (--json: as the API answers).`,
 			if err != nil {
 				return err
 			}
-			cl, done, err := c.openClient(cmd, true)
-			if err != nil {
-				return err
-			}
-			defer done()
-			n, status, err := cl.Enqueue(cmd.Context(), req)
-			switch {
-			case errors.Is(err, notify.ErrConflict):
-				return fmt.Errorf("enqueue %s: %w: the id is taken by other content; --replace reschedules it", n.ID, err)
-			case errors.Is(err, notify.ErrReserved):
-				return fmt.Errorf("enqueue %s: %w: an attempt is running; replace it once that ends", n.ID, err)
-			case err != nil:
-				return usageIfField(fmt.Errorf("enqueue: %w", err))
-			}
-			if o.asJSON {
-				return printJSON(c.base.Out, n)
-			}
-			fmt.Fprintf(c.base.Out, "%s %s\n\n", map[store.EnqueueStatus]string{
-				store.Created: "enqueued", store.Existing: "already enqueued, unchanged:", store.Replaced: "replaced",
-			}[status], n.ID)
-			return printRecord(c.base.Out, n, time.Now())
+			return c.withClient(cmd, true, func(cl *client.Client) error {
+				n, status, err := cl.Enqueue(cmd.Context(), req)
+				switch {
+				case errors.Is(err, notify.ErrConflict):
+					return fmt.Errorf("enqueue %s: %w: the id is taken by other content; --replace reschedules it", n.ID, err)
+				case errors.Is(err, notify.ErrReserved):
+					return fmt.Errorf("enqueue %s: %w: an attempt is running; replace it once that ends", n.ID, err)
+				case err != nil:
+					return usageIfField(fmt.Errorf("enqueue: %w", err))
+				}
+				return c.showRecord(o.asJSON, map[store.EnqueueStatus]string{
+					store.Created: "enqueued", store.Existing: "already enqueued, unchanged:", store.Replaced: "replaced",
+				}[status], n)
+			})
 		},
 	})
 	f := cmd.Flags()
@@ -164,6 +158,7 @@ chosen. Prints the stored record (--json: as the API answers).`,
 	f.StringVar(&o.delay, "delay", "", "send this long after now: a Go duration or seconds")
 	f.StringVar(&o.sendAt, "send-at", "", "send at this RFC 3339 time")
 	f.StringVar(&o.ttr, "ttr", "", "how long one attempt may hold its reservation (default: the policy's)")
+	f.StringVar(&o.orderKey, "order-key", "", "attempt after every earlier notification of this topic with this key has ended")
 	f.StringArrayVar(&o.headers, "header", nil, "NAME=VALUE header sent with each attempt; repeat for more")
 	f.BoolVar(&o.replace, "replace", false, "reschedule an existing notification of this id with this content")
 	f.BoolVar(&o.asJSON, "json", false, "print the record as JSON")

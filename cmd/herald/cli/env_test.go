@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -142,16 +141,6 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-// lineWith returns the first line of s containing sub, or "".
-func lineWith(s, sub string) string {
-	for line := range strings.SplitSeq(s, "\n") {
-		if strings.Contains(line, sub) {
-			return line
-		}
-	}
-	return ""
 }
 
 // readFile returns a file's contents.

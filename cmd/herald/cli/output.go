@@ -6,12 +6,9 @@ import (
 	"io"
 	"os"
 	"strings"
-	"time"
-)
 
-// timeLayout prints times in tables: RFC 3339 in UTC, to the millisecond,
-// since attempts of one notification can be milliseconds apart.
-const timeLayout = "2006-01-02T15:04:05.000Z07:00"
+	"golang.org/x/term"
+)
 
 // printJSON writes v as indented JSON: what --json prints. Records, stats
 // and dead-letter answers take the shapes the HTTP API answers with, so a
@@ -22,37 +19,11 @@ func printJSON(out io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// formatTime prints t in UTC with timeLayout.
-func formatTime(t time.Time) string { return t.UTC().Format(timeLayout) }
-
-// relative says how far t is from now: "in 1m58s" or "3.2s ago", to the
-// tenth of a second.
-func relative(t, now time.Time) string {
-	d := t.Sub(now).Round(100 * time.Millisecond)
-	if d >= 0 {
-		return "in " + d.String()
-	}
-	return (-d).String() + " ago"
-}
-
-// truncate cuts s to n runes, marking the cut with "...".
-func truncate(s string, n int) string {
-	r := []rune(s)
-	if len(r) <= n {
-		return s
-	}
-	return string(r[:max(n-3, 0)]) + "..."
-}
-
-// isTerminal reports whether w is a terminal (a character device), where a
-// progress bar can redraw its line; piped or redirected output gets none.
+// isTerminal reports whether w is a terminal, where a progress bar can
+// redraw its line; piped or redirected output gets none.
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 // progressWidth is the number of cells of a progress bar.
@@ -77,3 +48,28 @@ func (p *progressBar) set(done int) {
 
 // finish ends the bar's line.
 func (p *progressBar) finish() { fmt.Fprintln(p.out) }
+
+// output prints what a command with --json got: v as JSON when asJSON,
+// else what text writes.
+func (c *app) output(asJSON bool, v any, text func(io.Writer) error) error {
+	if asJSON {
+		return printJSON(c.base.Out, v)
+	}
+	return text(c.base.Out)
+}
+
+// reply prints v as JSON, unless err says the command failed.
+func (c *app) reply(err error, v any) error {
+	if err != nil {
+		return err
+	}
+	return printJSON(c.base.Out, v)
+}
+
+// say prints a line of a, unless err says the command failed.
+func (c *app) say(err error, a ...any) error {
+	if err == nil {
+		_, err = fmt.Fprintln(c.base.Out, a...)
+	}
+	return err
+}

@@ -12,7 +12,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/require"
 
-	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/policy"
 )
 
@@ -114,23 +113,6 @@ func TestPolicyCheck(t *testing.T) {
 		require.Equal(t, 2, r.code())
 		require.ErrorContains(t, r.err, "accepts 1 arg")
 	})
-}
-
-func TestShortDuration(t *testing.T) {
-	t.Parallel()
-
-	for d, want := range map[time.Duration]string{
-		0:                               "0s",
-		1500 * time.Millisecond:         "1.5s",
-		2 * time.Minute:                 "2m",
-		90 * time.Second:                "1m30s",
-		time.Hour:                       "1h",
-		24*time.Hour + 22*time.Minute:   "24h22m",
-		time.Hour + 30*time.Second:      "1h0m30s",
-		29*time.Minute + 55*time.Second: "29m55s",
-	} {
-		require.Equal(t, want, shortDuration(notify.Duration(d)), d.String())
-	}
 }
 
 func TestStartPolicies(t *testing.T) {

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -10,6 +9,8 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/heraldhq/herald/cmd/herald/config"
 )
 
 // pingTimeout bounds the PING that checks a new connection, so a wrong
@@ -32,7 +33,10 @@ type redisConn struct {
 // warns loudly that nothing survives exit; otherwise an empty address list
 // is a *UsageError, since a command that reads or writes notifications would
 // find an empty Redis of its own. The connection is checked with a PING.
-func openRedis(ctx context.Context, cfg *RedisConfig, log *slog.Logger, allowEmbedded bool, command string) (*redisConn, error) {
+// onConnect, when set, runs on every new connection to a configured server.
+func openRedis(ctx context.Context, cfg *config.RedisConfig, log *slog.Logger, allowEmbedded bool, command string,
+	onConnect func(context.Context, *redis.Conn) error,
+) (*redisConn, error) {
 	rc := &redisConn{}
 	if len(cfg.Addrs) == 0 {
 		if !allowEmbedded {
@@ -48,7 +52,7 @@ func openRedis(ctx context.Context, cfg *RedisConfig, log *slog.Logger, allowEmb
 		log.WarnContext(ctx, "herald: EMBEDDED REDIS: redis.addrs is empty, so notifications live in this process's memory and NOTHING SURVIVES EXIT; "+
 			"set redis.addrs to keep them", "addr", mr.Addr(), "other_commands", "HERALD_REDIS_ADDRS="+mr.Addr())
 	} else {
-		rc.client = newRedisClient(cfg)
+		rc.client = cfg.NewClient(onConnect)
 	}
 	pingCtx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
@@ -57,31 +61,6 @@ func openRedis(ctx context.Context, cfg *RedisConfig, log *slog.Logger, allowEmb
 		return nil, fmt.Errorf("redis %s (%s): %w", strings.Join(cfg.Addrs, ","), cfg.Mode, err)
 	}
 	return rc, nil
-}
-
-// newRedisClient returns the go-redis client of a validated cfg with at
-// least one address.
-func newRedisClient(cfg *RedisConfig) redis.UniversalClient {
-	var tlsConfig *tls.Config
-	if cfg.TLS {
-		// The server name is taken from each address as it is dialled.
-		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12}
-	}
-	password := string(cfg.Password)
-	switch cfg.Mode {
-	case RedisModeSentinel:
-		return redis.NewFailoverClient(&redis.FailoverOptions{
-			MasterName:       cfg.MasterName,
-			SentinelAddrs:    cfg.Addrs,
-			SentinelPassword: password,
-			Password:         password,
-			DB:               cfg.DB,
-			TLSConfig:        tlsConfig,
-		})
-	case RedisModeCluster:
-		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: cfg.Addrs, Password: password, TLSConfig: tlsConfig})
-	}
-	return redis.NewClient(&redis.Options{Addr: cfg.Addrs[0], Password: password, DB: cfg.DB, TLSConfig: tlsConfig})
 }
 
 // close closes the client, then stops the embedded server if there is one.

@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldhq/herald/cmd/herald/config"
 	"github.com/heraldhq/herald/internal/redistest"
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/policy"
@@ -33,7 +34,7 @@ func TestEmbeddedStore(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	var logs strings.Builder
-	rc, err := openRedis(ctx, &RedisConfig{Mode: RedisModeStandalone}, slog.New(slog.NewTextHandler(&logs, nil)), true, "test")
+	rc, err := openRedis(ctx, &config.RedisConfig{Mode: config.RedisModeStandalone}, slog.New(slog.NewTextHandler(&logs, nil)), true, "test", nil)
 	require.NoError(t, err)
 	t.Cleanup(rc.close)
 	require.NotNil(t, rc.embedded)
@@ -140,14 +141,14 @@ func TestOpenRedis(t *testing.T) {
 	t.Run("Clients", func(t *testing.T) {
 		t.Parallel()
 		for _, tc := range []struct {
-			cfg  RedisConfig
+			cfg  config.RedisConfig
 			want redis.UniversalClient
 		}{
-			{RedisConfig{Mode: RedisModeStandalone, Addrs: []string{"a:1"}, TLS: true}, &redis.Client{}},
-			{RedisConfig{Mode: RedisModeSentinel, Addrs: []string{"a:1", "b:2"}, MasterName: "m"}, &redis.Client{}},
-			{RedisConfig{Mode: RedisModeCluster, Addrs: []string{"a:1", "b:2"}, Password: "p"}, &redis.ClusterClient{}},
+			{config.RedisConfig{Mode: config.RedisModeStandalone, Addrs: []string{"a:1"}, TLS: true}, &redis.Client{}},
+			{config.RedisConfig{Mode: config.RedisModeSentinel, Addrs: []string{"a:1", "b:2"}, MasterName: "m"}, &redis.Client{}},
+			{config.RedisConfig{Mode: config.RedisModeCluster, Addrs: []string{"a:1", "b:2"}, Password: "p"}, &redis.ClusterClient{}},
 		} {
-			c := newRedisClient(&tc.cfg)
+			c := tc.cfg.NewClient(nil)
 			require.IsType(t, tc.want, c, tc.cfg.Mode)
 			_ = c.Close()
 		}
@@ -155,8 +156,8 @@ func TestOpenRedis(t *testing.T) {
 
 	t.Run("Unreachable", func(t *testing.T) {
 		t.Parallel()
-		_, err := openRedis(context.Background(), &RedisConfig{Mode: RedisModeStandalone, Addrs: []string{"127.0.0.1:1"}},
-			slog.New(slog.NewTextHandler(io.Discard, nil)), false, "test")
+		_, err := openRedis(context.Background(), &config.RedisConfig{Mode: config.RedisModeStandalone, Addrs: []string{"127.0.0.1:1"}},
+			slog.New(slog.NewTextHandler(io.Discard, nil)), false, "test", nil)
 		require.ErrorContains(t, err, "redis 127.0.0.1:1 (standalone)")
 		require.Equal(t, 1, ExitCode(err))
 	})

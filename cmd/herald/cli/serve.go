@@ -1,17 +1,22 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/heraldhq/herald/api"
+	"github.com/heraldhq/herald/cmd/herald/config"
+	"github.com/heraldhq/herald/internal/redisconf"
 	"github.com/heraldhq/herald/metrics"
 )
 
@@ -27,9 +32,10 @@ func (c *app) serveCommand() *cobra.Command {
 	cmd := withConfig(&cobra.Command{
 		Use:   "serve",
 		Short: "Run the HTTP API and the dispatcher",
-		Long: `Serve runs Herald: the HTTP API on api.listen (with /metrics, /healthz and
-/readyz) and the dispatcher that starts each attempt on time. --role runs one
-of them, so they can be scaled apart: any number of either may share a Redis.
+		Long: `Serve runs Herald: the HTTP API on api.listen (with /metrics, /healthz,
+/readyz and the operator dashboard at /ui/) and the dispatcher that starts
+each attempt on time. --role runs one of them, so they can be scaled apart:
+any number of either may share a Redis.
 A dispatcher-only process serves just /metrics and /healthz on api.listen, so
 that its attempt and lateness metrics are scraped too.
 
@@ -51,40 +57,75 @@ its address; nothing survives exit.`,
 	})
 	cmd.Flags().StringVar(&role, "role", RoleAll, "what this process runs: api, dispatcher or all")
 	cmd.Flags().String("listen", "", "host:port the API listens on (api.listen)")
-	bindFlag(cmd.Flags(), "listen", "api.listen")
+	config.BindFlag(cmd.Flags(), "listen", "api.listen")
 	return cmd
 }
 
+// Waits between attempts to reach Redis at start-up: doubling from the
+// first to the last.
+const (
+	redisRetryFirst = 100 * time.Millisecond
+	redisRetryMax   = 5 * time.Second
+)
+
 func (c *app) serve(cmd *cobra.Command, role string) error {
-	ctx := cmd.Context()
-	w, err := c.base.wire(cmd, true)
+	ctx, cancel := context.WithCancel(cmd.Context())
+	defer cancel()
+	// Listen before anything starts, so a taken port fails at once.
+	l, err := net.Listen("tcp", c.base.Config.API.Listen)
 	if err != nil {
+		return fmt.Errorf("api.listen: %w", err)
+	}
+	var h handlerSwap
+	h.set(api.NewProbes(&api.ProbeConfig{Unavailable: "starting: waiting for Redis", Logger: c.base.Logger}))
+	served := make(chan error, 1)
+	go func() { served <- api.Serve(ctx, l, &h, c.base.Logger) }()
+	var once sync.Once
+	var serveErr error
+	// wait waits until the HTTP server has finished the requests in flight.
+	wait := func() error {
+		once.Do(func() { serveErr = <-served })
+		return serveErr
+	}
+	err = c.serveOn(cmd, role, l.Addr(), &h, wait)
+	cancel()
+	return cmp.Or(err, wait())
+}
+
+// serveOn connects to Redis, retrying until it answers, then starts what
+// role runs and hands the listener over to it, until the command's context
+// ends and wait says the HTTP server is done. While it waits for Redis, h
+// answers /healthz, and /readyz with 503.
+func (c *app) serveOn(cmd *cobra.Command, role string, addr net.Addr, h *handlerSwap, wait func() error) error {
+	ctx := cmd.Context()
+	watch := &redisconf.Watch{Log: c.base.Logger}
+	w, err := c.connect(cmd, addr, watch)
+	if err != nil || w == nil {
 		return err
 	}
 	defer w.Close()
+	stopTracing, err := w.startTracing(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	policies, stopPolicies, err := c.base.StartPolicies(ctx)
 	if err != nil {
 		return err
 	}
 	defer stopPolicies()
-	m := metrics.New(&metrics.Config{Store: w.store})
-
-	// Listen before anything starts, so a taken port fails at once.
-	l, err := net.Listen("tcp", w.cfg.API.Listen)
-	if err != nil {
-		return fmt.Errorf("api.listen: %w", err)
+	m := metrics.New(&metrics.Config{Store: w.store, MaxTopics: w.cfg.Metrics.MaxTopics, RedisSafetyFunc: func() (evictionOK, persistenceOK *bool) {
+		s, _ := watch.Settings()
+		return s.EvictionOK, s.PersistenceOK
+	}})
+	details := func() any {
+		if s, ok := watch.Settings(); ok {
+			return map[string]any{"redis": s}
+		}
+		return nil
 	}
-	defer l.Close()
 	if role != RoleAPI {
-		tmpl, err := w.loadTemplates()
-		if err != nil {
-			return err
-		}
-		senders, err := w.newSenders(policies.Current, tmpl)
-		if err != nil {
-			return err
-		}
-		d, err := w.newDispatcher(senders, policies.Current, m)
+		d, err := w.newDispatcher(policies.Current, m)
 		if err != nil {
 			return err
 		}
@@ -94,35 +135,52 @@ func (c *app) serve(cmd *cobra.Command, role string) error {
 		defer d.Stop()
 	}
 	if role == RoleDispatcher {
-		fmt.Fprintf(c.base.Out, "herald: dispatcher running, metrics on http://%s/metrics; stop with Ctrl-C\n", l.Addr())
-		return serveMetrics(ctx, l, m)
+		h.set(api.NewProbes(&api.ProbeConfig{Metrics: m.Handler(), ReadyFunc: w.store.Ping, DetailsFunc: details, Logger: c.base.Logger}))
+		fmt.Fprintf(c.base.Out, "herald: dispatcher running, metrics on http://%s/metrics; stop with Ctrl-C\n", addr)
+		return wait()
 	}
-	srv, err := w.newAPI(ctx, policies.Current, m)
+	srv, err := w.newAPI(ctx, policies.Current, m, details)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(c.base.Out, "herald: API on http://%s (role %s); stop with Ctrl-C\n", l.Addr(), role)
-	return srv.Serve(ctx, l)
+	// Waiting reservations end as the shutdown begins, not after it.
+	defer context.AfterFunc(ctx, func() { _ = srv.Close() })()
+	h.set(srv)
+	fmt.Fprintf(c.base.Out, "herald: API on http://%s (role %s), dashboard on http://%[1]s/ui/; stop with Ctrl-C\n", addr, role)
+	return wait()
 }
 
-// serveMetrics serves GET /metrics and GET /healthz on l until ctx ends:
-// what a dispatcher-only process answers.
-func serveMetrics(ctx context.Context, l net.Listener, m *metrics.Metrics) error {
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", m.Handler())
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"status":"ok"}`)
-	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	stop := context.AfterFunc(ctx, func() {
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdownCtx)
-	})
-	defer stop()
-	if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("metrics: %w", err)
+// connect wires the command to Redis, retrying with backoff while Redis is
+// down or loading, until ctx ends (then with a nil wiring). A usage error
+// is returned at once.
+func (c *app) connect(cmd *cobra.Command, addr net.Addr, watch *redisconf.Watch) (*wiring, error) {
+	wait := redisRetryFirst
+	for {
+		w, err := c.base.wireWatched(cmd, true, watch.OnConnect)
+		var ue *UsageError
+		if err == nil || errors.As(err, &ue) {
+			return w, err
+		}
+		if wait == redisRetryFirst {
+			fmt.Fprintf(c.base.Out, "herald: http://%s serves /healthz; /readyz answers 503 until Redis is ready\n", addr)
+		}
+		c.base.Logger.WarnContext(cmd.Context(), "herald: Redis is not ready, retrying", "error", err, "retry_in", wait)
+		select {
+		case <-cmd.Context().Done():
+			return nil, nil
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, redisRetryMax)
 	}
-	return nil
+}
+
+// handlerSwap serves with the handler last set: serve's probes while it
+// waits for Redis, then its API.
+type handlerSwap struct{ h atomic.Pointer[http.Handler] }
+
+func (s *handlerSwap) set(h http.Handler) { s.h.Store(&h) }
+
+// ServeHTTP implements http.Handler.
+func (s *handlerSwap) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	(*s.h.Load()).ServeHTTP(w, r)
 }

@@ -16,6 +16,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldhq/herald/api"
+	"github.com/heraldhq/herald/internal/redistest"
 	"github.com/heraldhq/herald/notify"
 )
 
@@ -114,11 +116,30 @@ func TestServe(t *testing.T) {
 		require.Equal(t, "srv-1", got[0].Get("webhook-id"))
 		mu.Unlock()
 
-		var stats statsReport
+		var stats api.Stats
 		require.Equal(t, http.StatusOK, s.call(t, http.MethodGet, "/v1/stats", "", &stats))
 		require.EqualValues(t, 1, stats.Topics["merchant-notify"].SucceededTotal)
 		require.NoError(t, s.stop(), "a clean shutdown exits 0")
 		require.Contains(t, s.logs.String(), "api.tokens is empty")
+	})
+
+	t.Run("CredentialHeadersStillSent", func(t *testing.T) {
+		t.Parallel()
+		got := make(chan http.Header, 1)
+		rcv := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { got <- r.Header.Clone() }))
+		t.Cleanup(rcv.Close)
+		s := startServe(t, newEnv(t, "").config)
+		var n notify.Notification
+		require.Equal(t, http.StatusCreated, s.call(t, http.MethodPost, "/v1/notifications", fmt.Sprintf(`{"id": "cred-1",
+			"topic": "merchant-notify", "target": %q, "headers": {"Authorization": "Bearer s3cr3t"}}`, rcv.URL), &n))
+		require.Equal(t, "[redacted]", n.Headers["Authorization"], "the answer hides it")
+		select {
+		case h := <-got:
+			require.Equal(t, "Bearer s3cr3t", h.Get("Authorization"), "the receiver gets it")
+		case <-time.After(10 * time.Second):
+			require.FailNow(t, "not delivered")
+		}
+		require.NotContains(t, s.logs.String(), "s3cr3t")
 	})
 
 	t.Run("RoleAPIOnly", func(t *testing.T) {
@@ -211,4 +232,150 @@ func TestEmbedded(t *testing.T) {
 	require.NoError(t, s.stop())
 	r = run(t, []string{"--config", cfg, "status", "job-1"})
 	require.Equal(t, 1, r.code(), "the embedded Redis ended with serve")
+}
+
+// probeURL is the address serve prints while it waits for Redis.
+var probeURL = regexp.MustCompile(`(http://\S+) serves /healthz`)
+
+// TestServeWaitsForRedis starts serve on an address where Redis is not up
+// yet: serve keeps retrying, answers /healthz at once and /readyz 503,
+// then starts normally once a redis-server listens there.
+func TestServeWaitsForRedis(t *testing.T) {
+	t.Parallel()
+	port, err := redistest.FreePort()
+	require.NoError(t, err)
+	e := newEnv(t, fmt.Sprintf("redis: {addrs: [\"127.0.0.1:%d\"]}", port))
+	ctx, cancel := context.WithCancel(context.Background())
+	out, logs, done := &syncBuffer{}, &syncBuffer{}, make(chan error, 1)
+	go func() {
+		done <- execute(ctx, newApp(Deps{Out: out, Err: logs}), []string{"--config", e.config, "serve"})
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	waitFor(t, 10*time.Second, "serve to listen while Redis is down", func() bool {
+		select {
+		case err := <-done:
+			done <- err
+			require.FailNow(t, "serve ended while Redis was down", "error %v; logs:\n%s", err, logs.String())
+		default:
+		}
+		return probeURL.MatchString(out.String())
+	})
+	s := &serving{url: probeURL.FindStringSubmatch(out.String())[1]}
+	require.Equal(t, http.StatusOK, s.call(t, http.MethodGet, "/healthz", "", nil))
+	require.Equal(t, http.StatusServiceUnavailable, s.call(t, http.MethodGet, "/readyz", "", nil))
+	require.Equal(t, http.StatusServiceUnavailable, s.call(t, http.MethodPost, "/v1/notifications", `{"topic":"jobs"}`, nil))
+	waitFor(t, 10*time.Second, "a retry to be logged", func() bool { return strings.Contains(logs.String(), "retrying") })
+
+	redistest.Start(t, redistest.Options{Port: port})
+	waitFor(t, 20*time.Second, "/readyz to answer 200", func() bool {
+		return s.call(t, http.MethodGet, "/readyz", "", nil) == http.StatusOK
+	})
+	require.Equal(t, http.StatusCreated, s.call(t, http.MethodPost, "/v1/notifications",
+		`{"id": "late-1", "topic": "jobs", "payload": {}, "delay": "1h"}`, nil))
+	cancel()
+	require.NoError(t, <-done)
+	done <- nil
+}
+
+// TestServeWarnsOfRedisSettings starts serve on Redis servers that evict
+// keys, keep nothing on disk, or refuse CONFIG: serve says so in its log,
+// on /readyz and in two gauges.
+func TestServeWarnsOfRedisSettings(t *testing.T) {
+	t.Parallel()
+
+	type readyz struct {
+		Status  string `json:"status"`
+		Details struct {
+			Redis struct {
+				MaxmemoryPolicy string `json:"maxmemory_policy"`
+				EvictionOK      *bool  `json:"eviction_ok"`
+				PersistenceOK   *bool  `json:"persistence_ok"`
+				Unknown         string `json:"unknown"`
+			} `json:"redis"`
+		} `json:"details"`
+	}
+	metricsOf := func(t *testing.T, s *serving) string {
+		t.Helper()
+		res, err := http.Get(s.url + "/metrics")
+		require.NoError(t, err)
+		defer res.Body.Close()
+		b, err := io.ReadAll(res.Body)
+		require.NoError(t, err)
+		return string(b)
+	}
+	serveOn := func(t *testing.T, opts redistest.Options) *serving {
+		t.Helper()
+		srv := redistest.Start(t, opts)
+		return startServe(t, newEnv(t, fmt.Sprintf("redis: {addrs: [%q]}", srv.Addr)).config)
+	}
+
+	for _, tc := range []struct {
+		name                     string
+		redis                    redistest.Options
+		warning, notWarned       string
+		policy                   string
+		evictionOK, persistentOK bool
+	}{
+		{name: "EvictionPolicy", redis: redistest.Options{AOF: true, Args: []string{"--maxmemory-policy", "allkeys-lru"}},
+			warning: `maxmemory-policy is allkeys-lru.*noeviction`, notWarned: "persistence", policy: "allkeys-lru", persistentOK: true},
+		{name: "NoPersistence", redis: redistest.Options{Args: []string{"--save", "", "--appendonly", "no"}},
+			warning: `neither AOF nor RDB`, notWarned: "maxmemory-policy is", policy: "noeviction", evictionOK: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := serveOn(t, tc.redis)
+			require.Regexp(t, `level=(WARN|ERROR) msg=".*`+tc.warning, s.logs.String())
+			require.NotContains(t, s.logs.String(), tc.notWarned)
+			var r readyz
+			require.Equal(t, http.StatusOK, s.call(t, http.MethodGet, "/readyz", "", &r))
+			require.Equal(t, tc.policy, r.Details.Redis.MaxmemoryPolicy)
+			require.Equal(t, tc.evictionOK, *r.Details.Redis.EvictionOK)
+			require.Equal(t, tc.persistentOK, *r.Details.Redis.PersistenceOK)
+			m := metricsOf(t, s)
+			require.Contains(t, m, fmt.Sprintf("herald_redis_eviction_policy_ok %d\n", gauge(tc.evictionOK)))
+			require.Contains(t, m, fmt.Sprintf("herald_redis_persistence_ok %d\n", gauge(tc.persistentOK)))
+		})
+	}
+
+	t.Run("ConfigRefused", func(t *testing.T) {
+		t.Parallel()
+		s := serveOn(t, redistest.Options{Args: []string{"--rename-command", "CONFIG", ""}})
+		require.Equal(t, 1, strings.Count(s.logs.String(), "refused CONFIG GET"), "said once: %s", s.logs.String())
+		require.Contains(t, s.logs.String(), "refused CONFIG GET")
+		var r readyz
+		require.Equal(t, http.StatusOK, s.call(t, http.MethodGet, "/readyz", "", &r))
+		require.Nil(t, r.Details.Redis.EvictionOK)
+		require.NotEmpty(t, r.Details.Redis.Unknown)
+	})
+}
+
+// TestTopicsStrict runs serve and enqueue with topics_strict: only the
+// topics of the policies file are accepted; another is a 400 naming topic
+// (exit status 2 for enqueue), and nothing is stored for it.
+func TestTopicsStrict(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "")
+	e.config = writeConfig(t, readFile(t, e.config)+"topics_strict: true\n")
+	s := startServe(t, e.config)
+	var answer struct {
+		Error struct{ Code, Field string } `json:"error"`
+	}
+	require.Equal(t, http.StatusBadRequest, s.call(t, http.MethodPost, "/v1/notifications",
+		`{"id": "flood-1", "topic": "made-up-topic", "payload": {}}`, &answer))
+	require.Equal(t, "topic", answer.Error.Field)
+	require.Equal(t, http.StatusNotFound, s.call(t, http.MethodGet, "/v1/notifications/flood-1", "", nil))
+	require.Equal(t, http.StatusCreated, s.call(t, http.MethodPost, "/v1/notifications",
+		`{"id": "known-1", "topic": "jobs", "payload": {}, "delay": "1h"}`, nil))
+
+	r := e.run(t, "enqueue", "--topic", "another-made-up-one", "--payload", "{}")
+	require.Equal(t, 2, r.code(), r.out)
+	requireField(t, r.err, "topic")
+}
+
+// gauge is a boolean as a Prometheus gauge shows it.
+func gauge(ok bool) int {
+	if ok {
+		return 1
+	}
+	return 0
 }

@@ -9,29 +9,13 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/heraldhq/herald/api"
+	"github.com/heraldhq/herald/client"
 	"github.com/heraldhq/herald/store"
 )
 
-// statsReport is what stats prints: GET /v1/stats's answer.
-type statsReport struct {
-	Topics map[string]store.TopicStats `json:"topics"`
-	// Totals sums the topics.
-	Totals store.TopicStats `json:"totals"`
-}
-
-func newStatsReport(topics map[string]store.TopicStats) *statsReport {
-	r := &statsReport{Topics: topics}
-	for _, t := range topics {
-		r.Totals.Scheduled += t.Scheduled
-		r.Totals.Reserved += t.Reserved
-		r.Totals.Dead += t.Dead
-		r.Totals.SucceededTotal += t.SucceededTotal
-		r.Totals.FailedAttemptsTotal += t.FailedAttemptsTotal
-	}
-	return r
-}
-
-func (r *statsReport) print(out io.Writer) error {
+// printStats prints stats as a table.
+func printStats(out io.Writer, r *api.Stats) error {
 	if len(r.Topics) == 0 {
 		_, err := fmt.Fprintln(out, "no notifications yet")
 		return err
@@ -59,20 +43,14 @@ attempts have failed since the topic's first notification. --json prints
 what GET /v1/stats answers.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, done, err := c.openClient(cmd, false)
-			if err != nil {
-				return err
-			}
-			defer done()
-			topics, err := cl.Stats(cmd.Context())
-			if err != nil {
-				return err
-			}
-			r := newStatsReport(topics)
-			if asJSON {
-				return printJSON(c.base.Out, r)
-			}
-			return r.print(c.base.Out)
+			return c.withClient(cmd, false, func(cl *client.Client) error {
+				topics, err := cl.Stats(cmd.Context())
+				if err != nil {
+					return err
+				}
+				r := api.NewStats(topics)
+				return c.output(asJSON, r, func(out io.Writer) error { return printStats(out, r) })
+			})
 		},
 	})
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")

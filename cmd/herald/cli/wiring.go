@@ -4,11 +4,15 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
 	"github.com/heraldhq/herald/api"
 	"github.com/heraldhq/herald/client"
+	"github.com/heraldhq/herald/cmd/herald/config"
+	"github.com/heraldhq/herald/endpoint"
 	"github.com/heraldhq/herald/metrics"
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/notify/httpsend"
@@ -19,6 +23,8 @@ import (
 	"github.com/heraldhq/herald/schedule"
 	"github.com/heraldhq/herald/store"
 	"github.com/heraldhq/herald/templates"
+	"github.com/heraldhq/herald/tracing"
+	"github.com/heraldhq/herald/ui"
 )
 
 // wiring is what a command builds from the configuration: the Redis
@@ -27,26 +33,36 @@ import (
 // them here, so serve, demo and the operator's commands cannot drift
 // apart in how they read the configuration.
 type wiring struct {
-	cfg   *Config
+	cfg   *config.Config
 	log   *slog.Logger
 	redis *redisConn
 	store *store.Store
+	// tracer is set by startTracing when otel.endpoint is set.
+	tracer *tracing.Tracer
 }
 
 // wire connects to the configured Redis and opens the store on it for cmd.
 // allowEmbedded says whether cmd may run on an embedded Redis when
 // redis.addrs is empty (see openRedis). Close the wiring when done.
 func (b *Base) wire(cmd *cobra.Command, allowEmbedded bool) (*wiring, error) {
-	rc, err := openRedis(cmd.Context(), &b.Config.Redis, b.Logger, allowEmbedded, cmd.CommandPath())
+	return b.wireWatched(cmd, allowEmbedded, nil)
+}
+
+// wireWatched is wire with onConnect run on every new Redis connection,
+// as serve watches Redis's settings.
+func (b *Base) wireWatched(cmd *cobra.Command, allowEmbedded bool, onConnect func(context.Context, *redis.Conn) error) (*wiring, error) {
+	rc, err := openRedis(cmd.Context(), &b.Config.Redis, b.Logger, allowEmbedded, cmd.CommandPath(), onConnect)
 	if err != nil {
 		return nil, err
 	}
 	st, err := store.New(&store.Config{
-		Client:    rc.client,
-		Namespace: b.Config.Namespace,
-		Shards:    b.Config.Shards,
-		Retention: b.Config.Retention,
-		Logger:    b.Logger,
+		Client:       rc.client,
+		Namespace:    b.Config.Namespace,
+		Shards:       b.Config.Shards,
+		Retention:    b.Config.Retention,
+		WaitReplicas: b.Config.Redis.WaitReplicas,
+		WaitTimeout:  b.Config.Redis.WaitTimeout,
+		Logger:       b.Logger,
 	})
 	if err != nil {
 		rc.close()
@@ -58,10 +74,11 @@ func (b *Base) wire(cmd *cobra.Command, allowEmbedded bool) (*wiring, error) {
 // Close closes the Redis connection and stops an embedded Redis.
 func (w *wiring) Close() { w.redis.close() }
 
-// loadPolicies reads the policies file once, for a command that resolves a
-// few requests and exits; serve keeps it current with Base.StartPolicies.
-func (w *wiring) loadPolicies() (*policy.Set, error) {
-	set, err := policy.Load(w.cfg.PoliciesFile)
+// loadPolicies reads a policies file once, for a command that resolves a
+// few requests and exits (serve keeps it current with Base.StartPolicies).
+// A file that does not load is a *UsageError naming the offending key.
+func loadPolicies(path string) (*policy.Set, error) {
+	set, err := policy.Load(path)
 	if err != nil {
 		return nil, &UsageError{Err: err}
 	}
@@ -71,32 +88,36 @@ func (w *wiring) loadPolicies() (*policy.Set, error) {
 // newClient returns the Go client the operator's commands use: the same
 // validation, defaults and payload limit as the API, straight to Redis.
 func (w *wiring) newClient(policies func() *policy.Set) (*client.Client, error) {
-	return client.New(&client.Config{Store: w.store, PoliciesFunc: policies, MaxPayload: w.cfg.API.MaxBody})
+	return client.New(&client.Config{Store: w.store, PoliciesFunc: policies, MaxPayload: w.cfg.API.MaxBody, StrictTopics: w.cfg.TopicsStrict})
 }
 
-// loadTemplates parses templates_dir. A missing folder or a broken
-// template is a configuration error.
-func (w *wiring) loadTemplates() (*templates.Set, error) {
-	set, err := templates.Load(w.cfg.TemplatesDir)
-	if err != nil {
-		return nil, &UsageError{Err: fmt.Errorf("templates_dir: %w", err)}
-	}
-	return set, nil
+// endpoints returns the registry of the policies file's endpoints and those
+// registered over the API.
+func (w *wiring) endpoints(policies func() *policy.Set) *endpoint.Registry {
+	return endpoint.NewRegistry(&endpoint.RegistryConfig{
+		FileFunc: func() map[string]endpoint.Endpoint { return policies().Endpoints },
+		Source:   w.store,
+	})
 }
 
 // newSenders builds the webhook, SMS and poll senders, all behind the SSRF
 // guard with senders.webhook.allow_networks, the poll sender sending its
 // on_done webhooks through the webhook sender. Without senders.sms.url the
 // http SMS provider has nowhere to send, so there is no SMS sender and SMS
-// notifications fail permanently; that is logged once here.
-func (w *wiring) newSenders(policies func() *policy.Set, tmpl *templates.Set) (map[string]notify.Sender, error) {
+// notifications fail permanently; that is logged once here. A missing
+// templates_dir or a broken template is a configuration error.
+func (w *wiring) newSenders(policies func() *policy.Set) (map[string]notify.Sender, error) {
+	tmpl, err := templates.Load(w.cfg.TemplatesDir)
+	if err != nil {
+		return nil, &UsageError{Err: fmt.Errorf("templates_dir: %w", err)}
+	}
 	sc := &w.cfg.Senders
-	common := httpsend.Common{Timeout: sc.Webhook.Timeout, Policies: policies, Templates: tmpl, HTTP: httpsend.Config{
+	common := httpsend.Common{Timeout: sc.Webhook.Timeout, Rules: policy.CurrentRules(policies), Templates: tmpl, HTTP: httpsend.Config{
 		AllowNetworks: sc.Webhook.AllowNetworks,
 		UserAgent:     "herald/" + readVersion().Version,
 		Logger:        w.log,
 	}}
-	hook, err := webhook.New(&webhook.Config{Secret: string(sc.Webhook.Secret), Common: common})
+	hook, err := webhook.New(&webhook.Config{Secret: string(sc.Webhook.Secret), Endpoints: w.endpoints(policies), Common: common})
 	if err != nil {
 		return nil, &UsageError{Err: fmt.Errorf("senders.webhook: %w", err)}
 	}
@@ -124,21 +145,55 @@ func (w *wiring) newSenders(policies func() *policy.Set, tmpl *templates.Set) (m
 	return senders, nil
 }
 
-// newDispatcher returns a dispatcher sized by the dispatcher section.
-func (w *wiring) newDispatcher(senders map[string]notify.Sender, policies func() *policy.Set, obs schedule.Observer) (*schedule.Dispatcher, error) {
+// startTracing sends spans to otel.endpoint, when it is set, for the
+// dispatcher and API built after it. The returned function flushes what is
+// left and stops.
+func (w *wiring) startTracing(ctx context.Context) (stop func(), err error) {
+	if w.cfg.Otel.Endpoint == "" {
+		return func() {}, nil
+	}
+	tp, err := tracing.NewOTLPProvider(ctx, w.cfg.Otel.Endpoint)
+	if err != nil {
+		return nil, &UsageError{Err: err}
+	}
+	w.tracer = tracing.New(&tracing.Config{TracerProvider: tp})
+	w.log.InfoContext(ctx, "herald: tracing", "otel_endpoint", w.cfg.Otel.Endpoint)
+	return func() {
+		flushCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tp.Shutdown(flushCtx); err != nil {
+			w.log.Warn("herald: flushing traces failed", "error", err)
+		}
+	}, nil
+}
+
+// newDispatcher returns a dispatcher sized by the dispatcher section, on
+// the senders of newSenders.
+func (w *wiring) newDispatcher(policies func() *policy.Set, obs schedule.Observer) (*schedule.Dispatcher, error) {
+	senders, err := w.newSenders(policies)
+	if err != nil {
+		return nil, err
+	}
+	var tr schedule.Tracer
+	if w.tracer != nil {
+		tr = w.tracer
+	}
 	return schedule.New(&schedule.Config{
 		Store:        w.store,
 		Senders:      senders,
 		PoliciesFunc: policies,
+		Endpoints:    w.endpoints(policies),
 		Concurrency:  w.cfg.Dispatcher.Concurrency,
 		Batch:        w.cfg.Dispatcher.Batch,
 		Observer:     obs,
+		Tracer:       tr,
 		Logger:       w.log,
 	})
 }
 
-// newAPI returns the HTTP API of the api section, serving m at /metrics.
-func (w *wiring) newAPI(ctx context.Context, policies func() *policy.Set, m *metrics.Metrics) (*api.Server, error) {
+// newAPI returns the HTTP API of the api section, serving m at /metrics,
+// details on /readyz and the dashboard at /ui/.
+func (w *wiring) newAPI(ctx context.Context, policies func() *policy.Set, m *metrics.Metrics, details func() any) (*api.Server, error) {
 	tokens := make([]string, len(w.cfg.API.Tokens))
 	for i, t := range w.cfg.API.Tokens {
 		tokens[i] = string(t)
@@ -146,13 +201,24 @@ func (w *wiring) newAPI(ctx context.Context, policies func() *policy.Set, m *met
 	if len(tokens) == 0 {
 		w.log.WarnContext(ctx, "herald: api.tokens is empty, so /v1 answers anyone who can reach "+w.cfg.API.Listen)
 	}
-	return api.New(&api.Config{
-		Store:        w.store,
-		PoliciesFunc: policies,
-		Tokens:       tokens,
-		MaxBody:      int64(w.cfg.API.MaxBody),
-		Metrics:      m.Handler(),
-		Observer:     m,
-		Logger:       w.log,
-	})
+	dashboard, err := ui.New(&ui.Config{Store: w.store, PoliciesFunc: policies, Tokens: tokens, Logger: w.log})
+	if err != nil {
+		return nil, err
+	}
+	cfg := &api.Config{
+		Store:            w.store,
+		PoliciesFunc:     policies,
+		Tokens:           tokens,
+		UI:               dashboard,
+		MaxBody:          int64(w.cfg.API.MaxBody),
+		Metrics:          m.Handler(),
+		ReadyDetailsFunc: details,
+		StrictTopics:     w.cfg.TopicsStrict,
+		Observer:         m,
+		Logger:           w.log,
+	}
+	if w.tracer != nil {
+		cfg.Tracer, cfg.Middleware = w.tracer, w.tracer.Middleware
+	}
+	return api.New(cfg)
 }

@@ -1,10 +1,11 @@
-package cli
+package config
 
 import (
 	"errors"
 	"fmt"
 	"io/fs"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -22,24 +23,24 @@ import (
 // envPrefix starts every environment variable Herald reads.
 const envPrefix = "HERALD_"
 
-// configSource says where loadConfig reads.
-type configSource struct {
+// Source says where Load reads.
+type Source struct {
 	// File is the config file.
 	File string
 	// FileRequired makes a missing File an error: it was named on the
 	// command line rather than taken by default.
 	FileRequired bool
 	// Flags are the command's flags. Those set on the command line and
-	// bound to a key with bindFlag override the file and the environment.
+	// bound to a key with BindFlag override the file and the environment.
 	Flags *pflag.FlagSet
 }
 
-// loadConfig builds the configuration from its defaults, then the file,
+// Load builds the configuration from its defaults, then the file,
 // then HERALD_* environment variables, then flags, each overriding the one
 // before, and validates it. An unknown key or a bad value is a
 // *notify.FieldError naming the key's path (or, for the environment, the
 // variable).
-func loadConfig(src *configSource) (*Config, error) {
+func Load(src *Source) (*Config, error) {
 	k := koanf.New(".")
 	if err := k.Load(file.Provider(src.File), yaml.Parser()); err != nil {
 		if src.FileRequired || !errors.Is(err, fs.ErrNotExist) {
@@ -86,15 +87,44 @@ func loadConfig(src *configSource) (*Config, error) {
 		return nil, fmt.Errorf("flags: %w", flagErr)
 	}
 
-	cfg := ConfigDefault()
-	if err := policy.Decode("", k.Raw(), &cfg); err != nil {
-		return nil, err
+	cfg := Default()
+	raw := k.Raw()
+	// -1 is not a duration to the decoder, which refuses negative ones.
+	forever := fmt.Sprint(raw["retention"]) == "-1"
+	if forever {
+		delete(raw, "retention")
+	}
+	if err := policy.Decode("", raw, &cfg); err != nil {
+		return nil, hideSecrets(err)
+	}
+	if forever {
+		cfg.Retention = RetentionForever
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	return &cfg, nil
 }
+
+// hideSecrets rewords the error of a key that holds a secret, or holds keys
+// that do, so that a value of the wrong type (a password written as a
+// list) is never shown.
+func hideSecrets(err error) error {
+	var fe *notify.FieldError
+	if !errors.As(err, &fe) {
+		return err
+	}
+	key := indexRe.ReplaceAllString(fe.Field, "")
+	for secret := range configKeys().secrets {
+		if secret == key || strings.HasPrefix(secret, key+".") {
+			return notify.Errorf(fe.Field, "has a value of the wrong type, not shown since it holds a secret")
+		}
+	}
+	return err
+}
+
+// indexRe matches the list indexes of a key path, as in api.tokens[2].
+var indexRe = regexp.MustCompile(`\[\d+\]`)
 
 // splitList reads a list from one environment variable: comma-separated,
 // spaces around items ignored, empty meaning an empty list.
@@ -116,12 +146,14 @@ type keySet struct {
 	byEnv map[string]string
 	// lists holds the keys whose values are lists.
 	lists map[string]bool
+	// secrets holds the keys of Secret values, or lists of them.
+	secrets map[string]bool
 }
 
 // configKeys lists Config's keys from its koanf tags, so that a key added
 // to Config is at once settable from the environment and by a flag.
 var configKeys = sync.OnceValue(func() keySet {
-	ks := keySet{byEnv: map[string]string{}, lists: map[string]bool{}}
+	ks := keySet{byEnv: map[string]string{}, lists: map[string]bool{}, secrets: map[string]bool{}}
 	var walk func(prefix string, t reflect.Type)
 	walk = func(prefix string, t reflect.Type) {
 		for f := range t.Fields() {
@@ -132,6 +164,9 @@ var configKeys = sync.OnceValue(func() keySet {
 			}
 			ks.byEnv[envName(key)] = key
 			ks.lists[key] = f.Type.Kind() == reflect.Slice
+			if f.Type == reflect.TypeFor[Secret]() || f.Type == reflect.TypeFor[[]Secret]() {
+				ks.secrets[key] = true
+			}
 		}
 	}
 	walk("", reflect.TypeFor[Config]())
@@ -147,15 +182,15 @@ func envName(key string) string {
 // flagAnnotation marks a flag with the config key it sets.
 const flagAnnotation = "herald_config_key"
 
-// bindFlag makes the flag name of fs, when given on the command line,
+// BindFlag makes the flag name of fs, when given on the command line,
 // override the config key: --log-level sets log.level. It panics on a key
 // Config does not have, a programming error.
-func bindFlag(fs *pflag.FlagSet, name, key string) {
+func BindFlag(fs *pflag.FlagSet, name, key string) {
 	if configKeys().byEnv[envName(key)] != key {
-		panic(fmt.Sprintf("bindFlag: %q is not a config key", key))
+		panic(fmt.Sprintf("BindFlag: %q is not a config key", key))
 	}
 	if err := fs.SetAnnotation(name, flagAnnotation, []string{key}); err != nil {
-		panic(fmt.Sprintf("bindFlag: %v", err))
+		panic(fmt.Sprintf("BindFlag: %v", err))
 	}
 }
 

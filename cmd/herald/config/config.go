@@ -1,6 +1,14 @@
-package cli
+// Package config is the herald command's configuration: the keys of
+// configs/herald.yaml as plain structs with their defaults and validation,
+// and Load, which reads them from the file, then HERALD_* environment
+// variables, then the command's flags (koanf stays here, at the edge). The
+// packages below the command never see it: the command copies what each
+// needs into that package's own Config.
+package config
 
 import (
+	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,6 +18,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/heraldhq/herald/metrics"
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/notify/httpsend"
 	"github.com/heraldhq/herald/notify/sms"
@@ -21,11 +32,12 @@ import (
 // Defaults of Config that no package below the CLI owns. The others are
 // store.NamespaceDefault, store.ShardsDefault, store.RetentionDefault,
 // schedule.ConcurrencyDefault, schedule.BatchDefault,
-// notify.MaxPayloadDefault, httpsend.TimeoutDefault and sms.ProviderDefault.
+// notify.MaxPayloadDefault, httpsend.TimeoutDefault, sms.ProviderDefault and
+// metrics.MaxTopicsDefault.
 const (
-	// ConfigFileDefault is read when --config is not given; unlike a file
+	// FileDefault is read when --config is not given; unlike a file
 	// named with --config, it may be missing.
-	ConfigFileDefault = "configs/herald.yaml"
+	FileDefault = "configs/herald.yaml"
 	// RedisAddrDefault is the Redis server used when the config names none.
 	RedisAddrDefault = "127.0.0.1:6379"
 	// ListenDefault is the API's address: loopback only, until an operator
@@ -37,6 +49,10 @@ const (
 	PoliciesFileDefault = "configs/policies.yaml"
 )
 
+// RetentionForever is the retention that keeps finished records, as
+// store.Config's -1 does.
+const RetentionForever time.Duration = -1
+
 // Redis deployment modes.
 const (
 	RedisModeStandalone = "standalone"
@@ -45,7 +61,7 @@ const (
 )
 
 // Config is Herald's configuration: the keys of configs/herald.yaml, which
-// HERALD_* environment variables and flags override (see LoadConfig). The
+// HERALD_* environment variables and flags override (see Load). The
 // packages below the CLI never see it: commands copy what each needs into
 // that package's own Config.
 type Config struct {
@@ -57,8 +73,9 @@ type Config struct {
 	// the notifications are spread over. Changing it strands what is stored:
 	// pick it once. Default store.ShardsDefault (16).
 	Shards int `koanf:"shards"`
-	// Retention is how long finished records are kept. Default
-	// store.RetentionDefault (168h).
+	// Retention is how long succeeded and cancelled records are kept;
+	// RetentionForever (-1) keeps them. Dead records stay until replayed or
+	// purged. Default store.RetentionDefault (168h).
 	Retention time.Duration `koanf:"retention"`
 	// Dispatcher sizes the dispatcher.
 	Dispatcher DispatcherConfig `koanf:"dispatcher"`
@@ -72,8 +89,15 @@ type Config struct {
 	// PoliciesFile holds the policies and topics, reloaded on change and on
 	// SIGHUP. Default PoliciesFileDefault.
 	PoliciesFile string `koanf:"policies_file"`
+	// TopicsStrict accepts only the topics PoliciesFile names: an enqueue
+	// to another is refused (400 naming topic). Default false.
+	TopicsStrict bool `koanf:"topics_strict"`
+	// Metrics configures /metrics.
+	Metrics MetricsConfig `koanf:"metrics"`
 	// Log chooses the log level and format.
 	Log LogConfig `koanf:"log"`
+	// Otel configures OpenTelemetry tracing.
+	Otel OtelConfig `koanf:"otel"`
 }
 
 // RedisConfig says where Redis is.
@@ -93,6 +117,13 @@ type RedisConfig struct {
 	DB int `koanf:"db"`
 	// TLS connects over TLS, verifying the server's certificate.
 	TLS bool `koanf:"tls"`
+	// WaitReplicas, when above 0, makes every acknowledged write (an
+	// enqueue, a cancel, a replay, an ack) wait until that many replicas
+	// have it, and answer 503 when they do not within WaitTimeout. Default
+	// 0: acknowledged once the master ran it.
+	WaitReplicas int `koanf:"wait_replicas"`
+	// WaitTimeout bounds that wait. Default store.WaitTimeoutDefault (1s).
+	WaitTimeout time.Duration `koanf:"wait_timeout"`
 }
 
 // DispatcherConfig sizes the dispatcher; see schedule.Config.
@@ -152,6 +183,13 @@ type SMSConfig struct {
 	From string `koanf:"from"`
 }
 
+// MetricsConfig configures the metrics; see metrics.Config.
+type MetricsConfig struct {
+	// MaxTopics bounds the topics with series of their own; the others
+	// share the topic label "other". Default metrics.MaxTopicsDefault (100).
+	MaxTopics int `koanf:"max_topics"`
+}
+
 // LogConfig chooses the log handler.
 type LogConfig struct {
 	// Level is debug, info, warn or error. Default info.
@@ -160,11 +198,19 @@ type LogConfig struct {
 	Format string `koanf:"format"`
 }
 
-// ConfigDefault returns the configuration used where neither the file, the
+// OtelConfig configures OpenTelemetry tracing (see the tracing package).
+type OtelConfig struct {
+	// Endpoint is the OTLP/HTTP collector spans are sent to: a URL such as
+	// http://otel-collector:4318, or host:port for plain HTTP. Empty, the
+	// default: no tracing, at no cost.
+	Endpoint string `koanf:"endpoint"`
+}
+
+// Default returns the configuration used where neither the file, the
 // environment nor a flag sets a key. Each call returns fresh slices.
-func ConfigDefault() Config {
+func Default() Config {
 	return Config{
-		Redis:        RedisConfig{Addrs: []string{RedisAddrDefault}, Mode: RedisModeStandalone},
+		Redis:        RedisConfig{Addrs: []string{RedisAddrDefault}, Mode: RedisModeStandalone, WaitTimeout: store.WaitTimeoutDefault},
 		Namespace:    store.NamespaceDefault,
 		Shards:       store.ShardsDefault,
 		Retention:    store.RetentionDefault,
@@ -173,6 +219,7 @@ func ConfigDefault() Config {
 		Senders:      SendersConfig{Webhook: WebhookConfig{Timeout: httpsend.TimeoutDefault, AllowNetworks: []string{}}, SMS: SMSConfig{Provider: sms.ProviderDefault}},
 		TemplatesDir: TemplatesDirDefault,
 		PoliciesFile: PoliciesFileDefault,
+		Metrics:      MetricsConfig{MaxTopics: metrics.MaxTopicsDefault},
 		Log:          LogConfig{Level: "info", Format: "text"},
 	}
 }
@@ -196,6 +243,10 @@ func (c *Config) Validate() error {
 		return notify.Errorf("redis.db", "must not be negative")
 	case r.Mode == RedisModeCluster && r.DB != 0:
 		return notify.Errorf("redis.db", "must be 0 in cluster mode")
+	case r.WaitReplicas < 0:
+		return notify.Errorf("redis.wait_replicas", "must not be negative")
+	case r.WaitTimeout <= 0:
+		return notify.Errorf("redis.wait_timeout", "must be positive")
 	}
 	for i, a := range r.Addrs {
 		if _, _, err := net.SplitHostPort(a); err != nil {
@@ -210,8 +261,8 @@ func (c *Config) Validate() error {
 		return notify.Errorf("namespace", "must match [A-Za-z0-9._:-]{1,64}")
 	case c.Shards < 1 || c.Shards > store.MaxShards:
 		return notify.Errorf("shards", "must be between 1 and %d", store.MaxShards)
-	case c.Retention <= 0:
-		return notify.Errorf("retention", "must be positive")
+	case c.Retention <= 0 && c.Retention != RetentionForever:
+		return notify.Errorf("retention", "must be positive, or -1 to keep finished records forever")
 	case c.Dispatcher.Concurrency < 1:
 		return notify.Errorf("dispatcher.concurrency", "must be at least 1")
 	case c.Dispatcher.Batch < 1:
@@ -224,6 +275,8 @@ func (c *Config) Validate() error {
 		return notify.Errorf("templates_dir", "is required")
 	case c.PoliciesFile == "":
 		return notify.Errorf("policies_file", "is required")
+	case c.Metrics.MaxTopics < 1:
+		return notify.Errorf("metrics.max_topics", "must be at least 1")
 	}
 	if _, port, err := net.SplitHostPort(c.API.Listen); err != nil || port == "" {
 		return notify.Errorf("api.listen", "must be host:port, such as 127.0.0.1:8080, not %q", c.API.Listen)
@@ -244,7 +297,7 @@ func (c *Config) Validate() error {
 	if err := c.Senders.SMS.validate(); err != nil {
 		return err
 	}
-	return c.Log.validate()
+	return c.Log.Validate()
 }
 
 func (s *SMSConfig) validate() error {
@@ -270,8 +323,10 @@ func (s *SMSConfig) validate() error {
 	return nil
 }
 
-func (l *LogConfig) validate() error {
-	if _, err := parseLevel(l.Level); err != nil {
+// Validate checks the log section alone, as commands without the
+// configuration check --log-level.
+func (l *LogConfig) Validate() error {
+	if _, err := ParseLevel(l.Level); err != nil {
 		return notify.Errorf("log.level", "must be debug, info, warn or error, not %q", l.Level)
 	}
 	if l.Format != "text" && l.Format != "json" {
@@ -280,8 +335,22 @@ func (l *LogConfig) validate() error {
 	return nil
 }
 
-// parseLevel reads a log level name.
-func parseLevel(s string) (slog.Level, error) {
+// NewLogger returns a logger writing to w at the level and in the format
+// of a validated l; debug makes it log at debug level, whatever l says.
+func (l *LogConfig) NewLogger(w io.Writer, debug bool) *slog.Logger {
+	level, _ := ParseLevel(l.Level) // validated
+	if debug {
+		level = slog.LevelDebug
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	if l.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// ParseLevel reads a log level name.
+func ParseLevel(s string) (slog.Level, error) {
 	switch s {
 	case "debug":
 		return slog.LevelDebug, nil
@@ -330,3 +399,31 @@ func (s Secret) LogValue() slog.Value { return slog.StringValue(s.shown()) }
 // MarshalText implements encoding.TextMarshaler, which JSON, YAML and
 // koanf's printers use.
 func (s Secret) MarshalText() ([]byte, error) { return []byte(s.shown()), nil }
+
+// NewClient returns the go-redis client of a validated c with at least one
+// address: of one server (standalone), of a master found through its
+// Sentinels (go-redis's failover client, which follows a failover), or of
+// a Cluster. onConnect, when set, runs on each new connection.
+func (c *RedisConfig) NewClient(onConnect func(context.Context, *redis.Conn) error) redis.UniversalClient {
+	var tlsConfig *tls.Config
+	if c.TLS {
+		// The server name is taken from each address as it is dialled.
+		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	password := string(c.Password)
+	switch c.Mode {
+	case RedisModeSentinel:
+		return redis.NewFailoverClient(&redis.FailoverOptions{
+			MasterName:       c.MasterName,
+			SentinelAddrs:    c.Addrs,
+			SentinelPassword: password,
+			Password:         password,
+			DB:               c.DB,
+			TLSConfig:        tlsConfig,
+			OnConnect:        onConnect,
+		})
+	case RedisModeCluster:
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs, Password: password, TLSConfig: tlsConfig, OnConnect: onConnect})
+	}
+	return redis.NewClient(&redis.Options{Addr: c.Addrs[0], Password: password, DB: c.DB, TLSConfig: tlsConfig, OnConnect: onConnect})
+}

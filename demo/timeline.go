@@ -1,4 +1,4 @@
-package cli
+package demo
 
 import (
 	"fmt"
@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/heraldhq/herald/internal/show"
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/policy"
 	"github.com/heraldhq/herald/schedule"
@@ -57,8 +58,7 @@ func (t *timeline) AttemptFinished(n *notify.Notification, a notify.Attempt, act
 	}
 	head := fmt.Sprintf("%-16s %-7s to %-22s %s: ", n.ID, n.Channel, t.showFunc(n.Target), attempt)
 	// The channel is in its column already.
-	reason := strings.TrimPrefix(strings.Join(strings.Fields(a.Error), " "), n.Channel+": ")
-	reason = truncate(reason, 90)
+	reason := show.Line(strings.TrimPrefix(a.Error, n.Channel+": "), 90)
 	switch action {
 	case notify.ActionAck:
 		t.line(a.StartedAt, "%ssucceeded (HTTP %d)", head, a.StatusCode)

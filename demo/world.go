@@ -1,4 +1,4 @@
-package cli
+package demo
 
 import (
 	"context"
@@ -15,34 +15,34 @@ import (
 
 // Paths of the demo's receivers.
 const (
-	demoSMSPath      = "/sms/messages"
-	demoNotifyPath   = "/merchant/notify"
-	demoResultPath   = "/merchant/payment-result"
-	demoBrokenPath   = "/merchant/broken"
-	demoQueryPath    = "/provider/trade/query"
-	demoPollsToFinal = 3 // the provider reports the trade final on this poll
+	smsPath      = "/sms/messages"
+	notifyPath   = "/merchant/notify"
+	resultPath   = "/merchant/payment-result"
+	brokenPath   = "/merchant/broken"
+	queryPath    = "/provider/trade/query"
+	pollsToFinal = 3 // the provider reports the trade final on this poll
 )
 
-// demoWorld is everyone herald demo talks to, faked on one loopback HTTP
+// world is everyone the demo talks to, faked on one loopback HTTP
 // server: an SMS provider (the http provider's JSON POST), a merchant
 // whose notify endpoint fails twice before answering "success", a payment
 // provider whose trade query reports TRADE_SUCCESS on the third poll, the
 // merchant's endpoint for on_done webhooks, and a merchant endpoint that
 // answers 503 until it is fixed.
-type demoWorld struct {
+type world struct {
 	srv *http.Server
 	url string
 	tl  *timeline
 
 	// mu guards seen and fixed, which the handlers write.
 	mu   sync.Mutex
-	seen demoSeen
+	seen seenSoFar
 	// fixed makes the broken endpoint answer "success".
 	fixed bool
 }
 
-// demoSeen is what the receivers saw.
-type demoSeen struct {
+// seenSoFar is what the receivers saw.
+type seenSoFar struct {
 	// texts are the SMS bodies the gateway accepted.
 	texts []string
 	// notifyAnswers are the notify endpoint's answers, in order.
@@ -56,7 +56,7 @@ type demoSeen struct {
 }
 
 // snapshot returns a copy of what the receivers saw so far.
-func (w *demoWorld) snapshot() demoSeen {
+func (w *world) snapshot() seenSoFar {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	s := w.seen
@@ -65,20 +65,20 @@ func (w *demoWorld) snapshot() demoSeen {
 	return s
 }
 
-// startDemoWorld starts the receivers on 127.0.0.1, the only network the
+// startWorld starts the receivers on 127.0.0.1, the only network the
 // demo's SSRF guard lets through. Close it when done.
-func startDemoWorld(tl *timeline) (*demoWorld, error) {
+func startWorld(tl *timeline) (*world, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("demo receivers: %w", err)
 	}
-	w := &demoWorld{url: "http://" + l.Addr().String(), tl: tl}
+	w := &world{url: "http://" + l.Addr().String(), tl: tl}
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST "+demoSMSPath, w.sms)
-	mux.HandleFunc("POST "+demoNotifyPath, w.notify)
-	mux.HandleFunc("POST "+demoResultPath, w.result)
-	mux.HandleFunc("POST "+demoBrokenPath, w.broken)
-	mux.HandleFunc("GET "+demoQueryPath, w.query)
+	mux.HandleFunc("POST "+smsPath, w.sms)
+	mux.HandleFunc("POST "+notifyPath, w.notify)
+	mux.HandleFunc("POST "+resultPath, w.result)
+	mux.HandleFunc("POST "+brokenPath, w.broken)
+	mux.HandleFunc("GET "+queryPath, w.query)
 	w.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = w.srv.Serve(l) }()
 	return w, nil
@@ -87,7 +87,7 @@ func startDemoWorld(tl *timeline) (*demoWorld, error) {
 // close stops the receivers. Connections the senders opened but never
 // used (an attempt cancelled at shutdown) do not count as idle for
 // Shutdown, so whatever is left after it is closed outright.
-func (w *demoWorld) close() {
+func (w *world) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	_ = w.srv.Shutdown(ctx)
@@ -95,7 +95,7 @@ func (w *demoWorld) close() {
 }
 
 // sms is the SMS provider: it accepts every message.
-func (w *demoWorld) sms(rw http.ResponseWriter, r *http.Request) {
+func (w *world) sms(rw http.ResponseWriter, r *http.Request) {
 	var msg struct{ To, Body string }
 	if err := json.NewDecoder(r.Body).Decode(&msg); err != nil {
 		http.Error(rw, "not JSON", http.StatusBadRequest)
@@ -109,18 +109,18 @@ func (w *demoWorld) sms(rw http.ResponseWriter, r *http.Request) {
 	_, _ = io.WriteString(rw, `{"id":"SM0001","status":"queued"}`)
 }
 
-// demoNotifyAnswers are the notify endpoint's answers to its first,
+// notifyAnswers are the notify endpoint's answers to its first,
 // second and later requests: busy, then a body that is not Alipay's
 // "success" (a failure whatever the status), then "success".
-var demoNotifyAnswers = []struct {
+var notifyAnswers = []struct {
 	code int
 	body string
 }{{http.StatusInternalServerError, "busy"}, {http.StatusOK, "fail"}, {http.StatusOK, "success"}}
 
 // notify is the merchant's payment notification endpoint.
-func (w *demoWorld) notify(rw http.ResponseWriter, _ *http.Request) {
+func (w *world) notify(rw http.ResponseWriter, _ *http.Request) {
 	w.mu.Lock()
-	a := demoNotifyAnswers[min(len(w.seen.notifyAnswers), len(demoNotifyAnswers)-1)]
+	a := notifyAnswers[min(len(w.seen.notifyAnswers), len(notifyAnswers)-1)]
 	w.seen.notifyAnswers = append(w.seen.notifyAnswers, fmt.Sprintf("%d %q", a.code, a.body))
 	w.mu.Unlock()
 	rw.WriteHeader(a.code)
@@ -128,11 +128,11 @@ func (w *demoWorld) notify(rw http.ResponseWriter, _ *http.Request) {
 }
 
 // query is the payment provider's trade query: the trade is waiting for
-// the buyer until the demoPollsToFinal-th query.
-func (w *demoWorld) query(rw http.ResponseWriter, r *http.Request) {
+// the buyer until the pollsToFinal-th query.
+func (w *world) query(rw http.ResponseWriter, r *http.Request) {
 	w.mu.Lock()
 	status := "WAIT_BUYER_PAY"
-	if len(w.seen.trades)+1 >= demoPollsToFinal {
+	if len(w.seen.trades)+1 >= pollsToFinal {
 		status = "TRADE_SUCCESS"
 	}
 	w.seen.trades = append(w.seen.trades, status)
@@ -144,7 +144,7 @@ func (w *demoWorld) query(rw http.ResponseWriter, r *http.Request) {
 }
 
 // result is the merchant's endpoint for the poll's on_done webhook.
-func (w *demoWorld) result(rw http.ResponseWriter, r *http.Request) {
+func (w *world) result(rw http.ResponseWriter, r *http.Request) {
 	var body struct{ Value string }
 	_ = json.NewDecoder(r.Body).Decode(&body)
 	w.mu.Lock()
@@ -155,7 +155,7 @@ func (w *demoWorld) result(rw http.ResponseWriter, r *http.Request) {
 }
 
 // broken is a merchant endpoint that is down (503) until fix.
-func (w *demoWorld) broken(rw http.ResponseWriter, _ *http.Request) {
+func (w *world) broken(rw http.ResponseWriter, _ *http.Request) {
 	w.mu.Lock()
 	w.seen.brokenCalls++
 	fixed := w.fixed
@@ -168,7 +168,7 @@ func (w *demoWorld) broken(rw http.ResponseWriter, _ *http.Request) {
 }
 
 // fix brings the broken endpoint back.
-func (w *demoWorld) fix() {
+func (w *world) fix() {
 	w.mu.Lock()
 	w.fixed = true
 	w.mu.Unlock()
@@ -176,7 +176,7 @@ func (w *demoWorld) fix() {
 
 // show names a target for the timeline: its path on the receivers, or the
 // target itself.
-func (w *demoWorld) show(target string) string {
+func (w *world) show(target string) string {
 	if rest, ok := strings.CutPrefix(target, w.url); ok {
 		path, _, _ := strings.Cut(rest, "?")
 		return path

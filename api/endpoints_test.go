@@ -1,0 +1,172 @@
+package api_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/api"
+	"github.com/heraldhq/herald/endpoint"
+	"github.com/heraldhq/herald/notify"
+)
+
+// Secrets for these tests only: an hmac key of 32 bytes and an ed25519 seed.
+const (
+	apiSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw4mH1ZwYAXcs="
+	apiSeed   = "whsk_bm90IGEgcmVhbCBrZXksIGp1c3QgYSB0ZXN0IHNlZWQ="
+)
+
+type endpointList struct {
+	Endpoints []endpoint.View `json:"endpoints"`
+}
+
+func TestEndpoints(t *testing.T) {
+	t.Parallel()
+
+	t.Run("PutGetListDelete", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, api.Config{})
+		body := map[string]any{"url": "https://m42.example/notify", "max_in_flight": 8, "rate": 50, "disable_after": "72h",
+			"secrets": []map[string]any{{"value": apiSecret, "expires_at": "2030-01-01T00:00:00Z"}, {"value": apiSecret}}}
+		status, raw := b.do(t, http.MethodPut, "/v1/endpoints/merchant-42", body)
+		require.Equal(t, http.StatusCreated, status, "%s", raw)
+		require.NotContains(t, string(raw), strings.TrimPrefix(apiSecret, "whsec_"), "a secret was returned")
+		v := must[endpoint.View](t, b, http.StatusOK, http.MethodPut, "/v1/endpoints/merchant-42", body)
+		require.Equal(t, endpoint.SourceAPI, v.Source)
+		require.Equal(t, 8, v.MaxInFlight)
+		require.Len(t, v.Secrets, 2)
+		require.True(t, strings.HasPrefix(v.Secrets[0].ID, "sec_"))
+		require.NotNil(t, v.Secrets[0].ExpiresAt)
+		require.Empty(t, v.Secrets[0].PublicKey)
+
+		status, raw = b.do(t, http.MethodGet, "/v1/endpoints/merchant-42", nil)
+		require.Equal(t, http.StatusOK, status)
+		require.NotContains(t, string(raw), strings.TrimPrefix(apiSecret, "whsec_"))
+		require.Equal(t, "https://m42.example/notify", must[endpoint.View](t, b, http.StatusOK, http.MethodGet, "/v1/endpoints/merchant-42", nil).URL)
+
+		list := must[endpointList](t, b, http.StatusOK, http.MethodGet, "/v1/endpoints", nil)
+		require.Len(t, list.Endpoints, 1)
+
+		// A notification may name it at once, and one naming no endpoint is
+		// refused.
+		must[notify.Notification](t, b, http.StatusCreated, http.MethodPost, "/v1/notifications",
+			map[string]any{"topic": "orders", "endpoint": "merchant-42"})
+		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "endpoint", http.MethodPost, "/v1/notifications",
+			map[string]any{"topic": "orders", "endpoint": "merchant-43"})
+		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "endpoint", http.MethodPost, "/v1/notifications",
+			map[string]any{"topic": "orders", "endpoint": "merchant-42", "target": "https://m42.example"})
+
+		status, _ = b.do(t, http.MethodDelete, "/v1/endpoints/merchant-42", nil)
+		require.Equal(t, http.StatusNoContent, status)
+		b.requireError(t, http.StatusNotFound, api.CodeNotFound, "", http.MethodGet, "/v1/endpoints/merchant-42", nil)
+		b.requireError(t, http.StatusNotFound, api.CodeNotFound, "", http.MethodDelete, "/v1/endpoints/merchant-42", nil)
+	})
+
+	t.Run("Ed25519PublishesItsPublicKey", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, api.Config{})
+		v := must[endpoint.View](t, b, http.StatusCreated, http.MethodPut, "/v1/endpoints/m",
+			map[string]any{"url": "https://m.example", "signing": "ed25519", "secrets": []map[string]any{{"value": apiSeed}}})
+		want := endpoint.Endpoint{Signing: endpoint.SigningEd25519}
+		require.Equal(t, want.PublicKey(endpoint.Secret{Value: apiSeed}), v.Secrets[0].PublicKey)
+		require.True(t, strings.HasPrefix(v.Secrets[0].PublicKey, endpoint.PrefixPublicKey))
+	})
+
+	t.Run("BadInput", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, api.Config{})
+		for _, tt := range []struct {
+			name, path, field string
+			body              any
+		}{
+			{"MalformedSecret", "/v1/endpoints/m", "secrets[0].value", map[string]any{"url": "https://m.example", "secrets": []map[string]any{{"value": "whsec_hunter2 is not base64"}}}},
+			{"NegativeRate", "/v1/endpoints/m", "rate", map[string]any{"url": "https://m.example", "rate": -1}},
+			{"UnknownSigning", "/v1/endpoints/m", "signing", map[string]any{"url": "https://m.example", "signing": "rsa"}},
+			{"NoURL", "/v1/endpoints/m", "url", map[string]any{"rate": 1}},
+			{"UnknownField", "/v1/endpoints/m", "secret", map[string]any{"url": "https://m.example", "secret": "x"}},
+			{"BadName", "/v1/endpoints/m%20n", "name", map[string]any{"url": "https://m.example"}},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				e := b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, tt.field, http.MethodPut, tt.path, tt.body)
+				require.NotContains(t, e.Message, "hunter2", "the secret was echoed")
+			})
+		}
+		require.Empty(t, must[endpointList](t, b, http.StatusOK, http.MethodGet, "/v1/endpoints", nil).Endpoints, "a refused endpoint was stored")
+	})
+
+	t.Run("TheFileWins", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, api.Config{})
+		// Registered over the API first, then the file defines the name too.
+		must[endpoint.View](t, b, http.StatusCreated, http.MethodPut, "/v1/endpoints/m", map[string]any{"url": "https://api.example"})
+		var err error
+		b.policies, err = b.policies.WithEndpoints(map[string]endpoint.Endpoint{"m": {URL: "https://file.example"}})
+		require.NoError(t, err)
+
+		require.Equal(t, endpoint.SourceFile, must[endpoint.View](t, b, http.StatusOK, http.MethodGet, "/v1/endpoints/m", nil).Source)
+		e := b.requireError(t, http.StatusConflict, api.CodeConflict, "name", http.MethodPut, "/v1/endpoints/m", map[string]any{"url": "https://api.example"})
+		require.Contains(t, e.Message, "policies file")
+		list := must[endpointList](t, b, http.StatusOK, http.MethodGet, "/v1/endpoints", nil).Endpoints
+		require.Len(t, list, 2)
+		require.Equal(t, endpoint.SourceFile, list[0].Source)
+		require.False(t, list[0].Shadowed)
+		require.Equal(t, endpoint.SourceAPI, list[1].Source)
+		require.True(t, list[1].Shadowed, "the API's endpoint is not marked as shadowed by the file")
+
+		// The stored one can still be removed; then only the file's is left,
+		// which the API cannot remove.
+		status, _ := b.do(t, http.MethodDelete, "/v1/endpoints/m", nil)
+		require.Equal(t, http.StatusNoContent, status)
+		b.requireError(t, http.StatusConflict, api.CodeConflict, "name", http.MethodDelete, "/v1/endpoints/m", nil)
+	})
+}
+
+func TestPauseResume(t *testing.T) {
+	t.Parallel()
+	b := setup(t, api.Config{})
+	type answer struct {
+		Topic, Endpoint string
+		Paused          bool
+		Resumed         *int
+	}
+	a := must[answer](t, b, http.StatusOK, http.MethodPost, "/v1/topics/orders/pause", nil)
+	require.True(t, a.Paused)
+	require.Equal(t, "orders", a.Topic)
+
+	// A notification due while its topic is paused is shown as paused once
+	// a dispatcher has parked it; here none runs, so it is just scheduled.
+	n := must[notify.Notification](t, b, http.StatusCreated, http.MethodPost, "/v1/notifications", map[string]any{"topic": "orders"})
+	require.False(t, n.Paused)
+
+	a = must[answer](t, b, http.StatusOK, http.MethodPost, "/v1/topics/orders/resume", nil)
+	require.False(t, a.Paused)
+	require.NotNil(t, a.Resumed)
+
+	b.requireError(t, http.StatusNotFound, api.CodeNotFound, "", http.MethodPost, "/v1/endpoints/nobody/pause", nil)
+	b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "topic", http.MethodPost, "/v1/topics/Not%20A%20Topic/pause", nil)
+	must[endpoint.View](t, b, http.StatusCreated, http.MethodPut, "/v1/endpoints/m", map[string]any{"url": "https://m.example"})
+	a = must[answer](t, b, http.StatusOK, http.MethodPost, "/v1/endpoints/m/pause", nil)
+	require.Equal(t, "m", a.Endpoint)
+	require.True(t, must[endpoint.View](t, b, http.StatusOK, http.MethodGet, "/v1/endpoints/m", nil).Paused)
+	must[answer](t, b, http.StatusOK, http.MethodPost, "/v1/endpoints/m/resume", nil)
+	require.False(t, must[endpoint.View](t, b, http.StatusOK, http.MethodGet, "/v1/endpoints/m", nil).Paused)
+
+	// An endpoint its disable_after disabled says so, and enable resumes it.
+	require.Eventually(t, func() bool {
+		disabled, err := b.store.EndpointFailed(t.Context(), "m", time.Millisecond)
+		return err == nil && disabled
+	}, 5*time.Second, 2*time.Millisecond)
+	v := must[endpoint.View](t, b, http.StatusOK, http.MethodGet, "/v1/endpoints/m", nil)
+	require.True(t, v.Disabled)
+	require.NotNil(t, v.DisabledAt)
+	require.True(t, must[endpointList](t, b, http.StatusOK, http.MethodGet, "/v1/endpoints", nil).Endpoints[0].Disabled)
+	a = must[answer](t, b, http.StatusOK, http.MethodPost, "/v1/endpoints/m/enable", nil)
+	require.NotNil(t, a.Resumed)
+	v = must[endpoint.View](t, b, http.StatusOK, http.MethodGet, "/v1/endpoints/m", nil)
+	require.False(t, v.Disabled)
+	require.Nil(t, v.FailingSince)
+	b.requireError(t, http.StatusNotFound, api.CodeNotFound, "", http.MethodPost, "/v1/endpoints/nobody/enable", nil)
+}

@@ -1,0 +1,53 @@
+package api
+
+import (
+	"maps"
+	"net/http"
+	"slices"
+
+	"github.com/heraldhq/herald/notify"
+)
+
+// credentialHeaders are the request headers a notification may carry for
+// its receiver whose values no answer shows: they are the receiver's
+// credentials, sent with every attempt, and anyone who can read a record
+// (a dashboard, a log of answers, a pull consumer) need not hold them.
+var credentialHeaders = []string{"Authorization", "Proxy-Authorization", "Cookie", "Set-Cookie"}
+
+// redactedValue replaces a credential header's value in answers.
+const redactedValue = "[redacted]"
+
+// Redacted returns n as the API shows it: the same record, but with the
+// values of its Authorization, Proxy-Authorization, Cookie and Set-Cookie
+// headers (in any case) replaced by "[redacted]". The stored notification
+// keeps them and every attempt sends them. n is not changed; a copy is
+// made only when there is something to hide.
+func Redacted(n *notify.Notification) *notify.Notification {
+	if n == nil {
+		return nil
+	}
+	var headers map[string]string
+	for name := range n.Headers {
+		if slices.Contains(credentialHeaders, http.CanonicalHeaderKey(name)) {
+			if headers == nil {
+				headers = maps.Clone(n.Headers)
+			}
+			headers[name] = redactedValue
+		}
+	}
+	if headers == nil {
+		return n
+	}
+	out := *n
+	out.Headers = headers
+	return &out
+}
+
+// redactedAll is Redacted for a list, in a new slice.
+func redactedAll(ns []*notify.Notification) []*notify.Notification {
+	out := make([]*notify.Notification, len(ns))
+	for i, n := range ns {
+		out[i] = Redacted(n)
+	}
+	return out
+}

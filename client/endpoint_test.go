@@ -1,0 +1,73 @@
+package client_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/client"
+	"github.com/heraldhq/herald/endpoint"
+	"github.com/heraldhq/herald/internal/redistest"
+	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/policy"
+	"github.com/heraldhq/herald/store"
+)
+
+func TestEnqueueEndpoint(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, err := store.New(&store.Config{Client: server.Client(t), Namespace: redistest.Namespace(t), Shards: 4})
+	require.NoError(t, err)
+	set, err := policy.NewSet(nil, nil)
+	require.NoError(t, err)
+	set, err = set.WithEndpoints(map[string]endpoint.Endpoint{"merchant-42": {URL: "https://m42.example/notify"}})
+	require.NoError(t, err)
+	c, err := client.New(&client.Config{Store: st, PoliciesFunc: func() *policy.Set { return set }})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+
+	n, _, err := c.Enqueue(ctx, &notify.Request{ID: "e1", Topic: "orders", Endpoint: "merchant-42"})
+	require.NoError(t, err)
+	got, err := c.Get(ctx, n.ID)
+	require.NoError(t, err)
+	require.Equal(t, "merchant-42", got.Endpoint, "the stored record keeps its endpoint")
+	require.Equal(t, notify.ChannelWebhook, got.Channel)
+
+	for name, req := range map[string]*notify.Request{
+		"UnknownEndpoint":       {ID: "e2", Topic: "orders", Endpoint: "merchant-43"},
+		"EndpointAndTarget":     {ID: "e3", Topic: "orders", Endpoint: "merchant-42", Target: "https://m42.example"},
+		"EndpointForSMS":        {ID: "e4", Topic: "orders", Endpoint: "merchant-42", Channel: notify.ChannelSMS},
+		"MalformedEndpointName": {ID: "e5", Topic: "orders", Endpoint: "merchant 42"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, _, err := c.Enqueue(ctx, req)
+			var fe *notify.FieldError
+			require.ErrorAs(t, err, &fe)
+			require.Equal(t, "endpoint", fe.Field)
+			_, err = c.Get(ctx, req.ID)
+			require.ErrorIs(t, err, notify.ErrNotFound, "a refused request was stored")
+		})
+	}
+}
+
+func TestReservePausedTopic(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := setup(t)
+	require.NoError(t, c.Pause(ctx, store.PauseTopic, "appointment-reminder"))
+	_, _, err := c.Enqueue(ctx, &notify.Request{ID: "r1", Topic: "appointment-reminder"})
+	require.NoError(t, err)
+	got, err := c.Reserve(ctx, "appointment-reminder", 10, 0)
+	require.NoError(t, err)
+	require.Empty(t, got, "a paused pull topic handed out work")
+
+	resumed, err := c.Resume(ctx, store.PauseTopic, "appointment-reminder")
+	require.NoError(t, err)
+	require.Zero(t, resumed, "nothing was parked: pull consumers never took it")
+	got, err = c.Reserve(ctx, "appointment-reminder", 10, 3*time.Second)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.Equal(t, 0, got[0].Attempts)
+}

@@ -1,0 +1,83 @@
+package client
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/store"
+)
+
+// Pause pauses a topic (kind store.PauseTopic) or an endpoint
+// (store.PauseEndpoint): no attempt of its notifications starts until it is
+// resumed, and none is lost or burnt. An endpoint must exist
+// (endpoint.ErrNotFound otherwise); a topic need not be configured.
+func (c *Client) Pause(ctx context.Context, kind, name string) error {
+	if err := c.checkPausable(ctx, kind, name); err != nil {
+		return err
+	}
+	if err := c.store.Pause(ctx, kind, name); err != nil {
+		c.storeError("pause", err)
+		return err
+	}
+	return nil
+}
+
+// Resume ends a pause: the notifications that came due meanwhile start at
+// once; resumed counts them. Resuming what is not paused changes nothing.
+func (c *Client) Resume(ctx context.Context, kind, name string) (resumed int, err error) {
+	if err := c.checkPausable(ctx, kind, name); err != nil {
+		return 0, err
+	}
+	if resumed, err = c.store.Resume(ctx, kind, name); err != nil {
+		c.storeError("resume", err)
+	}
+	return resumed, err
+}
+
+func (c *Client) checkPausable(ctx context.Context, kind, name string) error {
+	if kind != store.PauseEndpoint {
+		return nil // the store checks the topic's name
+	}
+	_, err := c.cfg.Endpoints.Endpoint(ctx, name)
+	return err
+}
+
+// markParked shows a notification parked by a pause as paused, with no
+// next attempt time, rather than with its parking time.
+func markParked(n *notify.Notification) {
+	if store.Parked(n) {
+		n.Paused, n.NextAttemptAt = true, nil
+	}
+}
+
+// pausedTTL is how long a client trusts what it read of the paused topics
+// before pull consumers' reservations read it again.
+const pausedTTL = 250 * time.Millisecond
+
+// pausedCache is what a client last read of what is paused, for Reserve.
+type pausedCache struct {
+	mu     sync.Mutex
+	read   time.Time
+	paused map[string]time.Time
+}
+
+// topicPaused reports whether topic is paused, from a read at most
+// pausedTTL old: a paused pull topic hands nothing out, and what came due
+// meanwhile is there for the first Reserve after the resume. A failure to
+// read keeps the previous answer.
+func (c *Client) topicPaused(ctx context.Context, topic string) bool {
+	p := &c.pausedCache
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if now := time.Now(); now.Sub(p.read) >= pausedTTL {
+		if paused, err := c.store.Paused(ctx); err == nil {
+			p.paused, p.read = paused, now
+		} else {
+			c.storeError("paused", err)
+		}
+	}
+	_, ok := p.paused[store.PauseKey(store.PauseTopic, topic)]
+	return ok
+}

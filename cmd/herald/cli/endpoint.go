@@ -1,0 +1,129 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/heraldhq/herald/client"
+	"github.com/heraldhq/herald/endpoint"
+	"github.com/heraldhq/herald/store"
+)
+
+func (c *app) endpointCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "endpoint",
+		Short: "List, show, register or remove endpoints",
+		Long: `Endpoints are named receivers with their own URL, signing secrets and limits.
+They come from the policies file (endpoints:, which wins on a name clash) and
+from the API; these commands change the API's, stored in Redis. Secrets are
+never printed: only their ids, expiries and, for ed25519, public keys.`,
+	}
+	// on runs do on a client that knows the policies file's endpoints.
+	on := func(do func(cmd *cobra.Command, cl *client.Client, args []string) error) func(*cobra.Command, []string) error {
+		return func(cmd *cobra.Command, args []string) error {
+			return c.withClient(cmd, true, func(cl *client.Client) error { return do(cmd, cl, args) })
+		}
+	}
+	var asJSON bool
+	list := withConfig(&cobra.Command{Use: "list", Short: "List every endpoint", Args: cobra.NoArgs,
+		RunE: on(func(cmd *cobra.Command, cl *client.Client, _ []string) error {
+			vs, err := cl.ListEndpoints(cmd.Context())
+			if err != nil || asJSON {
+				return c.reply(err, map[string]any{"endpoints": vs})
+			}
+			tw := tabwriter.NewWriter(c.base.Out, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tSOURCE\tURL\tSIGNING\tSECRETS\tMAX IN FLIGHT\tRATE")
+			for _, v := range vs {
+				src := v.Source
+				if v.Shadowed {
+					src += " (shadowed by file)"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%g\n", v.Name, src, v.URL, v.Signing, len(v.Secrets), v.MaxInFlight, v.Rate)
+			}
+			return tw.Flush()
+		})})
+	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	get := withConfig(&cobra.Command{Use: "get NAME", Short: "Show an endpoint as JSON", Args: cobra.ExactArgs(1),
+		RunE: on(func(cmd *cobra.Command, cl *client.Client, args []string) error {
+			v, err := cl.GetEndpoint(cmd.Context(), args[0])
+			return c.reply(err, v)
+		})})
+	var file string
+	put := withConfig(&cobra.Command{Use: "put NAME", Short: "Register or replace an endpoint from JSON", Args: cobra.ExactArgs(1),
+		Long: `Put reads the endpoint as PUT /v1/endpoints/{name} takes it, from --file or
+standard input, so that secrets stay out of the shell's history:
+  {"url": "https://m.example/notify", "secrets": [{"value": "whsec_..."}], "rate": 50}`,
+		RunE: on(func(cmd *cobra.Command, cl *client.Client, args []string) error {
+			var e endpoint.Endpoint
+			if err := readEndpoint(cmd.InOrStdin(), file, &e); err != nil {
+				return err
+			}
+			v, _, err := cl.PutEndpoint(cmd.Context(), args[0], &e)
+			return c.reply(err, v)
+		})})
+	put.Flags().StringVarP(&file, "file", "f", "-", "JSON file of the endpoint; - for standard input")
+	del := withConfig(&cobra.Command{Use: "delete NAME", Short: "Remove an endpoint registered over the API", Args: cobra.ExactArgs(1),
+		RunE: on(func(cmd *cobra.Command, cl *client.Client, args []string) error {
+			err := cl.DeleteEndpoint(cmd.Context(), args[0])
+			return c.say(err, "deleted", args[0])
+		})})
+	enable := withConfig(&cobra.Command{Use: "enable NAME", Short: "Enable an endpoint its disable_after disabled", Args: cobra.ExactArgs(1),
+		RunE: on(func(cmd *cobra.Command, cl *client.Client, args []string) error {
+			n, err := cl.EnableEndpoint(cmd.Context(), args[0])
+			return c.say(err, "enabled", args[0]+":", n, "due at once")
+		})})
+	cmd.AddCommand(list, get, put, del, enable)
+	return cmd
+}
+
+// readEndpoint decodes an endpoint from path, or from stdin for "-";
+// unknown keys are refused, as the API refuses them.
+func readEndpoint(stdin io.Reader, path string, e *endpoint.Endpoint) error {
+	r := stdin
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return &UsageError{Err: err}
+		}
+		defer f.Close()
+		r = f
+	}
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(e); err != nil {
+		return &UsageError{Err: fmt.Errorf("endpoint JSON: %w", err)}
+	}
+	return nil
+}
+
+// pauseCommands are herald pause and herald resume.
+func (c *app) pauseCommands() []*cobra.Command {
+	build := func(verb, short string, do func(cmd *cobra.Command, cl *client.Client, kind, name string) error) *cobra.Command {
+		return withConfig(&cobra.Command{
+			Use: verb + " topic|endpoint NAME", Short: short, Args: cobra.ExactArgs(2),
+			ValidArgs: []string{store.PauseTopic, store.PauseEndpoint},
+			RunE: func(cmd *cobra.Command, args []string) error {
+				if args[0] != store.PauseTopic && args[0] != store.PauseEndpoint {
+					return &UsageError{Err: fmt.Errorf("%s what? topic or endpoint, not %q", verb, args[0])}
+				}
+				return c.withClient(cmd, true, func(cl *client.Client) error { return do(cmd, cl, args[0], args[1]) })
+			},
+		})
+	}
+	pause := build("pause", "Stop attempting a topic's or an endpoint's notifications, losing none",
+		func(cmd *cobra.Command, cl *client.Client, kind, name string) error {
+			err := cl.Pause(cmd.Context(), kind, name)
+			return c.say(err, "paused", kind, name)
+		})
+	resume := build("resume", "Resume a paused topic or endpoint: what came due meanwhile starts at once",
+		func(cmd *cobra.Command, cl *client.Client, kind, name string) error {
+			n, err := cl.Resume(cmd.Context(), kind, name)
+			return c.say(err, "resumed", kind, name+":", n, "due at once")
+		})
+	return []*cobra.Command{pause, resume}
+}

@@ -1,0 +1,61 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestEndpointCommand(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "")
+	file := filepath.Join(t.TempDir(), "m42.json")
+	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw4mH1ZwYAXcs="
+	require.NoError(t, os.WriteFile(file, []byte(`{"url": "https://m42.example/notify", "rate": 50,
+		"secrets": [{"value": "`+secret+`"}]}`), 0o600))
+
+	r := e.run(t, "endpoint", "put", "merchant-42", "--file", file)
+	require.NoError(t, r.err, r.logs)
+	require.Contains(t, r.out, `"source": "api"`)
+	require.NotContains(t, r.out, secret[6:], "a secret was printed")
+
+	r = e.run(t, "endpoint", "list")
+	require.NoError(t, r.err, r.logs)
+	require.Contains(t, r.out, "merchant-42")
+	require.Contains(t, r.out, "https://m42.example/notify")
+
+	r = e.run(t, "endpoint", "get", "merchant-42")
+	require.NoError(t, r.err, r.logs)
+	require.Contains(t, r.out, `"id": "sec_`)
+	require.NotContains(t, r.out, secret[6:])
+
+	require.NoError(t, os.WriteFile(file, []byte(`{"url": "https://m42.example", "rate": -1}`), 0o600))
+	r = e.run(t, "endpoint", "put", "merchant-42", "--file", file)
+	require.ErrorContains(t, r.err, "rate")
+
+	r = e.run(t, "endpoint", "enable", "merchant-42")
+	require.NoError(t, r.err, r.logs)
+	require.Contains(t, r.out, "enabled merchant-42: 0 due at once")
+
+	r = e.run(t, "endpoint", "delete", "merchant-42")
+	require.NoError(t, r.err, r.logs)
+	r = e.run(t, "endpoint", "get", "merchant-42")
+	require.ErrorContains(t, r.err, "not found")
+}
+
+func TestPauseCommand(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "")
+	r := e.run(t, "pause", "topic", "jobs")
+	require.NoError(t, r.err, r.logs)
+	require.Contains(t, r.out, "paused topic jobs")
+	r = e.run(t, "resume", "topic", "jobs")
+	require.NoError(t, r.err, r.logs)
+	require.Contains(t, r.out, "resumed topic jobs: 0 due at once")
+	r = e.run(t, "pause", "endpoint", "nobody")
+	require.ErrorContains(t, r.err, "not found")
+	r = e.run(t, "pause", "queue", "jobs")
+	require.Equal(t, 2, r.code())
+}

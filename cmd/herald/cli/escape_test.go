@@ -1,0 +1,37 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/client"
+	"github.com/heraldhq/herald/notify"
+)
+
+// TestStoredTextIsEscaped prints a notification whose last error, as a
+// receiver or consumer wrote it, would clear the operator's screen and
+// retitle the terminal: status and dlq list show the escapes instead.
+func TestStoredTextIsEscaped(t *testing.T) {
+	t.Parallel()
+	const hostile = "\x1b[2J\x1b]0;x\x07 \u009b31m\x7f"
+	e := newEnv(t, "")
+	ctx := context.Background()
+	cl := e.client(t)
+	_, _, err := cl.Enqueue(ctx, &notify.Request{ID: "evil-1", Topic: "jobs", Payload: []byte(`{"n":1}`), Backoff: []notify.Duration{0}})
+	require.NoError(t, err)
+	got, err := cl.Reserve(ctx, "jobs", client.MaxReserve, time.Second)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.NoError(t, cl.Nack(ctx, got[0].ID, got[0].Receipt, errors.New(hostile)))
+
+	for _, args := range [][]string{{"status", "evil-1"}, {"dlq", "list"}} {
+		r := e.run(t, args...)
+		require.NoError(t, r.err)
+		require.NotRegexp(t, "[\x00-\x08\x0b-\x1f\x7f\u0080-\u009f]", r.out, "%v printed control characters", args)
+		require.Contains(t, r.out, `\x1b[2J\x1b]0;x\a \u009b31m\x7f`, args)
+	}
+}

@@ -1,0 +1,9 @@
+package config
+
+import (
+	"testing"
+
+	"github.com/heraldhq/herald/internal/redistest"
+)
+
+func TestMain(m *testing.M) { redistest.VerifyMain(m) }

@@ -1,0 +1,84 @@
+package show
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/notify"
+)
+
+func TestDuration(t *testing.T) {
+	t.Parallel()
+
+	for d, want := range map[time.Duration]string{
+		0:                               "0s",
+		1500 * time.Millisecond:         "1.5s",
+		2 * time.Minute:                 "2m",
+		90 * time.Second:                "1m30s",
+		time.Hour:                       "1h",
+		24*time.Hour + 22*time.Minute:   "24h22m",
+		time.Hour + 30*time.Second:      "1h0m30s",
+		29*time.Minute + 55*time.Second: "29m55s",
+	} {
+		require.Equal(t, want, Duration(notify.Duration(d)), d.String())
+	}
+}
+
+func TestClean(t *testing.T) {
+	t.Parallel()
+
+	for _, tt := range []struct {
+		name, in, want string
+	}{
+		{name: "Plain", in: "status 503: down, 10€", want: "status 503: down, 10€"},
+		{name: "ClearScreenAndTitle", in: "\x1b[2J\x1b]0;x\x07", want: `\x1b[2J\x1b]0;x\a`},
+		{name: "DEL", in: "a\x7fb", want: `a\x7fb`},
+		{name: "C1", in: "a\u009b31mb", want: `a\u009b31mb`},
+		{name: "InvalidUTF8", in: "a\xffb", want: `a\xffb`},
+		{name: "ReplacementCharKept", in: "a\uFFFDb", want: "a\uFFFDb"},
+		{name: "NewlineAndTab", in: "a\nb\tc", want: `a\nb\tc`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tt.want, Clean(tt.in))
+		})
+	}
+}
+
+func TestLine(t *testing.T) {
+	t.Parallel()
+
+	require.Equal(t, `a b \x1b[2J`, Line("a \n\t b \x1b[2J", 20))
+	require.Equal(t, "abcd...", Line("abcdefghij", 7))
+}
+
+func TestRelative(t *testing.T) {
+	t.Parallel()
+
+	now := time.Date(2026, 3, 1, 9, 30, 0, 0, time.UTC)
+	require.Equal(t, "in 1m58s", Relative(now.Add(118*time.Second+20*time.Millisecond), now))
+	require.Equal(t, "3.2s ago", Relative(now.Add(-3210*time.Millisecond), now))
+}
+
+func TestRecord(t *testing.T) {
+	t.Parallel()
+
+	now := time.Date(2026, 3, 1, 9, 30, 0, 0, time.UTC)
+	next := now.Add(2 * time.Minute)
+	n := &notify.Notification{
+		ID: "order-1001", Topic: "order-notify", Channel: notify.ChannelWebhook, Target: "https://m.example/\x1b[2J",
+		State: notify.StateScheduled, Attempts: 1, Backoff: []notify.Duration{0, notify.Duration(2 * time.Minute)},
+		SendAt: now, NextAttemptAt: &next, CreatedAt: now, UpdatedAt: now,
+		History: []notify.Attempt{{Attempt: 0, StartedAt: now, DurationMS: 12, Outcome: "retry", StatusCode: 503, Error: "status 503"}},
+	}
+	var buf bytes.Buffer
+	require.NoError(t, Record(&buf, n, now))
+	out := buf.String()
+	require.Contains(t, out, `https://m.example/\x1b[2J`)
+	require.Contains(t, out, "attempt 1 at 2026-03-01T09:32:00.000Z (in 2m0s)")
+	require.Contains(t, out, "backoff       0s,2m")
+	require.Regexp(t, `0\s+2026-03-01T09:30:00.000Z\s+12ms\s+retry\s+503\s+status 503`, out)
+}

@@ -1,0 +1,91 @@
+package policy
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/heraldhq/herald/internal/show"
+	"github.com/heraldhq/herald/notify"
+)
+
+// Report is what `herald policy check` prints: every policy of a Set,
+// defaults applied, with its Schedule, and the Set's topics.
+type Report struct {
+	File     string           `json:"file"`
+	Policies []ReportPolicy   `json:"policies"`
+	Topics   map[string]Topic `json:"topics"`
+}
+
+// ReportPolicy is one policy, defaults applied, and its schedule.
+type ReportPolicy struct {
+	Name string `json:"name"`
+	Policy
+	Schedule []ReportAttempt `json:"schedule"`
+}
+
+// ReportAttempt is one row of a schedule.
+type ReportAttempt struct {
+	Attempt int             `json:"attempt"`
+	Wait    notify.Duration `json:"wait"`
+	// SinceFirst is how long after the first attempt this one starts.
+	SinceFirst notify.Duration `json:"since_first_attempt"`
+}
+
+// NewReport returns the report of s, loaded from file.
+func NewReport(file string, s *Set) *Report {
+	r := &Report{File: file, Topics: s.Topics}
+	for _, name := range slices.Sorted(maps.Keys(s.Policies)) {
+		p := s.Policies[name]
+		pr := ReportPolicy{Name: name, Policy: p}
+		offsets := Schedule(p.Backoff)
+		for i, at := range offsets {
+			pr.Schedule = append(pr.Schedule, ReportAttempt{Attempt: i, Wait: p.Backoff[i], SinceFirst: notify.Duration(at - offsets[0])})
+		}
+		r.Policies = append(r.Policies, pr)
+	}
+	return r
+}
+
+// Print writes the report as text: per policy a summary line and its
+// schedule as a table, then the topics. Text from the file goes through
+// show, so it cannot drive the terminal.
+func (r *Report) Print(out io.Writer) error {
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	for _, p := range r.Policies {
+		fmt.Fprintf(tw, "policy %s: %d attempts", p.Name, len(p.Schedule))
+		if first := p.Schedule[0].Wait; first > 0 {
+			fmt.Fprintf(tw, ", the first %s after the send time", show.Duration(first))
+		}
+		fmt.Fprintf(tw, ", the last %s after the first, then dead\n", show.Duration(p.Schedule[len(p.Schedule)-1].SinceFirst))
+		fmt.Fprintf(tw, "  ttr %s, timeout %s, retry_on %s", show.Duration(p.TTR), show.Duration(p.Timeout), strings.Join(p.RetryOn, ","))
+		if p.SuccessBody != "" {
+			fmt.Fprintf(tw, ", success_body '%s'", show.Clean(p.SuccessBody))
+		}
+		if p.HonorRetryAfter {
+			fmt.Fprintf(tw, ", honours Retry-After up to %s", show.Duration(p.MaxRetryAfter))
+		}
+		if p.Jitter > 0 {
+			fmt.Fprintf(tw, ", jitter up to %g%%", p.Jitter*100)
+		}
+		fmt.Fprintln(tw)
+		fmt.Fprintln(tw, "  ATTEMPT\tWAIT\tSINCE FIRST ATTEMPT")
+		for _, a := range p.Schedule {
+			fmt.Fprintf(tw, "  %d\t%s\t%s\n", a.Attempt, show.Duration(a.Wait), show.Duration(a.SinceFirst))
+		}
+		fmt.Fprintln(tw)
+	}
+	if len(r.Topics) > 0 {
+		fmt.Fprintln(tw, "TOPIC\tCHANNEL\tPOLICY\tTEMPLATE\tTARGET")
+		for _, name := range slices.Sorted(maps.Keys(r.Topics)) {
+			t := r.Topics[name]
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", name, show.Dash(t.Channel), show.Dash(t.Policy), show.Dash(t.Template), show.Dash(t.Target))
+		}
+		fmt.Fprintln(tw)
+	}
+	fmt.Fprintf(tw, "%s: ok, %d policies, %d topics\n", r.File, len(r.Policies), len(r.Topics))
+	return tw.Flush()
+}

@@ -1,0 +1,49 @@
+package schedule
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/store"
+)
+
+// healthStore is what disable_after needs of the store. A Store that does
+// not implement it (a test double) disables nothing.
+type healthStore interface {
+	EndpointSucceeded(ctx context.Context, name string) error
+	EndpointFailed(ctx context.Context, name string, disableAfter time.Duration) (bool, error)
+}
+
+var _ healthStore = (*store.Store)(nil)
+
+// recordHealth tells the store how an attempt to an endpoint with a
+// disable_after ended: a success clears its failing streak, a failure
+// extends it and, past disable_after, disables the endpoint, whose
+// notifications then wait parked until it is enabled. Endpoints without
+// disable_after cost nothing.
+func (d *Dispatcher) recordHealth(ctx context.Context, n *notify.Notification, sendErr error) {
+	hs, ok := d.store.(healthStore)
+	if n.Endpoint == "" || d.cfg.Endpoints == nil || !ok || errors.Is(sendErr, notify.ErrReleased) {
+		return
+	}
+	e, err := d.cfg.Endpoints.Endpoint(ctx, n.Endpoint)
+	if err != nil || e.DisableAfter <= 0 {
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	if sendErr == nil {
+		err = hs.EndpointSucceeded(ctx, n.Endpoint)
+	} else {
+		var disabled bool
+		if disabled, err = hs.EndpointFailed(ctx, n.Endpoint, time.Duration(e.DisableAfter)); disabled {
+			d.log.WarnContext(ctx, "schedule: endpoint disabled: every attempt failed for its disable_after; its notifications wait until it is enabled",
+				slog.String("endpoint", n.Endpoint), slog.Duration("disable_after", time.Duration(e.DisableAfter)))
+		}
+	}
+	if err != nil {
+		d.cfg.Observer.StoreError("health", err)
+	}
+}

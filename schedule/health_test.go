@@ -1,0 +1,77 @@
+package schedule_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/endpoint"
+	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/policy"
+	"github.com/heraldhq/herald/store"
+)
+
+func TestDisableAfter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	var up atomic.Bool
+	rcv := newReceiver(t, func(_ int, w http.ResponseWriter) {
+		if !up.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	set, err := policy.NewSet(map[string]policy.Policy{"fast": {Backoff: ms(0, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10,
+		10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10)}}, nil)
+	require.NoError(t, err)
+	b.policies, err = set.WithEndpoints(map[string]endpoint.Endpoint{
+		"flaky": {URL: rcv.URL, DisableAfter: notify.Duration(100 * time.Millisecond)},
+	})
+	require.NoError(t, err)
+	b.startLimited(t, 1)
+	var ids []string
+	for i := range 5 {
+		ids = append(ids, fmt.Sprint("h", i))
+		b.enqueueEndpoint(t, ids[i], "flaky")
+	}
+
+	// The health record and the pause live in different slots, written
+	// one after the other: wait for both.
+	require.Eventually(t, func() bool {
+		h, err := b.store.EndpointHealth(ctx, "flaky")
+		if err != nil || h.DisabledAt == nil {
+			return false
+		}
+		paused, err := b.store.Paused(ctx)
+		_, ok := paused[store.PauseKey(store.PauseDisabled, "flaky")]
+		return err == nil && ok
+	}, 10*time.Second, 5*time.Millisecond, "the endpoint was never disabled")
+	b.requireParked(t, ids...)
+	before := len(rcv.requests())
+	for _, id := range ids {
+		rec, err := b.store.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, notify.StateScheduled, rec.State, "a notification burnt out while its endpoint was failing")
+		require.Less(t, rec.Attempts, 40)
+	}
+
+	up.Store(true)
+	resumed, err := b.store.EnableEndpoint(ctx, "flaky")
+	require.NoError(t, err)
+	require.Equal(t, len(ids), resumed)
+	for _, id := range ids {
+		b.waitState(t, id, notify.StateSucceeded)
+	}
+	require.Len(t, rcv.requests(), before+len(ids), "attempts were made while disabled")
+	h, err := b.store.EndpointHealth(ctx, "flaky")
+	require.NoError(t, err)
+	require.Nil(t, h.DisabledAt)
+	require.Nil(t, h.FailingSince)
+}

@@ -1,0 +1,242 @@
+package schedule_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/endpoint"
+	"github.com/heraldhq/herald/internal/heraldtest"
+	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/notify/httpsend"
+	"github.com/heraldhq/herald/notify/webhook"
+	"github.com/heraldhq/herald/policy"
+	"github.com/heraldhq/herald/schedule"
+	"github.com/heraldhq/herald/store"
+)
+
+// startLimited runs count dispatchers on one store, each honouring the
+// endpoints' limits, as count processes would.
+func (b *testBundle) startLimited(t *testing.T, count int) {
+	t.Helper()
+	registry := endpoint.NewRegistry(&endpoint.RegistryConfig{
+		FileFunc: func() map[string]endpoint.Endpoint { return b.policies.Endpoints }, Source: b.store})
+	for range count {
+		hook, err := webhook.New(&webhook.Config{Endpoints: registry, Common: httpsend.Common{
+			Rules: policy.CurrentRules(func() *policy.Set { return b.policies }),
+			HTTP:  httpsend.Config{AllowNetworks: []string{"127.0.0.0/8"}, Logger: heraldtest.Logger(t)}}})
+		require.NoError(t, err)
+		b.start(t, schedule.Config{Senders: map[string]notify.Sender{notify.ChannelWebhook: hook}, Endpoints: registry})
+	}
+}
+
+// countingReceiver answers 200 after hold, recording the most requests it
+// had in flight at once.
+type countingReceiver struct {
+	*receiver
+	inFlight, most atomic.Int64
+}
+
+func newCountingReceiver(t *testing.T, hold time.Duration) *countingReceiver {
+	t.Helper()
+	c := &countingReceiver{}
+	c.receiver = newReceiver(t, func(_ int, w http.ResponseWriter) {
+		now := c.inFlight.Add(1)
+		for m := c.most.Load(); now > m && !c.most.CompareAndSwap(m, now); m = c.most.Load() {
+		}
+		time.Sleep(hold)
+		c.inFlight.Add(-1)
+		w.WriteHeader(http.StatusOK)
+	})
+	return c
+}
+
+func TestEndpointLimits(t *testing.T) {
+	t.Parallel()
+
+	t.Run("MaxInFlightAcrossDispatchers", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		limited, other := newCountingReceiver(t, 5*time.Millisecond), newCountingReceiver(t, 0)
+		// A patient timeout: on a loaded machine a slow answer would be a
+		// real failed attempt, which this test does not count on.
+		set, err := policy.NewSet(map[string]policy.Policy{"fast": {Backoff: ms(0, 0), TTR: notify.Duration(time.Minute),
+			Timeout: notify.Duration(30 * time.Second)}}, nil)
+		require.NoError(t, err)
+		b.policies, err = set.WithEndpoints(map[string]endpoint.Endpoint{
+			"limited": {URL: limited.URL, MaxInFlight: 4}, "other": {URL: other.URL},
+		})
+		require.NoError(t, err)
+		b.startLimited(t, 3)
+		const total = 500
+		for i := range total {
+			b.enqueueEndpoint(t, fmt.Sprint("l", i), "limited")
+		}
+		// The other endpoint's notifications flow while the backlog drains.
+		for i := range 20 {
+			b.enqueueEndpoint(t, fmt.Sprint("o", i), "other")
+		}
+		for i := range 20 {
+			b.waitState(t, fmt.Sprint("o", i), notify.StateSucceeded)
+		}
+		require.Less(t, len(limited.requests()), total, "the other endpoint waited for the whole backlog")
+		for i := range total {
+			rec := b.waitState(t, fmt.Sprint("l", i), notify.StateSucceeded)
+			require.Len(t, rec.History, 1, "waiting for room burnt an attempt")
+		}
+		require.Len(t, limited.requests(), total)
+		require.LessOrEqual(t, limited.most.Load(), int64(4), "more requests in flight than max_in_flight")
+		t.Logf("most in flight: %d", limited.most.Load())
+	})
+
+	t.Run("RateAcrossDispatchers", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		rcv := newCountingReceiver(t, 0)
+		var err error
+		b.policies, err = b.policies.WithEndpoints(map[string]endpoint.Endpoint{"slow": {URL: rcv.URL, Rate: 50}})
+		require.NoError(t, err)
+		b.startLimited(t, 3)
+		for i := range 700 {
+			b.enqueueEndpoint(t, fmt.Sprint("r", i), "slow")
+		}
+		require.Eventually(t, func() bool { return len(rcv.requests()) > 0 }, 5*time.Second, 5*time.Millisecond)
+		start := rcv.requests()[0].at
+		// 700 outlast 10s at 50/s: wait for the first request past the window.
+		require.Eventually(t, func() bool {
+			reqs := rcv.requests()
+			return reqs[len(reqs)-1].at.Sub(start) >= 10*time.Second
+		}, 30*time.Second, 50*time.Millisecond)
+		var in int
+		for _, r := range rcv.requests() {
+			if r.at.Sub(start) < 10*time.Second {
+				in++
+			}
+		}
+		t.Logf("rate 50: %d requests in the first 10s", in)
+		require.InDelta(t, 500, in, 50, "rate: 50 held within 10%% over 10s")
+	})
+}
+
+const limitChildEnv = "HERALD_LIMIT_CHILD"
+
+// limitedCapacity is the endpoint both the crash child and the parent of
+// TestKilledDispatcherLeasesExpire deliver to: two places at once.
+var limitedCapacity = endpoint.Map{"limited": {URL: "https://merchant.test/notify", MaxInFlight: 2}}
+
+// TestLimitCrashChild is the dispatcher TestKilledDispatcherLeasesExpire
+// runs in a child process and kills while it holds the endpoint's places;
+// run directly, it has nothing to do.
+func TestLimitCrashChild(t *testing.T) {
+	cfg := os.Getenv(limitChildEnv)
+	if cfg == "" {
+		return
+	}
+	addr, ns, _ := strings.Cut(cfg, "|")
+	st, err := store.New(&store.Config{Client: redis.NewClient(&redis.Options{Addr: addr}), Namespace: ns, Shards: 8})
+	require.NoError(t, err)
+	hang := notify.SenderFunc(func(context.Context, *notify.Notification) (notify.Response, error) {
+		fmt.Println("holding")
+		select {} // hold the place until killed
+	})
+	d, err := schedule.New(&schedule.Config{Store: st, Senders: map[string]notify.Sender{notify.ChannelWebhook: hang}, Endpoints: limitedCapacity})
+	require.NoError(t, err)
+	require.NoError(t, d.Start(context.Background()))
+	time.Sleep(time.Minute) // the parent kills this process long before
+}
+
+func TestKilledDispatcherLeasesExpire(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const ttr = 600 * time.Millisecond // the attempts' lease too
+	d := notify.Duration(ttr)
+	for i := range 6 {
+		n, err := b.policies.Resolve(&notify.Request{ID: fmt.Sprint("k", i), Topic: "orders", Endpoint: "limited",
+			Policy: "fast", TTR: &d}, time.Now(), 0)
+		require.NoError(t, err)
+		_, _, err = b.store.Enqueue(context.Background(), n, false)
+		require.NoError(t, err)
+	}
+
+	child := exec.Command(os.Args[0], "-test.run=^TestLimitCrashChild$", "-test.v")
+	child.Env = append(os.Environ(), limitChildEnv+"="+server.Addr+"|"+b.store.Namespace())
+	out, err := child.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, child.Start())
+	scan := bufio.NewScanner(out)
+	for held := 0; held < 2 && scan.Scan(); {
+		if scan.Text() == "holding" {
+			held++
+		}
+	}
+	require.NoError(t, child.Process.Kill()) // SIGKILL: its leases are never released
+	_ = child.Wait()
+	killed := time.Now()
+
+	rec := newRecorder(nil)
+	b.start(t, schedule.Config{Senders: map[string]notify.Sender{notify.ChannelWebhook: rec}, Endpoints: limitedCapacity})
+	for i := range 6 {
+		b.waitState(t, fmt.Sprint("k", i), notify.StateSucceeded)
+	}
+	var first time.Time
+	rec.mu.Lock()
+	for _, starts := range rec.starts {
+		if first.IsZero() || starts[0].Before(first) {
+			first = starts[0]
+		}
+	}
+	rec.mu.Unlock()
+	// The dead child's two leases hold the endpoint's both places until
+	// they expire, and not much longer.
+	require.False(t, first.Before(killed.Add(ttr-300*time.Millisecond)), "a place held by the dead dispatcher was taken early")
+	require.Less(t, first.Sub(killed), ttr+2*time.Second, "the dead dispatcher's places stayed lost past their lease")
+	require.Zero(t, rec.overlaps)
+}
+
+// acquireCounter counts the limit checks that reach the store.
+type acquireCounter struct {
+	*store.Store
+	acquires atomic.Int64
+}
+
+func (a *acquireCounter) Acquire(ctx context.Context, name string, e *endpoint.Endpoint, lease string, d time.Duration) (bool, time.Duration, error) {
+	a.acquires.Add(1)
+	return a.Store.Acquire(ctx, name, e, lease, d)
+}
+
+func TestNoLimitNoCost(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	counter := &acquireCounter{Store: b.store}
+	endpoints := endpoint.Map{"free": {URL: "https://free.test"}, "limited": {URL: "https://limited.test", MaxInFlight: 1000}}
+	rec := newRecorder(nil)
+	cfg := schedule.Config{Store: counter, Senders: map[string]notify.Sender{notify.ChannelWebhook: rec}, Endpoints: endpoints,
+		PoliciesFunc: func() *policy.Set { return b.policies }, Logger: heraldtest.Logger(t)}
+	d, err := schedule.New(&cfg)
+	require.NoError(t, err)
+	require.NoError(t, d.Start(context.Background()))
+	t.Cleanup(d.Stop)
+	for i := range 50 {
+		for _, name := range []string{"free", "limited"} {
+			n, err := b.policies.Resolve(&notify.Request{ID: fmt.Sprint(name, i), Topic: "orders", Endpoint: name, Policy: "fast"}, time.Now(), 0)
+			require.NoError(t, err)
+			_, _, err = b.store.Enqueue(context.Background(), n, false)
+			require.NoError(t, err)
+		}
+	}
+	for i := range 50 {
+		b.waitState(t, fmt.Sprint("free", i), notify.StateSucceeded)
+		b.waitState(t, fmt.Sprint("limited", i), notify.StateSucceeded)
+	}
+	require.Equal(t, int64(50), counter.acquires.Load(), "one limit check per attempt to the limited endpoint, none for the free one")
+}

@@ -1,0 +1,108 @@
+package schedule
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/store"
+)
+
+// PauseIntervalDefault is how often a dispatcher reads what is paused: a
+// pause stops new attempts within about this long.
+const PauseIntervalDefault = 250 * time.Millisecond
+
+// strayEvery is how many pause reads pass between two looks for
+// notifications parked under a pause that has ended (see
+// store.Store.UnparkStray): about every 5s.
+const strayEvery = 20
+
+// pauseStore is what pausing needs of the store. A Store that does not
+// implement it (a test double) pauses nothing.
+type pauseStore interface {
+	Paused(ctx context.Context) (map[string]time.Time, error)
+	IsPaused(ctx context.Context, kind, name string) (bool, error)
+	UnparkStray(ctx context.Context, queues []string, paused map[string]time.Time) (int, error)
+}
+
+var _ pauseStore = (*store.Store)(nil)
+
+// pauses is a dispatcher's view of what is paused, read every
+// PauseIntervalDefault.
+type pauses struct {
+	store pauseStore
+	// current holds the topics and endpoints paused at the last read,
+	// as store.PauseKey names them; nil before the first.
+	current atomic.Pointer[map[string]time.Time]
+}
+
+// startPauses reads what is paused once, so that a dispatcher starting
+// while something is paused attempts none of it, then keeps reading.
+func (d *Dispatcher) startPauses(ctx context.Context, queues []string) {
+	ps, ok := d.store.(pauseStore)
+	if !ok {
+		return
+	}
+	d.pauses.store = ps
+	d.refreshPauses(ctx)
+	d.loops.Add(1)
+	go func() {
+		defer d.loops.Done()
+		ticker := time.NewTicker(PauseIntervalDefault)
+		defer ticker.Stop()
+		for i := 1; ; i++ {
+			select {
+			case <-ctx.Done():
+				return
+			case <-ticker.C:
+			}
+			if d.refreshPauses(ctx) && i%strayEvery == 0 {
+				if _, err := ps.UnparkStray(ctx, queues, *d.pauses.current.Load()); err != nil && !errors.Is(err, context.Canceled) {
+					d.cfg.Observer.StoreError("unpark", err)
+				}
+			}
+		}
+	}()
+}
+
+// refreshPauses reads what is paused; on failure the previous view stays.
+func (d *Dispatcher) refreshPauses(ctx context.Context) bool {
+	paused, err := d.pauses.store.Paused(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			d.cfg.Observer.StoreError("paused", err)
+		}
+		return false
+	}
+	d.pauses.current.Store(&paused)
+	return true
+}
+
+// park gives n back, unattempted, when its topic or endpoint is paused, or
+// its endpoint disabled by its health (store.PauseDisabled): it
+// waits parked until the resume (store.ParkAt). It reports whether it did.
+// The view read every PauseIntervalDefault says what may be paused, and
+// costs nothing when nothing is; what it names is asked again, so that a
+// view read just before a resume does not park what the resume set going.
+func (d *Dispatcher) park(ctx context.Context, n *notify.Notification) bool {
+	cur := d.pauses.current.Load()
+	if cur == nil || len(*cur) == 0 {
+		return false
+	}
+	for _, p := range [...]struct{ kind, name string }{
+		{store.PauseTopic, n.Topic}, {store.PauseEndpoint, n.Endpoint}, {store.PauseDisabled, n.Endpoint},
+	} {
+		if _, ok := (*cur)[store.PauseKey(p.kind, p.name)]; !ok || p.name == "" {
+			continue
+		}
+		// A failure to ask counts as paused: better a late attempt than one
+		// made while paused.
+		if paused, err := d.pauses.store.IsPaused(ctx, p.kind, p.name); err != nil || paused {
+			d.finishes <- pendingFinish{Finish: store.Finish{Notification: n, Action: notify.ActionRelease, NextAt: store.ParkAt(p.kind, p.name)}}
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,84 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/heraldhq/herald/endpoint"
+)
+
+// Endpoints registered over the API live in one hash, apart from the
+// notifications' shards: they are few (one per merchant), read through a
+// cache (endpoint.Registry), and each command touches one key, so a Redis
+// Cluster needs no hash tag for them.
+//
+//	herald:endpoints        HASH  name -> the endpoint as JSON (endpoint.Endpoint, secrets included)
+func (k keys) endpoints() string { return k.ns + ":endpoints" }
+
+var _ endpoint.Lookup = (*Store)(nil)
+
+// PutEndpoint stores e, validated, under name, replacing any endpoint of
+// that name; created reports a new name.
+func (s *Store) PutEndpoint(ctx context.Context, name string, e *endpoint.Endpoint) (created bool, err error) {
+	b, err := json.Marshal(e)
+	if err != nil {
+		return false, fmt.Errorf("store: put endpoint %q: %w", name, err)
+	}
+	n, err := s.client.HSet(ctx, s.keys.endpoints(), name, b).Result()
+	if err != nil {
+		return false, fmt.Errorf("store: put endpoint %q: %w", name, err)
+	}
+	return n == 1, nil
+}
+
+// Endpoint returns the endpoint stored under name, or endpoint.ErrNotFound.
+func (s *Store) Endpoint(ctx context.Context, name string) (*endpoint.Endpoint, error) {
+	b, err := s.client.HGet(ctx, s.keys.endpoints(), name).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, endpoint.ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: get endpoint %q: %w", name, err)
+	}
+	var e endpoint.Endpoint
+	if err := json.Unmarshal(b, &e); err != nil {
+		return nil, fmt.Errorf("store: decode endpoint %q: %w", name, err)
+	}
+	return &e, nil
+}
+
+// DeleteEndpoint removes the endpoint stored under name, or returns
+// endpoint.ErrNotFound. Notifications naming it fail permanently at their
+// next attempt unless an endpoint of that name exists again by then.
+func (s *Store) DeleteEndpoint(ctx context.Context, name string) error {
+	n, err := s.client.HDel(ctx, s.keys.endpoints(), name).Result()
+	if err != nil {
+		return fmt.Errorf("store: delete endpoint %q: %w", name, err)
+	}
+	if n == 0 {
+		return endpoint.ErrNotFound
+	}
+	return nil
+}
+
+// Endpoints returns every stored endpoint by name. An entry that does not
+// decode is an error naming it rather than a silent omission.
+func (s *Store) Endpoints(ctx context.Context) (map[string]endpoint.Endpoint, error) {
+	all, err := s.client.HGetAll(ctx, s.keys.endpoints()).Result()
+	if err != nil {
+		return nil, fmt.Errorf("store: list endpoints: %w", err)
+	}
+	out := make(map[string]endpoint.Endpoint, len(all))
+	for name, b := range all {
+		var e endpoint.Endpoint
+		if err := json.Unmarshal([]byte(b), &e); err != nil {
+			return nil, fmt.Errorf("store: decode endpoint %q: %w", name, err)
+		}
+		out[name] = e
+	}
+	return out, nil
+}

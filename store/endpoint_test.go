@@ -1,0 +1,46 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/endpoint"
+	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/store"
+)
+
+func TestEndpoints(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, store.Config{})
+	expires := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	e := &endpoint.Endpoint{URL: "https://m.example", Signing: endpoint.SigningHMAC, MaxInFlight: 4, Rate: 2.5,
+		DisableAfter: notify.Duration(time.Hour), Secrets: []endpoint.Secret{{Value: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw4mH1ZwYAXcs=", ExpiresAt: &expires}}}
+
+	created, err := b.store.PutEndpoint(ctx, "m", e)
+	require.NoError(t, err)
+	require.True(t, created)
+	created, err = b.store.PutEndpoint(ctx, "m", e)
+	require.NoError(t, err)
+	require.False(t, created, "a replace reported a new name")
+
+	got, err := b.store.Endpoint(ctx, "m")
+	require.NoError(t, err)
+	require.Equal(t, e.URL, got.URL)
+	require.Equal(t, e.Rate, got.Rate)
+	require.Equal(t, e.DisableAfter, got.DisableAfter)
+	require.True(t, expires.Equal(*got.Secrets[0].ExpiresAt))
+	require.Equal(t, e.Secrets[0].Value, got.Secrets[0].Value)
+
+	all, err := b.store.Endpoints(ctx)
+	require.NoError(t, err)
+	require.Len(t, all, 1)
+
+	require.NoError(t, b.store.DeleteEndpoint(ctx, "m"))
+	require.ErrorIs(t, b.store.DeleteEndpoint(ctx, "m"), endpoint.ErrNotFound)
+	_, err = b.store.Endpoint(ctx, "m")
+	require.ErrorIs(t, err, endpoint.ErrNotFound)
+}

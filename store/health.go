@@ -1,0 +1,105 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// PauseDisabled is what Paused names an endpoint disabled by its health
+// with: "disabled|NAME". Its notifications are parked as under a pause, and
+// EnableEndpoint resumes them.
+const PauseDisabled = "disabled"
+
+// An endpoint's health, for disable_after:
+//
+//	herald:{ep:NAME}:health  HASH  "failing_since" -> first failure (ms) since the last success; "disabled_at" -> ms
+func (k keys) health(name string) string { return k.ns + ":{ep:" + name + "}:health" }
+
+// Health is an endpoint's health as its record shows it.
+type Health struct {
+	// FailingSince is when the endpoint's attempts started failing, every
+	// one since; nil after a success.
+	FailingSince *time.Time `json:"failing_since,omitempty"`
+	// DisabledAt is when the endpoint was disabled for failing longer than
+	// its disable_after; nil while enabled.
+	DisabledAt *time.Time `json:"disabled_at,omitempty"`
+}
+
+// EndpointSucceeded records a successful attempt to name: it is no longer
+// failing.
+func (s *Store) EndpointSucceeded(ctx context.Context, name string) error {
+	if err := s.client.HDel(ctx, s.keys.health(name), "failing_since").Err(); err != nil {
+		return fmt.Errorf("store: endpoint %q health: %w", name, err)
+	}
+	return nil
+}
+
+// EndpointFailed records a failed attempt to name, at now. When every
+// attempt has failed for disableAfter or longer the endpoint is disabled:
+// justDisabled reports the call that disabled it, for the log line. Its
+// notifications then wait, parked, until EnableEndpoint.
+func (s *Store) EndpointFailed(ctx context.Context, name string, disableAfter time.Duration) (justDisabled bool, err error) {
+	v, err := s.runScript(ctx, failedScript, []string{s.keys.health(name)}, ms(s.Now()), disableAfter.Milliseconds())
+	if err != nil {
+		return false, fmt.Errorf("store: endpoint %q health: %w", name, err)
+	}
+	code, _ := v.(int64)
+	if code == 0 {
+		return false, nil
+	}
+	// The pause lives in another slot than the health hash: set it after,
+	// on every failure reported while disabled, so a crash in between is
+	// made good by the next one.
+	if err := s.client.HSetNX(ctx, s.keys.paused(), pauseField(PauseDisabled, name), ms(s.Now())).Err(); err != nil {
+		return false, fmt.Errorf("store: disable endpoint %q: %w", name, err)
+	}
+	return code == 2, nil
+}
+
+// EnableEndpoint enables an endpoint its health disabled and makes its
+// waiting notifications due at once; resumed counts them.
+func (s *Store) EnableEndpoint(ctx context.Context, name string) (resumed int, err error) {
+	if err := s.client.Del(ctx, s.keys.health(name)).Err(); err != nil {
+		return 0, fmt.Errorf("store: enable endpoint %q: %w", name, err)
+	}
+	return s.Resume(ctx, PauseDisabled, name)
+}
+
+// EndpointHealth returns name's health.
+func (s *Store) EndpointHealth(ctx context.Context, name string) (Health, error) {
+	v, err := s.client.HMGet(ctx, s.keys.health(name), "failing_since", "disabled_at").Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return Health{}, fmt.Errorf("store: endpoint %q health: %w", name, err)
+	}
+	var h Health
+	for i, dst := range []**time.Time{&h.FailingSince, &h.DisabledAt} {
+		if str, ok := v[i].(string); ok {
+			at, _ := strconv.ParseInt(str, 10, 64)
+			t := fromMS(at)
+			*dst = &t
+		}
+	}
+	return h, nil
+}
+
+// failedScript records a failed attempt to an endpoint.
+//
+// KEYS[1] the endpoint's health hash.
+// ARGV: now (ms), disable_after (ms).
+// Returns 0 while enabled, 1 when already disabled, 2 when this failure
+// disabled it.
+var failedScript = newScript(`
+local now, after = tonumber(ARGV[1]), tonumber(ARGV[2])
+if not now or not after or after < 1 then return redis.error_reply('bad arguments') end
+if redis.call('HEXISTS', KEYS[1], 'disabled_at') == 1 then return 1 end
+redis.call('HSETNX', KEYS[1], 'failing_since', ARGV[1])
+local since = tonumber(redis.call('HGET', KEYS[1], 'failing_since'))
+if now - since < after then return 0 end
+redis.call('HSET', KEYS[1], 'disabled_at', ARGV[1])
+return 2
+`)

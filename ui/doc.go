@@ -1,0 +1,46 @@
+// Package ui is Herald's operator dashboard, served under /ui/ by the API
+// role: server-rendered pages (html/template) over the same client and
+// store the API uses, with their stylesheet and script embedded, so nothing
+// but the herald binary is needed to build or run it.
+//
+// # Pages
+//
+//   - /ui/ shows each topic's counts (scheduled, waiting, reserved, dead),
+//     its attempts and failures over the last five minutes and per minute
+//     over the last hour, the 99th percentile of how late attempts
+//     started, and whether it is paused; then each endpoint, the policies
+//     file's and the API's: its URL, signing scheme, how many secrets (never
+//     a value), max_in_flight, rate, health (failing since, disabled at) and
+//     whether it is paused. Buttons there pause and resume a topic or an
+//     endpoint and enable an endpoint its disable_after disabled: these
+//     lose nothing, so they act at once, with no confirmation page, and the
+//     overview they return to says what happened (a one-time message
+//     carried in a short-lived cookie).
+//   - /ui/notifications/{id} shows a notification, its payload and headers,
+//     and its attempt timeline: when each attempt ran, how it ended, the
+//     receiver's status code and error, how long it took, and when the next
+//     attempt is due.
+//   - /ui/dead browses the dead letters by topic and time of death, a page
+//     at a time through a cursor, and offers replay and purge of what the
+//     filter selects: a confirmation page first counts the matches (a dry
+//     run), and only its form changes anything.
+//   - /ui/policies prints each policy's schedule table and the topics.
+//
+// Every page reads without JavaScript; a small embedded script refreshes
+// the overview and notification pages every few seconds.
+//
+// # Security
+//
+// The dashboard takes the API's bearer tokens: an operator signs in once
+// with a token and gets a session cookie (HttpOnly, SameSite=Strict, scoped
+// to /ui/), signed with a key derived from that token, so it lasts across
+// restarts and every API process accepts it, and removing the token from
+// the configuration ends its sessions. With no tokens configured the
+// dashboard is open, as /v1 is, and every page says so.
+//
+// Forms that change state (replay, purge, pause, resume, enable, sign-out)
+// carry a per-session token that the server checks, and a request whose
+// Origin or Sec-Fetch-Site names another site is refused. Pages are sent with a Content-Security-Policy that allows no
+// inline script or style, and everything a caller or a receiver supplied
+// (payloads, headers, errors) is escaped by html/template.
+package ui

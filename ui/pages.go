@@ -1,0 +1,472 @@
+package ui
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"maps"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/policy"
+	"github.com/heraldhq/herald/store"
+)
+
+// activityWindow is how far back the overview's charts reach.
+const activityWindow = time.Hour
+
+// recentWindow is the span the overview's recent counts and lateness p99
+// cover: the current minute and the four before it.
+const recentWindow = 5 * time.Minute
+
+// topicRow is one topic on the overview.
+type topicRow struct {
+	Topic string
+	store.TopicStats
+	// RecentOK and RecentFailed count the attempts of the last five
+	// minutes.
+	RecentOK, RecentFailed int64
+	// HourOK and HourFailed count the attempts of the last hour.
+	HourOK, HourFailed int64
+	// LatenessP99 is the highest per-minute p99 of the last five minutes.
+	LatenessP99 time.Duration
+	Chart       chart
+	// PausedSince is when the topic was paused; zero when it is not.
+	PausedSince time.Time
+	Actions     []formAction
+}
+
+type overviewData struct {
+	Topics    []topicRow
+	Totals    store.TopicStats
+	Endpoints []endpointRow
+}
+
+// overview handles GET /ui/.
+func (h *Handler) overview(w http.ResponseWriter, r *http.Request, s *session) {
+	ctx, cancel := h.storeContext(r)
+	defer cancel()
+	stats, err := h.client.Stats(ctx)
+	if err != nil {
+		h.fail(w, r, s, err)
+		return
+	}
+	now := h.store.Now()
+	activity, err := h.store.Activity(ctx, now.Add(-activityWindow))
+	if err != nil {
+		h.fail(w, r, s, err)
+		return
+	}
+	paused, err := h.store.Paused(ctx)
+	if err != nil {
+		h.fail(w, r, s, err)
+		return
+	}
+	var d overviewData
+	if d.Endpoints, err = h.endpointRows(ctx, paused); err != nil {
+		h.fail(w, r, s, err)
+		return
+	}
+	byTopic := map[string][]store.MinuteActivity{}
+	for _, a := range activity {
+		byTopic[a.Topic] = append(byTopic[a.Topic], a)
+	}
+	// A paused topic is listed even with nothing stored, so that it can be
+	// resumed here.
+	topicsPaused := pausedTopics(paused)
+	names := slices.Collect(maps.Keys(stats))
+	for t := range byTopic {
+		names = append(names, t)
+	}
+	for t := range topicsPaused {
+		names = append(names, t)
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	recent := now.Truncate(time.Minute).Add(-recentWindow + time.Minute)
+	for _, t := range names {
+		since, isPaused := topicsPaused[t]
+		row := topicRow{Topic: t, TopicStats: stats[t], PausedSince: since, Actions: pauseActions(store.PauseTopic, t, isPaused)}
+		for _, a := range byTopic[t] {
+			row.HourOK += a.Succeeded
+			row.HourFailed += a.Failed
+			if !a.Minute.Before(recent) {
+				row.RecentOK += a.Succeeded
+				row.RecentFailed += a.Failed
+				row.LatenessP99 = max(row.LatenessP99, a.LatenessP99)
+			}
+		}
+		row.Chart = newChart(byTopic[t], now)
+		d.Topics = append(d.Topics, row)
+		d.Totals.Scheduled += row.Scheduled
+		d.Totals.Waiting += row.Waiting
+		d.Totals.Reserved += row.Reserved
+		d.Totals.Dead += row.Dead
+		d.Totals.SucceededTotal += row.SucceededTotal
+		d.Totals.FailedAttemptsTotal += row.FailedAttemptsTotal
+	}
+	h.render(w, r, http.StatusOK, "overview", s, &d)
+}
+
+// Chart geometry, in SVG user units.
+const (
+	chartBars   = 60
+	chartBarW   = 4
+	chartHeight = 32
+)
+
+// chart is an SVG bar chart of a topic's attempts per minute, succeeded
+// stacked on failed, oldest minute left.
+type chart struct {
+	Width, Height int
+	Bars          []bar
+	// Max is the busiest minute's attempts, the chart's full height.
+	Max int64
+}
+
+type bar struct {
+	X, OKY, OKH, FailY, FailH int
+	Title                     string
+}
+
+func newChart(activity []store.MinuteActivity, now time.Time) chart {
+	c := chart{Width: chartBars * chartBarW, Height: chartHeight}
+	first := now.Truncate(time.Minute).Add(-(chartBars - 1) * time.Minute)
+	counts := make([]store.MinuteActivity, chartBars)
+	for _, a := range activity {
+		if i := int(a.Minute.Sub(first) / time.Minute); i >= 0 && i < chartBars {
+			counts[i] = a
+		}
+	}
+	for _, a := range counts {
+		c.Max = max(c.Max, a.Succeeded+a.Failed)
+	}
+	if c.Max == 0 {
+		return c
+	}
+	for i, a := range counts {
+		if a.Succeeded+a.Failed == 0 {
+			continue
+		}
+		failH := int(a.Failed * chartHeight / c.Max)
+		okH := int(a.Succeeded * chartHeight / c.Max)
+		if a.Failed > 0 {
+			failH = max(failH, 1)
+		}
+		if a.Succeeded > 0 {
+			okH = max(okH, 1)
+		}
+		c.Bars = append(c.Bars, bar{
+			X: i * chartBarW, FailY: chartHeight - failH, FailH: failH, OKY: chartHeight - failH - okH, OKH: okH,
+			Title: first.Add(time.Duration(i)*time.Minute).UTC().Format("15:04") + " UTC: " +
+				strconv.FormatInt(a.Succeeded, 10) + " succeeded, " + strconv.FormatInt(a.Failed, 10) + " failed",
+		})
+	}
+	return c
+}
+
+// find handles GET /ui/find?id=: the search box's jump to a notification.
+func (h *Handler) find(w http.ResponseWriter, r *http.Request, s *session) {
+	id := strings.TrimSpace(r.URL.Query().Get("id"))
+	if !notify.ValidID(id) {
+		h.fail(w, r, s, notify.Errorf("id", "must match [A-Za-z0-9._:-]{1,128}"))
+		return
+	}
+	http.Redirect(w, r, Prefix+"notifications/"+url.PathEscape(id), http.StatusSeeOther)
+}
+
+type notificationData struct {
+	N *notify.Notification
+	// Payload is the payload, indented when it is JSON.
+	Payload string
+	// Headers are the notification's headers, sorted by name.
+	Headers [][2]string
+	// Next is the attempt due next, for a scheduled notification.
+	Next *nextAttempt
+}
+
+type nextAttempt struct {
+	Attempt int
+	At      time.Time
+	In      time.Duration
+}
+
+// notification handles GET /ui/notifications/{id}.
+func (h *Handler) notification(w http.ResponseWriter, r *http.Request, s *session) {
+	ctx, cancel := h.storeContext(r)
+	defer cancel()
+	n, err := h.client.Get(ctx, r.PathValue("id"))
+	if err != nil {
+		h.fail(w, r, s, err)
+		return
+	}
+	d := notificationData{N: n, Payload: string(n.Payload)}
+	var buf bytes.Buffer
+	if json.Indent(&buf, n.Payload, "", "  ") == nil {
+		d.Payload = buf.String()
+	}
+	for _, k := range slices.Sorted(maps.Keys(n.Headers)) {
+		d.Headers = append(d.Headers, [2]string{k, n.Headers[k]})
+	}
+	if n.NextAttemptAt != nil && !n.State.Finished() {
+		d.Next = &nextAttempt{Attempt: n.Attempts, At: *n.NextAttemptAt, In: n.NextAttemptAt.Sub(h.store.Now())}
+	}
+	h.render(w, r, http.StatusOK, "notification", s, &d)
+}
+
+// deadQuery is the dead-letter browser's filter, as its form and links
+// carry it.
+type deadQuery struct {
+	Topic string
+	// Since and Until bound the time of death, as the form's
+	// datetime-local fields read them (UTC).
+	Since, Until string
+	since, until time.Time
+	// IDs select single notifications (replay and purge only).
+	IDs []string
+}
+
+// parseDeadQuery reads and checks the filter of q.
+func parseDeadQuery(q url.Values) (*deadQuery, error) {
+	f := &deadQuery{Topic: q.Get("topic"), Since: q.Get("since"), Until: q.Get("until")}
+	if f.Topic != "" && !notify.ValidTopic(f.Topic) {
+		return nil, notify.Errorf("topic", "must match [a-z0-9._-]{1,64}")
+	}
+	var err error
+	if f.since, err = parseFormTime("since", f.Since); err != nil {
+		return nil, err
+	}
+	if f.until, err = parseFormTime("until", f.Until); err != nil {
+		return nil, err
+	}
+	if !f.since.IsZero() && !f.until.IsZero() && !f.until.After(f.since) {
+		return nil, notify.Errorf("until", "must be after since")
+	}
+	for _, v := range q["ids"] {
+		for id := range strings.SplitSeq(v, ",") {
+			if id = strings.TrimSpace(id); id != "" {
+				if !notify.ValidID(id) {
+					return nil, notify.Errorf("ids", "%q is not a notification id", id)
+				}
+				f.IDs = append(f.IDs, id)
+			}
+		}
+	}
+	return f, nil
+}
+
+// parseFormTime reads a datetime-local value (taken as UTC) or an RFC 3339
+// time; empty is the zero time.
+func parseFormTime(field, v string) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	for _, layout := range []string{"2006-01-02T15:04", "2006-01-02T15:04:05", time.RFC3339Nano} {
+		if t, err := time.ParseInLocation(layout, v, time.UTC); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, notify.Errorf(field, "must be a time such as 2026-01-02T15:04 (UTC)")
+}
+
+// values returns the filter as query parameters.
+func (f *deadQuery) values() url.Values {
+	v := url.Values{}
+	for k, s := range map[string]string{"topic": f.Topic, "since": f.Since, "until": f.Until, "ids": strings.Join(f.IDs, ",")} {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	return v
+}
+
+// filter returns the store's filter for replay and purge.
+func (f *deadQuery) filter() store.DeadFilter {
+	return store.DeadFilter{IDs: f.IDs, Topic: f.Topic, Since: f.since, Until: f.until}
+}
+
+type deadData struct {
+	Query  *deadQuery
+	Topics []string
+	Items  []*notify.Notification
+	// Page is the 1-based page number, carried in the links.
+	Page int
+	// NextURL is the next page's link; empty on the last.
+	NextURL string
+	// ActionQuery is the filter for the replay and purge buttons.
+	ActionQuery string
+}
+
+// deadPageSize is how many dead notifications a page of the browser shows.
+const deadPageSize = 50
+
+// dead handles GET /ui/dead?topic=&since=&until=&cursor=&page=.
+func (h *Handler) dead(w http.ResponseWriter, r *http.Request, s *session) {
+	q := r.URL.Query()
+	f, err := parseDeadQuery(q)
+	if err != nil {
+		h.fail(w, r, s, err)
+		return
+	}
+	ctx, cancel := h.storeContext(r)
+	defer cancel()
+	topics, err := h.store.Topics(ctx)
+	if err != nil {
+		h.fail(w, r, s, err)
+		return
+	}
+	cursor := q.Get("cursor")
+	if cursor == "" && !f.since.IsZero() {
+		cursor = store.DeadCursorAt(f.since)
+	}
+	items, next, err := h.client.ListDead(ctx, f.Topic, deadPageSize, cursor)
+	if err != nil {
+		h.fail(w, r, s, err)
+		return
+	}
+	// The listing runs in order of death: the first one past until ends it.
+	if !f.until.IsZero() {
+		if i := slices.IndexFunc(items, func(n *notify.Notification) bool { return !n.UpdatedAt.Before(f.until) }); i >= 0 {
+			items, next = items[:i], ""
+		}
+	}
+	page, _ := strconv.Atoi(q.Get("page"))
+	d := deadData{Query: f, Topics: topics, Items: items, Page: max(page, 1), ActionQuery: f.values().Encode()}
+	if next != "" {
+		v := f.values()
+		v.Set("cursor", next)
+		v.Set("page", strconv.Itoa(d.Page+1))
+		d.NextURL = Prefix + "dead?" + v.Encode()
+	}
+	h.render(w, r, http.StatusOK, "dead", s, &d)
+}
+
+type confirmData struct {
+	Action  string
+	Query   *deadQuery
+	Matched int
+	Reset   bool
+	// Done is set on the result page: how many were replayed or purged.
+	Done *int
+	// Back is where the result page links to.
+	Back string
+}
+
+// confirm handles GET /ui/dead/confirm?action=replay|purge&...: it counts
+// what the filter selects (a dry run) and shows the form that acts on it.
+func (h *Handler) confirm(w http.ResponseWriter, r *http.Request, s *session) {
+	q := r.URL.Query()
+	action := q.Get("action")
+	if action != "replay" && action != "purge" {
+		h.fail(w, r, s, notify.Errorf("action", "must be replay or purge"))
+		return
+	}
+	f, err := parseDeadQuery(q)
+	if err != nil {
+		h.fail(w, r, s, err)
+		return
+	}
+	ctx, cancel := h.storeContext(r)
+	defer cancel()
+	matched, _, err := h.runDead(ctx, action, f.filter(), store.DeadOptions{DryRun: true})
+	if err != nil {
+		h.fail(w, r, s, err)
+		return
+	}
+	h.render(w, r, http.StatusOK, "confirm", s, &confirmData{Action: action, Query: f, Matched: matched, Reset: q.Get("reset") != ""})
+}
+
+// replay handles POST /ui/dead/replay, the confirmation page's form.
+func (h *Handler) replay(w http.ResponseWriter, r *http.Request, s *session) {
+	h.act(w, r, s, "replay")
+}
+
+// purge handles POST /ui/dead/purge, the confirmation page's form.
+func (h *Handler) purge(w http.ResponseWriter, r *http.Request, s *session) {
+	h.act(w, r, s, "purge")
+}
+
+func (h *Handler) act(w http.ResponseWriter, r *http.Request, s *session, action string) {
+	f, err := parseDeadQuery(r.PostForm)
+	if err != nil {
+		h.fail(w, r, s, err)
+		return
+	}
+	ctx, cancel := h.storeContext(r)
+	defer cancel()
+	d := confirmData{Action: action, Query: f, Reset: r.PostFormValue("reset") != ""}
+	var done int
+	d.Matched, done, err = h.runDead(ctx, action, f.filter(), store.DeadOptions{Reset: d.Reset && action == "replay"})
+	if err != nil {
+		h.fail(w, r, s, err)
+		return
+	}
+	d.Done = &done
+	d.Back = Prefix + "dead?" + (&deadQuery{Topic: f.Topic, Since: f.Since, Until: f.Until}).values().Encode()
+	if len(f.IDs) == 1 {
+		d.Back = Prefix + "notifications/" + url.PathEscape(f.IDs[0])
+	}
+	h.render(w, r, http.StatusOK, "confirm", s, &d)
+}
+
+// runDead replays or purges what f selects; with opts.DryRun it only
+// counts them.
+func (h *Handler) runDead(ctx context.Context, action string, f store.DeadFilter, opts store.DeadOptions) (matched, done int, err error) {
+	if action == "replay" {
+		return h.client.Replay(ctx, f, opts)
+	}
+	return h.client.Purge(ctx, f, opts)
+}
+
+type policyRow struct {
+	Name   string
+	Policy policy.Policy
+	Steps  []scheduleStep
+	Topics []string
+}
+
+type scheduleStep struct {
+	Attempt int
+	Wait    time.Duration
+	Offset  time.Duration
+}
+
+type policiesData struct {
+	Policies []policyRow
+	Topics   []topicConfig
+}
+
+type topicConfig struct {
+	Name string
+	policy.Topic
+}
+
+// policies handles GET /ui/policies: each policy's schedule table, when
+// each attempt starts after send_at if every attempt fails at once, and the
+// topics that use it.
+func (h *Handler) policies(w http.ResponseWriter, r *http.Request, s *session) {
+	set := h.cfg.PoliciesFunc()
+	var d policiesData
+	for _, name := range slices.Sorted(maps.Keys(set.Policies)) {
+		p := set.Policies[name]
+		row := policyRow{Name: name, Policy: p}
+		for i, at := range policy.Schedule(p.Backoff) {
+			row.Steps = append(row.Steps, scheduleStep{Attempt: i, Wait: time.Duration(p.Backoff[i]), Offset: at})
+		}
+		for _, t := range slices.Sorted(maps.Keys(set.Topics)) {
+			if cmp := set.Topics[t].Policy; cmp == name || (cmp == "" && name == "default") {
+				row.Topics = append(row.Topics, t)
+			}
+		}
+		d.Policies = append(d.Policies, row)
+	}
+	for _, t := range slices.Sorted(maps.Keys(set.Topics)) {
+		d.Topics = append(d.Topics, topicConfig{Name: t, Topic: set.Topics[t]})
+	}
+	h.render(w, r, http.StatusOK, "policies", s, &d)
+}

@@ -1,0 +1,60 @@
+package ui
+
+import (
+	"html/template"
+	"strings"
+	"time"
+
+	"github.com/heraldhq/herald/notify"
+)
+
+// pageNames are the pages, each a templates/NAME.html defining "title" and
+// "content" inside templates/layout.html.
+var pageNames = []string{"login", "error", "overview", "notification", "dead", "confirm", "policies"}
+
+var funcs = template.FuncMap{
+	// utc prints a time in UTC to the millisecond; the zero time as a dash.
+	"utc": func(t time.Time) string {
+		if t.IsZero() {
+			return "–"
+		}
+		return t.UTC().Format("2006-01-02 15:04:05.000") + " UTC"
+	},
+	// dur prints a duration rounded to what an operator reads.
+	"dur": func(d time.Duration) string {
+		switch {
+		case d >= time.Minute:
+			return d.Round(time.Second).String()
+		case d >= time.Second:
+			return d.Round(10 * time.Millisecond).String()
+		}
+		return d.String()
+	},
+	"title": func(s string) string {
+		if s == "" {
+			return s
+		}
+		return strings.ToUpper(s[:1]) + s[1:]
+	},
+	"join": func(s []string) string { return strings.Join(s, ",") },
+	// last returns the last attempt of a history, or nil.
+	"last": func(h []notify.Attempt) *notify.Attempt {
+		if len(h) == 0 {
+			return nil
+		}
+		return &h[len(h)-1]
+	},
+}
+
+// parsePages parses each page with the layout.
+func parsePages() (map[string]*template.Template, error) {
+	out := make(map[string]*template.Template, len(pageNames))
+	for _, name := range pageNames {
+		t, err := template.New(name).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html")
+		if err != nil {
+			return nil, err
+		}
+		out[name] = t
+	}
+	return out, nil
+}

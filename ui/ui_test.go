@@ -1,0 +1,685 @@
+package ui_test
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"html"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/client"
+	"github.com/heraldhq/herald/endpoint"
+	"github.com/heraldhq/herald/internal/heraldtest"
+	"github.com/heraldhq/herald/internal/redistest"
+	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/policy"
+	"github.com/heraldhq/herald/store"
+	"github.com/heraldhq/herald/ui"
+)
+
+const testToken = "s3cret-token"
+
+// Signing secrets of the test's endpoints, which no page may show.
+var (
+	fileSecret    = "whsec_" + base64.StdEncoding.EncodeToString([]byte("acme-shop-hmac-key-0123456789abcdef"))
+	apiSecret     = "whsk_" + base64.StdEncoding.EncodeToString([]byte("globex-ed25519-seed-0123456789ab"))
+	expiredSecret = "whsk_" + base64.StdEncoding.EncodeToString([]byte("globex-ed25519-seed-retired-0000"))
+)
+
+type testBundle struct {
+	store  *store.Store
+	clock  *heraldtest.Clock
+	server *httptest.Server
+	// http keeps the session cookie; it does not follow redirects, so
+	// tests see where they point.
+	http *http.Client
+}
+
+// setup serves a dashboard with tokens over a store of the test's own,
+// whose clock moves only when the test says so.
+func setup(t *testing.T, tokens ...string) *testBundle {
+	t.Helper()
+	clock := heraldtest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	st, err := store.New(&store.Config{Client: server.Client(t), Namespace: redistest.Namespace(t), Shards: 4,
+		TimeNowFunc: clock.Now, Logger: heraldtest.Logger(t)})
+	require.NoError(t, err)
+	set, err := policy.NewSet(map[string]policy.Policy{
+		"merchant-notify": {Backoff: []notify.Duration{0, 0, notify.Duration(2 * time.Minute), notify.Duration(10 * time.Minute)}},
+	}, map[string]policy.Topic{"orders": {Channel: notify.ChannelWebhook, Policy: "merchant-notify"}})
+	require.NoError(t, err)
+	set, err = set.WithEndpoints(map[string]endpoint.Endpoint{"acme-shop": {URL: "https://acme.example/hooks",
+		Secrets: []endpoint.Secret{{Value: fileSecret}}, MaxInFlight: 4, Rate: 10}})
+	require.NoError(t, err)
+	h, err := ui.New(&ui.Config{Store: st, Tokens: tokens, PoliciesFunc: func() *policy.Set { return set }, Logger: heraldtest.Logger(t)})
+	require.NoError(t, err)
+	srv := httptest.NewServer(h)
+	t.Cleanup(func() {
+		srv.Close()
+		_ = h.Close()
+	})
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	return &testBundle{store: st, clock: clock, server: srv, http: c}
+}
+
+// get fetches path and returns the status and body.
+func (b *testBundle) get(t *testing.T, path string) (int, string) {
+	t.Helper()
+	res, err := b.http.Get(b.server.URL + path)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	return res.StatusCode, string(body)
+}
+
+// post sends a form to path as the dashboard's own page would (same
+// origin) unless origin says otherwise.
+func (b *testBundle) post(t *testing.T, path string, form url.Values, origin string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, b.server.URL+path, strings.NewReader(form.Encode()))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", origin)
+	res, err := b.http.Do(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	return res, string(body)
+}
+
+func (b *testBundle) login(t *testing.T) {
+	t.Helper()
+	res, _ := b.post(t, "/ui/login", url.Values{"token": {testToken}, "next": {"/ui/"}}, b.server.URL)
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+}
+
+// csrf reads the form token from a page.
+func csrf(t *testing.T, page string) string {
+	t.Helper()
+	const marker = `name="csrf" value="`
+	i := strings.Index(page, marker)
+	require.GreaterOrEqual(t, i, 0, "no csrf field in the page")
+	rest := page[i+len(marker):]
+	return rest[:strings.IndexByte(rest, '"')]
+}
+
+// bury stores a dead notification of topic with one failed attempt whose
+// receiver answered answer, at the store's now.
+func (b *testBundle) bury(t *testing.T, id, topic, payload, answer string) {
+	t.Helper()
+	n := heraldtest.Notification(t, id, b.clock.Now(), heraldtest.Topic(topic), heraldtest.Payload(payload),
+		heraldtest.Channel(notify.ChannelWebhook, "http://127.0.0.1:9/hook"), heraldtest.Backoff(0))
+	now := b.clock.Now()
+	res, err := b.store.EnqueueBatch(context.Background(), []store.EnqueueRequest{{Notification: n, Dead: &notify.Attempt{
+		StartedAt: now, FinishedAt: now.Add(12 * time.Millisecond), Outcome: notify.OutcomePermanent,
+		StatusCode: http.StatusBadRequest, Error: answer, DurationMS: 12,
+	}}})
+	require.NoError(t, err)
+	require.NoError(t, res[0].Err)
+}
+
+func TestLogin(t *testing.T) {
+	t.Parallel()
+
+	t.Run("PagesNeedASession", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, testToken)
+		res, err := b.http.Get(b.server.URL + "/ui/dead?topic=orders")
+		require.NoError(t, err)
+		res.Body.Close()
+		require.Equal(t, http.StatusSeeOther, res.StatusCode)
+		require.Equal(t, "/ui/login?next="+url.QueryEscape("/ui/dead?topic=orders"), res.Header.Get("Location"))
+	})
+
+	t.Run("WrongTokenIsRefused", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, testToken)
+		res, body := b.post(t, "/ui/login", url.Values{"token": {"guess"}}, b.server.URL)
+		require.Equal(t, http.StatusUnauthorized, res.StatusCode)
+		require.Contains(t, body, "not one of api.tokens")
+		require.Empty(t, res.Cookies())
+	})
+
+	t.Run("TokenOpensAStrictHttpOnlySession", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, "other-token", testToken)
+		res, _ := b.post(t, "/ui/login", url.Values{"token": {testToken}, "next": {"/ui/policies"}}, b.server.URL)
+		require.Equal(t, http.StatusSeeOther, res.StatusCode)
+		require.Equal(t, "/ui/policies", res.Header.Get("Location"))
+		cookies := res.Cookies()
+		require.Len(t, cookies, 1)
+		require.True(t, cookies[0].HttpOnly)
+		require.Equal(t, http.SameSiteStrictMode, cookies[0].SameSite)
+		require.Equal(t, "/ui/", cookies[0].Path)
+		status, body := b.get(t, "/ui/")
+		require.Equal(t, http.StatusOK, status)
+		require.Contains(t, body, "Sign out")
+		require.NotContains(t, body, "No API tokens are configured")
+	})
+
+	t.Run("NextStaysInTheDashboard", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, testToken)
+		res, _ := b.post(t, "/ui/login", url.Values{"token": {testToken}, "next": {"//evil.example/ui/"}}, b.server.URL)
+		require.Equal(t, "/ui/", res.Header.Get("Location"))
+	})
+
+	t.Run("ForgedCookieIsRefused", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, testToken)
+		u, _ := url.Parse(b.server.URL + "/ui/")
+		b.http.Jar.SetCookies(u, []*http.Cookie{{Name: "herald_session", Value: "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA.AAAA", Path: "/ui/"}})
+		status, _ := b.get(t, "/ui/")
+		require.Equal(t, http.StatusSeeOther, status)
+	})
+
+	t.Run("SignOutEndsTheSession", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, testToken)
+		b.login(t)
+		_, page := b.get(t, "/ui/")
+		res, _ := b.post(t, "/ui/logout", url.Values{"csrf": {csrf(t, page)}}, b.server.URL)
+		require.Equal(t, http.StatusSeeOther, res.StatusCode)
+		status, _ := b.get(t, "/ui/")
+		require.Equal(t, http.StatusSeeOther, status)
+	})
+
+	t.Run("NoTokensSaysSoOnEveryPage", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		for _, path := range []string{"/ui/", "/ui/dead", "/ui/policies"} {
+			status, body := b.get(t, path)
+			require.Equal(t, http.StatusOK, status, path)
+			require.Contains(t, body, "No API tokens are configured", path)
+		}
+	})
+}
+
+func TestSecurityHeaders(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testToken)
+	for _, path := range []string{"/ui/login", "/ui/static/app.js"} {
+		res, err := b.http.Get(b.server.URL + path)
+		require.NoError(t, err)
+		res.Body.Close()
+		require.Equal(t, http.StatusOK, res.StatusCode, path)
+		csp := res.Header.Get("Content-Security-Policy")
+		require.Contains(t, csp, "script-src 'self'", path)
+		require.NotContains(t, csp, "unsafe-inline", path)
+		require.Contains(t, csp, "frame-ancestors 'none'", path)
+		require.Equal(t, "nosniff", res.Header.Get("X-Content-Type-Options"), path)
+	}
+	_, body := b.get(t, "/ui/login")
+	require.NotContains(t, body, "<script>", "no inline script")
+	require.NotContains(t, body, "style=", "no inline style")
+}
+
+func TestEscaping(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testToken)
+	b.login(t)
+	b.bury(t, "evil-1", "orders", `{"note":"<script>alert('payload')</script>"}`, `status 400: <script>alert("answer")</script>`)
+
+	for _, path := range []string{"/ui/notifications/evil-1", "/ui/dead?topic=orders"} {
+		status, body := b.get(t, path)
+		require.Equal(t, http.StatusOK, status, path)
+		require.NotContains(t, body, "<script>alert", path)
+		require.Contains(t, body, "&lt;script&gt;alert(&#34;answer&#34;)&lt;/script&gt;", path)
+	}
+	_, body := b.get(t, "/ui/notifications/evil-1")
+	require.Contains(t, body, "&lt;script&gt;alert(&#39;payload&#39;)&lt;/script&gt;")
+}
+
+func TestNotificationPage(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testToken)
+	b.login(t)
+	b.bury(t, "dead-1", "orders", `{"order":42}`, "status 400: no such order")
+	_, body := b.get(t, "/ui/notifications/dead-1")
+	require.Contains(t, body, `id="state">dead<`)
+	require.Contains(t, body, "no such order")
+	require.Contains(t, body, "<td class=\"n\">400</td>")
+	require.Contains(t, body, "12 ms")
+
+	n := heraldtest.Notification(t, "later-1", b.clock.Now(), heraldtest.Topic("orders"), heraldtest.Delay(90*time.Second))
+	_, _, err := b.store.Enqueue(context.Background(), n, false)
+	require.NoError(t, err)
+	_, body = b.get(t, "/ui/notifications/later-1")
+	require.Contains(t, body, "next attempt due 2026-03-01 12:01:30.000 UTC (in 1m30s)")
+
+	status, _ := b.get(t, "/ui/notifications/nope")
+	require.Equal(t, http.StatusNotFound, status)
+	res, err := b.http.Get(b.server.URL + "/ui/find?id=dead-1")
+	require.NoError(t, err)
+	res.Body.Close()
+	require.Equal(t, "/ui/notifications/dead-1", res.Header.Get("Location"))
+}
+
+func TestStateChanges(t *testing.T) {
+	t.Parallel()
+
+	t.Run("RefusedWithoutTheCSRFToken", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, testToken)
+		b.login(t)
+		b.bury(t, "d1", "orders", `{}`, "x")
+		res, body := b.post(t, "/ui/dead/replay", url.Values{"ids": {"d1"}}, b.server.URL)
+		require.Equal(t, http.StatusForbidden, res.StatusCode)
+		require.Contains(t, body, "Nothing was changed")
+		res, _ = b.post(t, "/ui/dead/purge", url.Values{"ids": {"d1"}, "csrf": {"made-up"}}, b.server.URL)
+		require.Equal(t, http.StatusForbidden, res.StatusCode)
+		stats, err := b.store.Stats(context.Background())
+		require.NoError(t, err)
+		require.EqualValues(t, 1, stats["orders"].Dead)
+	})
+
+	t.Run("RefusedFromAnotherOrigin", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, testToken)
+		b.login(t)
+		b.bury(t, "d1", "orders", `{}`, "x")
+		_, page := b.get(t, "/ui/dead/confirm?action=purge&ids=d1")
+		res, _ := b.post(t, "/ui/dead/purge", url.Values{"ids": {"d1"}, "csrf": {csrf(t, page)}}, "https://evil.example")
+		require.Equal(t, http.StatusForbidden, res.StatusCode)
+		res, _ = b.post(t, "/ui/login", url.Values{"token": {testToken}}, "https://evil.example")
+		require.Equal(t, http.StatusForbidden, res.StatusCode)
+	})
+
+	t.Run("TokenOfAnotherSessionIsRefused", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, testToken)
+		b.login(t)
+		b.bury(t, "d1", "orders", `{}`, "x")
+		_, page := b.get(t, "/ui/dead/confirm?action=purge&ids=d1")
+		b.login(t) // a new session, with a new token
+		res, _ := b.post(t, "/ui/dead/purge", url.Values{"ids": {"d1"}, "csrf": {csrf(t, page)}}, b.server.URL)
+		require.Equal(t, http.StatusForbidden, res.StatusCode)
+	})
+
+	t.Run("ConfirmCountsThenReplays", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, testToken)
+		b.login(t)
+		for i := range 3 {
+			b.bury(t, fmt.Sprintf("d%d", i), "orders", `{}`, "x")
+		}
+		b.bury(t, "other", "billing", `{}`, "x")
+		_, page := b.get(t, "/ui/dead/confirm?action=replay&topic=orders")
+		require.Contains(t, page, "<strong>3</strong> dead notifications match.")
+		stats, err := b.store.Stats(context.Background())
+		require.NoError(t, err)
+		require.EqualValues(t, 3, stats["orders"].Dead, "the confirmation page changes nothing")
+
+		res, body := b.post(t, "/ui/dead/replay", url.Values{"topic": {"orders"}, "csrf": {csrf(t, page)}}, b.server.URL)
+		require.Equal(t, http.StatusOK, res.StatusCode)
+		require.Contains(t, body, "Replayed 3 of 3 matching dead notifications.")
+		stats, err = b.store.Stats(context.Background())
+		require.NoError(t, err)
+		require.EqualValues(t, 0, stats["orders"].Dead)
+		require.EqualValues(t, 3, stats["orders"].Scheduled)
+		require.EqualValues(t, 1, stats["billing"].Dead)
+	})
+
+	t.Run("PurgeOneFromItsPage", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, testToken)
+		b.login(t)
+		b.bury(t, "d1", "orders", `{}`, "x")
+		b.bury(t, "d2", "orders", `{}`, "x")
+		_, page := b.get(t, "/ui/dead/confirm?action=purge&ids=d1")
+		require.Contains(t, page, "<strong>1</strong> dead notification match.")
+		res, body := b.post(t, "/ui/dead/purge", url.Values{"ids": {"d1"}, "csrf": {csrf(t, page)}}, b.server.URL)
+		require.Equal(t, http.StatusOK, res.StatusCode)
+		require.Contains(t, body, "Purged 1 of 1 matching dead notification.")
+		status, _ := b.get(t, "/ui/notifications/d1")
+		require.Equal(t, http.StatusNotFound, status)
+		status, _ = b.get(t, "/ui/notifications/d2")
+		require.Equal(t, http.StatusOK, status)
+	})
+}
+
+func TestDeadBrowser(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testToken)
+	b.login(t)
+	// 130 dead notifications, one a minute from 12:00, and 5 of another
+	// topic.
+	start := b.clock.Now()
+	for i := range 130 {
+		b.bury(t, fmt.Sprintf("o%03d", i), "orders", `{}`, "x")
+		if i < 5 {
+			b.bury(t, fmt.Sprintf("b%03d", i), "billing", `{}`, "x")
+		}
+		b.clock.Advance(time.Minute)
+	}
+
+	// pages follows the next-page links from path and returns the ids
+	// listed.
+	pages := func(t *testing.T, path string) []string {
+		t.Helper()
+		var ids []string
+		for range 10 {
+			status, body := b.get(t, path)
+			require.Equal(t, http.StatusOK, status)
+			for _, part := range strings.Split(body, `<a href="/ui/notifications/`)[1:] {
+				ids = append(ids, part[:strings.IndexByte(part, '"')])
+			}
+			m := nextPageRe.FindStringSubmatch(body)
+			if m == nil {
+				return ids
+			}
+			path = html.UnescapeString(m[1])
+		}
+		t.Fatal("more pages than expected")
+		return nil
+	}
+
+	t.Run("PagesThroughATopic", func(t *testing.T) {
+		ids := pages(t, "/ui/dead?topic=orders")
+		require.Len(t, ids, 130)
+		require.Equal(t, "o000", ids[0])
+		require.Equal(t, "o129", ids[129])
+	})
+
+	t.Run("EveryTopic", func(t *testing.T) {
+		require.Len(t, pages(t, "/ui/dead"), 135)
+	})
+
+	t.Run("TimeRange", func(t *testing.T) {
+		since := start.Add(10 * time.Minute).Format("2006-01-02T15:04")
+		until := start.Add(75 * time.Minute).Format("2006-01-02T15:04")
+		ids := pages(t, "/ui/dead?topic=orders&since="+since+"&until="+until)
+		require.Len(t, ids, 65)
+		require.Equal(t, "o010", ids[0])
+		require.Equal(t, "o074", ids[64])
+
+		_, page := b.get(t, "/ui/dead/confirm?action=purge&topic=orders&since="+since+"&until="+until)
+		require.Contains(t, page, "<strong>65</strong> dead notifications match.")
+	})
+
+	t.Run("BadFilterNamesTheField", func(t *testing.T) {
+		status, body := b.get(t, "/ui/dead?since=yesterday")
+		require.Equal(t, http.StatusBadRequest, status)
+		require.Contains(t, body, "since")
+	})
+}
+
+// nextPageRe finds the dead-letter browser's next-page link.
+var nextPageRe = regexp.MustCompile(`<a href="([^"]+)" id="next-page"`)
+
+func TestOverview(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testToken)
+	b.login(t)
+	b.bury(t, "d1", "orders", `{}`, "x")
+	n := heraldtest.Notification(t, "s1", b.clock.Now(), heraldtest.Topic("billing"), heraldtest.Delay(time.Hour))
+	_, _, err := b.store.Enqueue(context.Background(), n, false)
+	require.NoError(t, err)
+	status, body := b.get(t, "/ui/")
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, body, `<tr data-topic="orders">`)
+	require.Contains(t, body, `<a class="dead" href="/ui/dead?topic=orders">1</a>`)
+	require.Contains(t, body, `<tr data-topic="billing">`)
+	require.Contains(t, body, `data-refresh="5"`)
+}
+
+func TestOverviewActivity(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testToken)
+	b.login(t)
+	// One attempt succeeds now, two fail three minutes ago, one an hour and
+	// a half ago: the recent columns count the last five minutes, the
+	// chart the last hour.
+	c, err := client.New(&client.Config{Store: b.store})
+	require.NoError(t, err)
+	defer c.Close()
+	finish := func(id string, ok bool) {
+		t.Helper()
+		n := heraldtest.Notification(t, id, b.clock.Now(), heraldtest.Topic("orders"), heraldtest.Backoff(0, time.Hour))
+		_, _, err := b.store.Enqueue(context.Background(), n, false)
+		require.NoError(t, err)
+		got, err := c.Reserve(context.Background(), "orders", 1, 0)
+		require.NoError(t, err)
+		require.Len(t, got, 1)
+		if ok {
+			require.NoError(t, c.Ack(context.Background(), id, got[0].Receipt))
+		} else {
+			require.NoError(t, c.Nack(context.Background(), id, got[0].Receipt, errors.New("busy")))
+		}
+	}
+	finish("old", true)
+	b.clock.Advance(87 * time.Minute)
+	finish("f1", false)
+	finish("f2", false)
+	b.clock.Advance(3 * time.Minute)
+	finish("ok", true)
+
+	_, body := b.get(t, "/ui/")
+	row := body[strings.Index(body, `<tr data-topic="orders">`):]
+	row = row[:strings.Index(row, "</tr>")]
+	require.Contains(t, row, `<td class="n">1</td><td class="n bad">2</td>`)
+	require.Contains(t, row, "1 ok · 2 failed", "the hour leaves out the attempt of 90 minutes ago")
+	require.Equal(t, 2, strings.Count(row, `<rect class="ok"`)+strings.Count(row, `<rect class="fail"`))
+}
+
+func TestPolicies(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testToken)
+	b.login(t)
+	_, body := b.get(t, "/ui/policies")
+	require.Contains(t, body, `id="policy-merchant-notify"`)
+	// 0, 0, 2m, 10m: the fourth attempt starts 12m after send_at.
+	require.Contains(t, body, `<td class="n">3</td><td class="n">10m0s</td><td class="n">12m0s</td>`)
+	require.Contains(t, body, `<td>orders</td><td>webhook</td><td>merchant-notify</td>`)
+}
+
+// park stores a webhook notification of topic orders and gives it back
+// parked under kind name's pause, as a dispatcher does when it reserves one
+// whose topic or endpoint is paused.
+func (b *testBundle) park(t *testing.T, id, kind, name string) {
+	t.Helper()
+	ctx := context.Background()
+	n := heraldtest.Notification(t, id, b.clock.Now(), heraldtest.Topic("orders"),
+		heraldtest.Channel(notify.ChannelWebhook, "http://127.0.0.1:9/hook"))
+	_, _, err := b.store.Enqueue(ctx, n, false)
+	require.NoError(t, err)
+	items, _, err := b.store.Reserve(ctx, store.QueuePush, []int{0, 1, 2, 3}, store.MaxReserve)
+	require.NoError(t, err)
+	require.Len(t, items, 1)
+	errs, err := b.store.Finish(ctx, []store.Finish{{Notification: items[0], Action: notify.ActionRelease, NextAt: store.ParkAt(kind, name)}})
+	require.NoError(t, err)
+	require.NoError(t, errs[0])
+}
+
+// row returns the overview's table row whose opening tag starts with open.
+func row(t *testing.T, page, open string) string {
+	t.Helper()
+	i := strings.Index(page, open)
+	require.GreaterOrEqual(t, i, 0, "no row %s in the page", open)
+	r := page[i:]
+	return r[:strings.Index(r, "</tr>")]
+}
+
+// button returns the form of the row that posts to action, or "".
+func button(r, action string) string {
+	i := strings.Index(r, `<form method="post" action="`+action+`"`)
+	if i < 0 {
+		return ""
+	}
+	return r[i : i+strings.Index(r[i:], "</form>")]
+}
+
+func TestEndpoints(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, testToken)
+	b.login(t)
+	expired := b.clock.Now().Add(-time.Hour)
+	_, err := b.store.PutEndpoint(ctx, "globex", &endpoint.Endpoint{URL: "https://globex.example/in?x=<b>", Signing: endpoint.SigningEd25519,
+		Secrets: []endpoint.Secret{{Value: apiSecret}, {Value: expiredSecret, ExpiresAt: &expired}}, Rate: 2.5,
+		DisableAfter: notify.Duration(time.Minute)})
+	require.NoError(t, err)
+
+	t.Run("ListsTheFilesAndTheAPIsWithoutSecrets", func(t *testing.T) {
+		_, page := b.get(t, "/ui/")
+		acme := row(t, page, `<tr data-endpoint="acme-shop"`)
+		require.Contains(t, acme, "<td>file</td>")
+		require.Contains(t, acme, "<code>https://acme.example/hooks</code>")
+		require.Contains(t, acme, "<td>hmac</td>")
+		require.Contains(t, acme, `<td class="n">1</td>`, "one secret")
+		require.Contains(t, acme, `<td class="n">4</td>`, "max_in_flight")
+		require.Contains(t, acme, `<td class="n">10/s</td>`)
+		require.Contains(t, acme, `<td class="health">ok</td>`)
+		require.NotEmpty(t, button(acme, "/ui/endpoints/acme-shop/pause"))
+
+		globex := row(t, page, `<tr data-endpoint="globex"`)
+		require.Contains(t, globex, "<td>api</td>")
+		require.Contains(t, globex, "<code>https://globex.example/in?x=&lt;b&gt;</code>")
+		require.Contains(t, globex, "<td>ed25519</td>")
+		require.Contains(t, globex, `2 <span class="muted">(1 expired)</span>`)
+		require.Contains(t, globex, `<td class="n">–</td>`, "no max_in_flight")
+		require.Contains(t, globex, `<td class="n">2.5/s</td>`)
+
+		for _, secret := range []string{fileSecret, apiSecret, expiredSecret} {
+			require.NotContains(t, page, secret)
+			require.NotContains(t, page, strings.TrimPrefix(strings.TrimPrefix(secret, "whsec_"), "whsk_"))
+		}
+	})
+
+	t.Run("PauseAndResumeAnEndpoint", func(t *testing.T) {
+		_, page := b.get(t, "/ui/")
+		res, _ := b.post(t, "/ui/endpoints/globex/pause", url.Values{"csrf": {csrf(t, page)}}, b.server.URL)
+		require.Equal(t, http.StatusSeeOther, res.StatusCode)
+		paused, err := b.store.IsPaused(ctx, store.PauseEndpoint, "globex")
+		require.NoError(t, err)
+		require.True(t, paused)
+		_, page = b.get(t, "/ui/")
+		require.Contains(t, page, "Paused endpoint globex: no attempt of its notifications starts until it is resumed")
+		globex := row(t, page, `<tr data-endpoint="globex"`)
+		require.Contains(t, globex, `<span class="tag paused" title="paused since 2026-03-01 12:00:00.000 UTC">paused</span>`)
+		require.NotEmpty(t, button(globex, "/ui/endpoints/globex/resume"))
+
+		res, _ = b.post(t, "/ui/endpoints/globex/resume", url.Values{"csrf": {csrf(t, page)}}, b.server.URL)
+		require.Equal(t, http.StatusSeeOther, res.StatusCode)
+		paused, err = b.store.IsPaused(ctx, store.PauseEndpoint, "globex")
+		require.NoError(t, err)
+		require.False(t, paused)
+
+		status, body := b.post(t, "/ui/endpoints/nobody/pause", url.Values{"csrf": {csrf(t, page)}}, b.server.URL)
+		require.Equal(t, http.StatusNotFound, status.StatusCode)
+		require.Contains(t, body, "No such endpoint.")
+	})
+
+	t.Run("EnableADisabledEndpoint", func(t *testing.T) {
+		// Every attempt fails from 12:00; at 12:02, past its one-minute
+		// disable_after, the endpoint is disabled and its notification
+		// waits, parked.
+		_, err := b.store.EndpointFailed(ctx, "globex", time.Minute)
+		require.NoError(t, err)
+		_, page := b.get(t, "/ui/")
+		require.Contains(t, row(t, page, `<tr data-endpoint="globex"`),
+			`<td class="health"><span class="bad">failing</span> since 2026-03-01 12:00:00.000 UTC</td>`)
+		b.clock.Advance(2 * time.Minute)
+		disabled, err := b.store.EndpointFailed(ctx, "globex", time.Minute)
+		require.NoError(t, err)
+		require.True(t, disabled)
+		b.park(t, "waits-for-globex", store.PauseDisabled, "globex")
+
+		_, page = b.get(t, "/ui/")
+		globex := row(t, page, `<tr data-endpoint="globex"`)
+		require.Contains(t, globex, `<span class="tag disabled">disabled</span> at 2026-03-01 12:02:00.000 UTC`)
+		require.NotEmpty(t, button(globex, "/ui/endpoints/globex/enable"))
+		require.Empty(t, button(row(t, page, `<tr data-endpoint="acme-shop"`), "/ui/endpoints/acme-shop/enable"))
+
+		res, _ := b.post(t, "/ui/endpoints/globex/enable", url.Values{}, b.server.URL)
+		require.Equal(t, http.StatusForbidden, res.StatusCode, "no CSRF token")
+		res, _ = b.post(t, "/ui/endpoints/globex/enable", url.Values{"csrf": {csrf(t, page)}}, b.server.URL)
+		require.Equal(t, http.StatusSeeOther, res.StatusCode)
+		require.Equal(t, "/ui/", res.Header.Get("Location"))
+
+		_, page = b.get(t, "/ui/")
+		require.Contains(t, page, "Enabled endpoint globex: the 1 notification that waited while it was disabled start now.")
+		globex = row(t, page, `<tr data-endpoint="globex"`)
+		require.Contains(t, globex, `<td class="health">ok</td>`)
+		require.Empty(t, button(globex, "/ui/endpoints/globex/enable"))
+		n, err := b.store.Get(ctx, "waits-for-globex")
+		require.NoError(t, err)
+		require.False(t, store.Parked(n), "the waiting notification is due again")
+		require.Equal(t, 0, n.Attempts)
+
+		_, page = b.get(t, "/ui/")
+		require.NotContains(t, page, `id="flash"`, "the message shows once")
+	})
+}
+
+func TestPauseTopic(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, testToken)
+	b.login(t)
+	b.bury(t, "d1", "orders", `{}`, "x")
+	_, page := b.get(t, "/ui/")
+	orders := row(t, page, `<tr data-topic="orders">`)
+	require.NotContains(t, orders, "paused")
+	require.NotEmpty(t, button(orders, "/ui/topics/orders/pause"))
+
+	res, body := b.post(t, "/ui/topics/orders/pause", url.Values{}, b.server.URL)
+	require.Equal(t, http.StatusForbidden, res.StatusCode)
+	require.Contains(t, body, "Nothing was changed")
+	res, _ = b.post(t, "/ui/topics/orders/pause", url.Values{"csrf": {csrf(t, page)}}, "https://evil.example")
+	require.Equal(t, http.StatusForbidden, res.StatusCode)
+	paused, err := b.store.IsPaused(ctx, store.PauseTopic, "orders")
+	require.NoError(t, err)
+	require.False(t, paused, "a refused form paused the topic")
+
+	res, _ = b.post(t, "/ui/topics/orders/pause", url.Values{"csrf": {csrf(t, page)}}, b.server.URL)
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	paused, err = b.store.IsPaused(ctx, store.PauseTopic, "orders")
+	require.NoError(t, err)
+	require.True(t, paused)
+	b.park(t, "o1", store.PauseTopic, "orders")
+
+	// A paused topic with nothing stored is listed too, to be resumed.
+	res, _ = b.post(t, "/ui/topics/quiet/pause", url.Values{"csrf": {csrf(t, page)}}, b.server.URL)
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+
+	_, page = b.get(t, "/ui/")
+	require.Contains(t, page, `<p class="flash" id="flash" role="status">Paused topic quiet: `)
+	orders = row(t, page, `<tr data-topic="orders">`)
+	require.Contains(t, orders, `<span class="tag paused" title="paused since 2026-03-01 12:00:00.000 UTC">paused</span>`)
+	require.NotEmpty(t, button(orders, "/ui/topics/orders/resume"))
+	require.Empty(t, button(orders, "/ui/topics/orders/pause"))
+	require.NotEmpty(t, button(row(t, page, `<tr data-topic="quiet">`), "/ui/topics/quiet/resume"))
+
+	res, _ = b.post(t, "/ui/topics/orders/resume", url.Values{"csrf": {csrf(t, page)}}, b.server.URL)
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	paused, err = b.store.IsPaused(ctx, store.PauseTopic, "orders")
+	require.NoError(t, err)
+	require.False(t, paused)
+	_, page = b.get(t, "/ui/")
+	require.Contains(t, page, "Resumed topic orders: the 1 notification that waited while it was paused start now.")
+	orders = row(t, page, `<tr data-topic="orders">`)
+	require.NotContains(t, orders, "paused")
+	require.NotEmpty(t, button(orders, "/ui/topics/orders/pause"))
+	n, err := b.store.Get(ctx, "o1")
+	require.NoError(t, err)
+	require.False(t, store.Parked(n))
+
+	res, body = b.post(t, "/ui/topics/Not%20A%20Topic/pause", url.Values{"csrf": {csrf(t, page)}}, b.server.URL)
+	require.Equal(t, http.StatusBadRequest, res.StatusCode)
+	require.Contains(t, body, "topic")
+}
