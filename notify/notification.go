@@ -66,15 +66,48 @@ const (
 	TTRDefault = 30 * time.Second
 )
 
-var (
-	idRe = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
-	// orderKeyRe is an order key, shaped as an id.
-	orderKeyRe = idRe
-	topicRe    = regexp.MustCompile(`^[a-z0-9._-]{1,64}$`)
-	e164Re     = regexp.MustCompile(`^\+[1-9][0-9]{6,14}$`)
-	// headerRe is RFC 9110's token, the characters a header name may use.
-	headerRe = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}$")
+const (
+	letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+	digits  = "0123456789"
 )
+
+// The names checked on every enqueue are checked a byte at a time against
+// a table: the regexps they were written as cost a tenth of an enqueue.
+var (
+	// idChars: an id, an order key and an endpoint name match
+	// [A-Za-z0-9._:-]{1,128}.
+	idChars = newCharset(letters + digits + "._:-")
+	// topicChars: a topic matches [a-z0-9._-]{1,64}.
+	topicChars = newCharset(letters[26:] + digits + "._-")
+	// headerChars is RFC 9110's token, the characters a header name may
+	// use (up to 128 of them).
+	headerChars = newCharset(letters + digits + "!#$%&'*+.^_`|~-")
+	e164Re      = regexp.MustCompile(`^\+[1-9][0-9]{6,14}$`)
+)
+
+// charset is a set of bytes.
+type charset [256]bool
+
+func newCharset(chars string) *charset {
+	var c charset
+	for i := range len(chars) {
+		c[chars[i]] = true
+	}
+	return &c
+}
+
+// match reports whether s has 1 to maxLen bytes, all in c.
+func (c *charset) match(s string, maxLen int) bool {
+	if s == "" || len(s) > maxLen {
+		return false
+	}
+	for i := range len(s) {
+		if !c[s[i]] {
+			return false
+		}
+	}
+	return true
+}
 
 // Notification is one message and everything Herald knows of it: what to
 // send, where, on which schedule, and what happened so far. Its JSON form is
@@ -144,10 +177,10 @@ func (s State) Finished() bool {
 }
 
 // ValidID reports whether id is an acceptable notification id.
-func ValidID(id string) bool { return idRe.MatchString(id) }
+func ValidID(id string) bool { return idChars.match(id, 128) }
 
 // ValidTopic reports whether topic is an acceptable topic name.
-func ValidTopic(topic string) bool { return topicRe.MatchString(topic) }
+func ValidTopic(topic string) bool { return topicChars.match(topic, 64) }
 
 // ValidE164 reports whether s is an E.164 phone number such as
 // +14155550100, the form SMS targets take.
@@ -155,7 +188,7 @@ func ValidE164(s string) bool { return e164Re.MatchString(s) }
 
 // ValidHeaderName reports whether k may name a header: an RFC 9110 token of
 // at most 128 characters.
-func ValidHeaderName(k string) bool { return headerRe.MatchString(k) }
+func ValidHeaderName(k string) bool { return headerChars.match(k, 128) }
 
 // ValidHeaderValue reports whether v may be a header's value: an RFC 9110
 // field-value, which holds visible characters, spaces, tabs and bytes from
@@ -188,7 +221,7 @@ func (n *Notification) Validate(maxPayload int) error {
 		return Errorf("id", "must match [A-Za-z0-9._:-]{1,128}")
 	case !ValidTopic(n.Topic):
 		return Errorf("topic", "must match [a-z0-9._-]{1,64}")
-	case n.OrderKey != "" && !orderKeyRe.MatchString(n.OrderKey):
+	case n.OrderKey != "" && !ValidID(n.OrderKey):
 		return Errorf("order_key", "must match [A-Za-z0-9._:-]{1,128}")
 	}
 	if err := validateEndpoint(n); err != nil {
@@ -286,24 +319,124 @@ func ValidateTarget(channel, target string) error {
 // send_at, or a relative delay, so that a retried "delay: 30m" request is
 // still the same request).
 func (n *Notification) ComputeDigest(schedule string) string {
-	var payload bytes.Buffer
-	if len(n.Payload) > 0 && json.Compact(&payload, n.Payload) != nil {
-		payload.Reset()
-		payload.Write(n.Payload)
+	// Compact changes nothing in a payload without white space, and an
+	// invalid one is taken as it is: either way, no need to run it.
+	payload := []byte(n.Payload)
+	if bytes.ContainsAny(payload, " \t\r\n") {
+		var buf bytes.Buffer
+		if json.Compact(&buf, payload) == nil {
+			payload = buf.Bytes()
+		}
 	}
-	content := struct {
-		Topic, Channel, Target, Template, Policy string
-		Backoff                                  []Duration
-		TTR                                      Duration
-		Headers                                  map[string]string
-		Payload                                  string
-		Schedule                                 string
-		OrderKey                                 string `json:",omitempty"`
-		Endpoint                                 string `json:",omitempty"`
-	}{n.Topic, n.Channel, n.Target, n.Template, n.Policy, n.Backoff, n.TTR, n.Headers, payload.String(), schedule, n.OrderKey, n.Endpoint}
-	b, _ := json.Marshal(content)
+	b := make([]byte, 0, 256+2*len(payload))
+	b = append(b, `{"Topic":`...)
+	b = appendJSONString(b, n.Topic)
+	b = append(b, `,"Channel":`...)
+	b = appendJSONString(b, n.Channel)
+	b = append(b, `,"Target":`...)
+	b = appendJSONString(b, n.Target)
+	b = append(b, `,"Template":`...)
+	b = appendJSONString(b, n.Template)
+	b = append(b, `,"Policy":`...)
+	b = appendJSONString(b, n.Policy)
+	b = append(b, `,"Backoff":`...)
+	if n.Backoff == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '[')
+		for i, d := range n.Backoff {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, d.String())
+		}
+		b = append(b, ']')
+	}
+	b = append(b, `,"TTR":`...)
+	b = appendJSONString(b, n.TTR.String())
+	b = append(b, `,"Headers":`...)
+	if n.Headers == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '{')
+		for i, k := range slices.Sorted(maps.Keys(n.Headers)) {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, k)
+			b = append(b, ':')
+			b = appendJSONString(b, n.Headers[k])
+		}
+		b = append(b, '}')
+	}
+	b = append(b, `,"Payload":`...)
+	b = appendJSONString(b, payload)
+	b = append(b, `,"Schedule":`...)
+	b = appendJSONString(b, schedule)
+	if n.OrderKey != "" {
+		b = append(b, `,"OrderKey":`...)
+		b = appendJSONString(b, n.OrderKey)
+	}
+	if n.Endpoint != "" {
+		b = append(b, `,"Endpoint":`...)
+		b = appendJSONString(b, n.Endpoint)
+	}
+	b = append(b, '}')
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:16])
+}
+
+// appendJSONString appends s as encoding/json's Marshal writes a string
+// (HTML characters, U+2028 and U+2029 escaped, invalid UTF-8 replaced), so
+// that digests stay what they were when json.Marshal wrote their input.
+func appendJSONString[S ~string | ~[]byte](b []byte, s S) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		if c := s[i]; c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(string(s[i:min(i+utf8.UTFMax, len(s))]))
+		switch {
+		case r == utf8.RuneError && size == 1:
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+		case r == '\u2028' || r == '\u2029':
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xf])
+		default:
+			i += size
+			continue
+		}
+		i += size
+		start = i
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
 }
 
 // CutError cuts an error message to MaxErrorLen bytes for the history,

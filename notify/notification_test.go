@@ -1,8 +1,12 @@
 package notify
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -73,4 +77,64 @@ func TestValidateBackoffLength(t *testing.T) {
 	require.True(t, errors.As(err, &fe), "want a field error, got %v", err)
 	require.Equal(t, "backoff", fe.Field)
 	require.True(t, strings.Contains(fe.Message, "100"), fe.Message)
+}
+
+// digestByMarshal is how digests were first computed: json.Marshal of the
+// fields that make a notification what it is. ComputeDigest must keep
+// giving the same digests, or a second enqueue of a stored notification
+// would be a conflict.
+func digestByMarshal(n *Notification, schedule string) string {
+	var payload bytes.Buffer
+	if len(n.Payload) > 0 && json.Compact(&payload, n.Payload) != nil {
+		payload.Reset()
+		payload.Write(n.Payload)
+	}
+	content := struct {
+		Topic, Channel, Target, Template, Policy string
+		Backoff                                  []Duration
+		TTR                                      Duration
+		Headers                                  map[string]string
+		Payload                                  string
+		Schedule                                 string
+		OrderKey                                 string `json:",omitempty"`
+		Endpoint                                 string `json:",omitempty"`
+	}{n.Topic, n.Channel, n.Target, n.Template, n.Policy, n.Backoff, n.TTR, n.Headers, payload.String(), schedule, n.OrderKey, n.Endpoint}
+	b, _ := json.Marshal(content)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:16])
+}
+
+func FuzzDigest(f *testing.F) {
+	f.Add("order-notify", "https://m.example/n?a=1&b=<2>", `{"a": "x\u2028y", "b": [1, 2]}`, "X-Tag", "v\t1", "delay:30s", "", int64(1500), true)
+	f.Add("t", "", "not json \x00\xff\"\\", "", "", "", "key-1", int64(0), false)
+	f.Add("t", "\b\f\n\r\u2029é", "", "k", "", "at:2026", "k", int64(-1), true)
+	f.Fuzz(func(t *testing.T, topic, target, payload, hk, hv, schedule, orderKey string, d int64, backoff bool) {
+		n := &Notification{Topic: topic, Channel: ChannelWebhook, Target: target, Template: target, Policy: hv,
+			Payload: json.RawMessage(payload), TTR: Duration(d), OrderKey: orderKey, Endpoint: hk}
+		if backoff {
+			n.Backoff = []Duration{0, Duration(d), Duration(time.Microsecond)}
+			n.Headers = map[string]string{hk: hv, hv: hk, "Z": payload}
+		}
+		require.Equal(t, digestByMarshal(n, schedule), n.ComputeDigest(schedule))
+	})
+}
+
+// The names are checked a byte at a time; these are the patterns they
+// stand for.
+func TestNamesMatchTheirPatterns(t *testing.T) {
+	id := regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+	topic := regexp.MustCompile(`^[a-z0-9._-]{1,64}$`)
+	header := regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}$")
+	var inputs []string
+	for c := range 256 {
+		inputs = append(inputs, string(rune(c)), "a"+string([]byte{byte(c)})+"b")
+	}
+	for _, l := range []int{0, 1, 63, 64, 65, 127, 128, 129} {
+		inputs = append(inputs, strings.Repeat("a", l), strings.Repeat("a", l)+"\n")
+	}
+	for _, s := range inputs {
+		require.Equal(t, id.MatchString(s), ValidID(s), "id %q", s)
+		require.Equal(t, topic.MatchString(s), ValidTopic(s), "topic %q", s)
+		require.Equal(t, header.MatchString(s), ValidHeaderName(s), "header %q", s)
+	}
 }

@@ -167,6 +167,10 @@ func life(mk newSubject, n int, f figures) error {
 			return err
 		}
 		f["enqueue"] = float64(n) / time.Since(start).Seconds()
+		enqueued, err := srv.cost()
+		if err != nil {
+			return err
+		}
 		col := newCollector(n)
 		start = time.Now()
 		if err := sub.start(func(string, int, []byte) error { col.add(0); return nil }); err != nil {
@@ -185,6 +189,9 @@ func life(mk newSubject, n int, f figures) error {
 		d := after.sub(before)
 		f["commands"] = float64(d.calls) / float64(n)
 		f["cpu_us"] = float64(d.cpu.Microseconds()) / float64(n)
+		e := enqueued.sub(before)
+		f["cpu_enqueue_us"] = float64(e.cpu.Microseconds()) / float64(n)
+		f["commands_enqueue"] = float64(e.calls) / float64(n)
 		return nil
 	})
 }
