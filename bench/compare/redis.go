@@ -98,9 +98,6 @@ func (s *server) cost() (cost, error) {
 		return cost{}, err
 	}
 	var c cost
-	if os.Getenv("DEBUG_STATS") != "" {
-		fmt.Fprintln(os.Stderr, info)
-	}
 	for line := range strings.Lines(info) {
 		line = strings.TrimSpace(line)
 		if rest, ok := strings.CutPrefix(line, "cmdstat_"); ok {
