@@ -328,17 +328,19 @@ func (n *Notification) ComputeDigest(schedule string) string {
 			payload = buf.Bytes()
 		}
 	}
-	b := make([]byte, 0, 256+2*len(payload))
-	b = append(b, `{"Topic":`...)
-	b = appendJSONString(b, n.Topic)
-	b = append(b, `,"Channel":`...)
-	b = appendJSONString(b, n.Channel)
-	b = append(b, `,"Target":`...)
-	b = appendJSONString(b, n.Target)
-	b = append(b, `,"Template":`...)
-	b = appendJSONString(b, n.Template)
-	b = append(b, `,"Policy":`...)
-	b = appendJSONString(b, n.Policy)
+	b := append(make([]byte, 0, 256+2*len(payload)), '{')
+	// The fields in json.Marshal's order of the struct they were first
+	// written from; a nil list is null, and the last two are left out
+	// when empty (omitempty).
+	str := func(key, v string) {
+		b = append(b, key...)
+		b = appendJSONString(b, v)
+	}
+	str(`"Topic":`, n.Topic)
+	str(`,"Channel":`, n.Channel)
+	str(`,"Target":`, n.Target)
+	str(`,"Template":`, n.Template)
+	str(`,"Policy":`, n.Policy)
 	b = append(b, `,"Backoff":`...)
 	if n.Backoff == nil {
 		b = append(b, "null"...)
@@ -352,8 +354,7 @@ func (n *Notification) ComputeDigest(schedule string) string {
 		}
 		b = append(b, ']')
 	}
-	b = append(b, `,"TTR":`...)
-	b = appendJSONString(b, n.TTR.String())
+	str(`,"TTR":`, n.TTR.String())
 	b = append(b, `,"Headers":`...)
 	if n.Headers == nil {
 		b = append(b, "null"...)
@@ -371,15 +372,12 @@ func (n *Notification) ComputeDigest(schedule string) string {
 	}
 	b = append(b, `,"Payload":`...)
 	b = appendJSONString(b, payload)
-	b = append(b, `,"Schedule":`...)
-	b = appendJSONString(b, schedule)
+	str(`,"Schedule":`, schedule)
 	if n.OrderKey != "" {
-		b = append(b, `,"OrderKey":`...)
-		b = appendJSONString(b, n.OrderKey)
+		str(`,"OrderKey":`, n.OrderKey)
 	}
 	if n.Endpoint != "" {
-		b = append(b, `,"Endpoint":`...)
-		b = appendJSONString(b, n.Endpoint)
+		str(`,"Endpoint":`, n.Endpoint)
 	}
 	b = append(b, '}')
 	sum := sha256.Sum256(b)

@@ -116,6 +116,9 @@ func FuzzDigest(f *testing.F) {
 			n.Headers = map[string]string{hk: hv, hv: hk, "Z": payload}
 		}
 		require.Equal(t, digestByMarshal(n, schedule), n.ComputeDigest(schedule))
+		// Empty, not nil: [] and {}, not null.
+		n.Backoff, n.Headers = []Duration{}, map[string]string{}
+		require.Equal(t, digestByMarshal(n, schedule), n.ComputeDigest(schedule))
 	})
 }
 
