@@ -471,10 +471,11 @@ func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan
 	}
 }
 
-// minShardBatch is the smallest share of a reservation worth a script call
-// of its own: each call costs Redis about the same however few it moves, so
-// a reservation serves a few due shards in large batches rather than every
-// due shard a notification or two.
+// minShardBatch is the smallest share of a reservation worth a shard: each
+// shard a reservation serves costs Redis the same commands (a script call of
+// its own on a Cluster) however few it moves, so a reservation serves a few
+// due shards in large batches rather than every due shard a notification or
+// two.
 const minShardBatch = 32
 
 // pickShards chooses which of the due shards a reservation of n serves: one

@@ -205,7 +205,7 @@ func (s *Store) enqueueCalls(items []*enqueueItem, now time.Time) ([]*scriptCall
 		}
 		args[0], args[1], args[2], args[3], args[4] = ms(now), k.wake(), shard, len(queues), len(topics)
 		args[5] = s.cfg.WakeHorizon.Milliseconds()
-		keyList := []string{k.job(shard), k.state(shard), k.hist(shard), k.stats(shard), k.finished(shard), k.deadAll(shard),
+		keyList := []string{k.job(shard), k.state(shard), k.hist(shard), k.stats(s.counters(shard)), k.finished(shard), k.deadAll(shard),
 			k.order(shard), k.link(shard)}
 		for _, q := range queues {
 			keyList = append(keyList, k.due(shard, q))
@@ -234,13 +234,14 @@ func (it *enqueueItem) special() bool {
 // across shards.
 func (s *Store) enqueueNewCall(items []*enqueueItem, now time.Time) *scriptCall {
 	k := s.keys
-	keyList := make([]string, 0, 3*len(items))
+	keyList := make([]string, 1, 1+2*len(items))
+	keyList[0] = k.stats(s.counters(0))
 	args := make([]any, 3, 3+6*len(items))
 	args[0], args[1], args[2] = ms(now), k.wake(), s.cfg.WakeHorizon.Milliseconds()
 	for _, it := range items {
 		n := it.req.Notification
 		shard, queue := k.shardFor(n), queueOf(n.Channel, n.Topic)
-		keyList = append(keyList, k.job(shard), k.stats(shard), k.due(shard, queue))
+		keyList = append(keyList, k.job(shard), k.due(shard, queue))
 		args = append(args, n.ID, it.content, it.due, shard, queue, n.Topic)
 	}
 	return &scriptCall{script: enqueueNewScript, keys: keyList, args: args}

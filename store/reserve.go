@@ -44,16 +44,29 @@ func (s *Store) Reserve(ctx context.Context, queue string, shards []int, limit i
 	}
 	limit = min(limit, MaxReserve)
 	now := ms(s.Now())
-	prefix := receiptPrefix()
+	receipt := receiptPrefix()
 	quotas := splitQuotas(shards, limit, int(s.rotate.Add(1)))
-	calls := make([]*scriptCall, len(quotas))
-	k := s.keys
-	for i, q := range quotas {
-		calls[i] = &scriptCall{
-			script: reserveScript,
-			keys:   []string{k.due(q.shard, queue), k.reserved(q.shard), k.job(q.shard), k.state(q.shard), k.stats(q.shard)},
-			args:   []any{now, q.max, prefix + strconv.Itoa(q.shard) + "."},
+	// A single Redis reserves from every shard in one script; a Cluster
+	// needs one per shard, as a script touches one slot.
+	groups := [][]quota{quotas}
+	if !s.oneNode {
+		groups = make([][]quota, len(quotas))
+		for i, q := range quotas {
+			groups[i] = []quota{q}
 		}
+	}
+	calls := make([]*scriptCall, len(groups))
+	k := s.keys
+	for i, g := range groups {
+		keyList := make([]string, 1, 1+4*len(g))
+		keyList[0] = k.stats(s.counters(g[0].shard))
+		args := make([]any, 1, 1+2*len(g))
+		args[0] = now
+		for _, q := range g {
+			keyList = append(keyList, k.due(q.shard, queue), k.reserved(q.shard), k.job(q.shard), k.state(q.shard))
+			args = append(args, q.max, receipt+strconv.Itoa(q.shard))
+		}
+		calls[i] = &scriptCall{script: reserveScript, keys: keyList, args: args}
 	}
 	if err := s.runScripts(ctx, calls); err != nil {
 		return nil, nil, fmt.Errorf("reserve %s: %w", queue, err)
@@ -62,30 +75,36 @@ func (s *Store) Reserve(ctx context.Context, queue string, shards []int, limit i
 	heads := make([]Head, 0, len(quotas))
 	var firstErr error
 	for i, c := range calls {
-		shard := quotas[i].shard
 		v, err := c.cmd.Result()
-		var l []any
+		var replies []any
 		if err == nil {
-			l, err = replyList(v, 2)
+			replies, err = replyList(v, len(groups[i]))
 		}
 		if err != nil {
 			firstErr = cmp.Or(firstErr, err)
 			continue
 		}
-		h := Head{Shard: shard}
-		if v, err := strconv.ParseInt(replyString(l[0]), 10, 64); err == nil {
-			h.Due = fromMS(v)
-		}
-		heads = append(heads, h)
-		items, _ := l[1].([]any)
-		for j := 0; j+2 < len(items); j += 3 {
-			id := replyString(items[j])
-			n, _, err := decode(id, replyString(items[j+1]), replyString(items[j+2]), -1)
+		for j, q := range groups[i] {
+			l, err := replyList(replies[j], 2)
 			if err != nil {
-				s.quarantine(ctx, shard, id, replyString(items[j+1]), err)
+				firstErr = cmp.Or(firstErr, err)
 				continue
 			}
-			out = append(out, n)
+			h := Head{Shard: q.shard}
+			if v, err := strconv.ParseInt(replyString(l[0]), 10, 64); err == nil {
+				h.Due = fromMS(v)
+			}
+			heads = append(heads, h)
+			items, _ := l[1].([]any)
+			for x := 0; x+2 < len(items); x += 3 {
+				id := replyString(items[x])
+				n, _, err := decode(id, replyString(items[x+1]), replyString(items[x+2]), -1)
+				if err != nil {
+					s.quarantine(ctx, q.shard, id, replyString(items[x+1]), err)
+					continue
+				}
+				out = append(out, n)
+			}
 		}
 	}
 	// Reserved notifications are returned even when another shard failed:
@@ -120,8 +139,9 @@ func splitQuotas(shards []int, n, rotate int) []quota {
 	return out
 }
 
-// receiptPrefix is unique to one Reserve call; the script appends the
-// shard and the item's position.
+// receiptPrefix is unique to one Reserve call; with the shard appended it
+// is the receipt of every notification the call reserves in that shard,
+// each named by its id.
 func receiptPrefix() string {
 	var b [9]byte
 	_, _ = rand.Read(b[:])
@@ -187,12 +207,28 @@ func (s *Store) Finish(ctx context.Context, items []Finish) ([]error, error) {
 	}
 	now := s.Now()
 	minute := now.Unix() / 60
-	calls := make([]*scriptCall, 0, len(byShard))
-	order := make([][]int, 0, len(byShard))
+	// A single Redis finishes every shard's items in one script, up to
+	// maxScriptBatch a call; a Cluster needs a script per shard.
+	var batches [][]shardItems
+	var cur []shardItems
+	size := 0
 	for _, shard := range sortedKeys(byShard) {
 		for chunk := range slices.Chunk(byShard[shard], maxScriptBatch) {
-			calls = append(calls, s.finishCall(shard, items, chunk, now, minute))
-			order = append(order, chunk)
+			if len(cur) > 0 && (!s.oneNode || size+len(chunk) > maxScriptBatch) {
+				batches, cur, size = append(batches, cur), nil, 0
+			}
+			cur, size = append(cur, shardItems{shard: shard, idx: chunk}), size+len(chunk)
+		}
+	}
+	if len(cur) > 0 {
+		batches = append(batches, cur)
+	}
+	calls := make([]*scriptCall, len(batches))
+	order := make([][]int, len(batches))
+	for c, b := range batches {
+		calls[c] = s.finishCall(b, items, now, minute)
+		for _, g := range b {
+			order[c] = append(order[c], g.idx...)
 		}
 	}
 	if len(calls) == 0 {
@@ -244,49 +280,61 @@ func checkFinish(f *Finish) error {
 	return nil
 }
 
-// finishCall builds the script call that finishes items idx, all of shard.
-func (s *Store) finishCall(shard int, items []Finish, idx []int, now time.Time, minute int64) *scriptCall {
+// shardItems are the indexes of the items of one shard in a call.
+type shardItems struct {
+	shard int
+	idx   []int
+}
+
+// finishCall builds the script call that finishes the items of groups.
+func (s *Store) finishCall(groups []shardItems, items []Finish, now time.Time, minute int64) *scriptCall {
 	k := s.keys
-	var queues, topics keyIndex
-	args := make([]any, 7, 7+12*len(idx))
-	for _, i := range idx {
-		f := items[i]
-		n := f.Notification
-		q, t := 0, 0
-		next := ""
-		switch f.Action {
-		case notify.ActionRetry, notify.ActionRelease:
-			q = queues.of(queueOf(n.Channel, n.Topic))
-			next = strconv.FormatInt(dueMS(f.NextAt), 10)
-		case notify.ActionDead:
-			t = topics.of(n.Topic)
-		}
-		var entry []byte
-		if f.Attempt.Outcome != "" {
-			att := f.Attempt
-			att.Error = notify.CutError(att.Error)
-			entry, _ = json.Marshal(att)
-		}
-		bucket := ""
-		if n.NextAttemptAt != nil && entry != nil && f.Action != notify.ActionRelease && f.Attempt.Outcome != notify.OutcomeTTRExpired {
-			bucket = strconv.Itoa(latencyBucket(f.Attempt.StartedAt.Sub(*n.NextAttemptAt)))
-		}
-		push, pull := 0, 0
-		if n.OrderKey != "" {
-			push, pull = queues.of(QueuePush), queues.of(PullQueue(n.Topic))
-		}
-		args = append(args, n.ID, n.Receipt, string(f.Action), next, q, t, n.Topic, entry, bucket, n.OrderKey, push, pull)
+	counter := s.counters(groups[0].shard)
+	var dues, deads keyIndex
+	total := 0
+	keyList := []string{k.stats(counter), k.activity(counter, minute)}
+	args := make([]any, 7, 7+2*len(groups))
+	for _, g := range groups {
+		keyList = append(keyList, k.state(g.shard), k.reserved(g.shard), k.hist(g.shard), k.finished(g.shard),
+			k.deadAll(g.shard), k.order(g.shard), k.link(g.shard))
+		args = append(args, g.shard, len(g.idx))
+		total += len(g.idx)
 	}
-	args[0], args[1], args[2], args[3] = ms(now), s.retentionMS(), k.wake(), shard
-	args[4], args[5], args[6] = len(queues), len(topics), s.activityExpiry(shard, minute)
-	keyList := []string{k.state(shard), k.reserved(shard), k.hist(shard), k.stats(shard), k.finished(shard), k.deadAll(shard),
-		k.activity(shard, minute), k.order(shard), k.link(shard)}
-	for _, q := range queues {
-		keyList = append(keyList, k.due(shard, q))
+	args = slices.Grow(args, 12*total)
+	for _, g := range groups {
+		for _, i := range g.idx {
+			f := items[i]
+			n := f.Notification
+			q, t := 0, 0
+			next := ""
+			switch f.Action {
+			case notify.ActionRetry, notify.ActionRelease:
+				q = dues.of(k.due(g.shard, queueOf(n.Channel, n.Topic)))
+				next = strconv.FormatInt(dueMS(f.NextAt), 10)
+			case notify.ActionDead:
+				t = deads.of(k.dead(g.shard, n.Topic))
+			}
+			var entry []byte
+			if f.Attempt.Outcome != "" {
+				att := f.Attempt
+				att.Error = notify.CutError(att.Error)
+				entry, _ = json.Marshal(att)
+			}
+			bucket := ""
+			if n.NextAttemptAt != nil && entry != nil && f.Action != notify.ActionRelease && f.Attempt.Outcome != notify.OutcomeTTRExpired {
+				bucket = strconv.Itoa(latencyBucket(f.Attempt.StartedAt.Sub(*n.NextAttemptAt)))
+			}
+			push, pull := 0, 0
+			if n.OrderKey != "" {
+				push, pull = dues.of(k.due(g.shard, QueuePush)), dues.of(k.due(g.shard, PullQueue(n.Topic)))
+			}
+			args = append(args, n.ID, n.Receipt, string(f.Action), next, q, t, n.Topic, entry, bucket, n.OrderKey, push, pull)
+		}
 	}
-	for _, t := range topics {
-		keyList = append(keyList, k.dead(shard, t))
-	}
+	args[0], args[1], args[2], args[3] = ms(now), s.retentionMS(), k.wake(), len(groups)
+	args[4], args[5], args[6] = len(dues), len(deads), s.activityExpiry(counter, minute)
+	keyList = append(keyList, dues...)
+	keyList = append(keyList, deads...)
 	return &scriptCall{script: finishScript, keys: keyList, args: args}
 }
 

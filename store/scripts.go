@@ -10,8 +10,8 @@ import (
 
 // Every state change is one of these scripts. They keep four rules:
 //
-//   - every key they touch comes in KEYS, all of one shard, so one slot;
-//     command names are literal strings;
+//   - every key they touch comes in KEYS, all of one shard (one slot) on
+//     a Cluster; command names are literal strings;
 //   - they move a batch with one command per key (multi-member ZADD and
 //     ZREM, multi-field HSET, HMGET and HDEL), and every loop is bounded by
 //     the batch the caller chose;
@@ -72,17 +72,19 @@ end`},
   if channel == 'u' then return 'pull.' .. topic end
   return 'push'
 end`},
-	{"st_parse", `-- st_parse splits a state line (codec.go); nil for none.
+	{"st_parse", `-- st_parse splits a state line (codec.go); nil for none. Its counts (a,
+-- h) stay strings until one changes: a line written with them unchanged
+-- then costs no number formatting.
 local function st_parse(v)
   if not v then return nil end
   local s, a, h, c, r, dl, na, ua, x = string.match(v, '^(%u)|(%d+)|(%d+)|(%l)|([^|]*)|(%d*)|(%d*)|(%d*)|(.*)$')
   if not s then return nil end
-  return {s = s, a = tonumber(a), h = tonumber(h), c = c, r = r, dl = dl, na = na, ua = ua, x = x}
+  return {s = s, a = a, h = h, c = c, r = r, dl = dl, na = na, ua = ua, x = x}
 end`},
 	{"fresh", `-- fresh is the state of a notification waiting for its first attempt,
 -- which has no state line.
 local function fresh(channel)
-  return {s = 'S', a = 0, h = 0, c = channel, r = '', dl = '', na = '', ua = '', x = ''}
+  return {s = 'S', a = '0', h = '0', c = channel, r = '', dl = '', na = '', ua = '', x = ''}
 end`},
 	{"st_line", `local function st_line(o)
   return o.s .. '|' .. o.a .. '|' .. o.h .. '|' .. o.c .. '|' .. o.r .. '|' .. o.dl .. '|' .. o.na .. '|' .. o.ua .. '|' .. o.x
@@ -134,26 +136,26 @@ local function schedule(due, pairs_, earliest, channel, queue, shard, horizon)
     redis.call('PUBLISH', channel, queue .. ' ' .. shard .. ' ' .. string.format('%d', earliest))
   end
 end`},
-	{"due_add", `-- due_add queues score and id for the due set KEYS[k]; due_flush writes
--- every queued set with one ZADD, waking dispatchers as schedule does.
-local function due_add(adds, k, score, id)
+	{"due_add", `-- due_add queues score and id for the due set KEYS[k] of shard; due_flush
+-- writes every queued set with one ZADD, waking dispatchers as schedule does.
+local function due_add(adds, k, score, id, shard)
   local a = adds[k]
-  if not a then a = {pairs = {}, earliest = tonumber(score)}; adds[k] = a end
+  if not a then a = {pairs = {}, earliest = tonumber(score), shard = shard}; adds[k] = a end
   a.pairs[#a.pairs + 1] = score
   a.pairs[#a.pairs + 1] = id
   a.earliest = math.min(a.earliest, tonumber(score))
 end`},
-	{"due_flush", `local function due_flush(adds, channel, shard, horizon)
+	{"due_flush", `local function due_flush(adds, channel, horizon)
   for k, a in pairs(adds) do
-    schedule(KEYS[k], a.pairs, a.earliest, channel, string.match(KEYS[k], '^.*:due:(.*)$'), shard, horizon)
+    schedule(KEYS[k], a.pairs, a.earliest, channel, string.match(KEYS[k], '^.*:due:(.*)$'), a.shard, horizon)
   end
 end`},
 	{"release", `-- release ends the places of notifications that headed their order key's
 -- line (succeeded, dead or cancelled). heads are {id, topic, key, push,
--- pull}, push and pull the KEYS indexes of the topic's due sets: the one
--- waiting right behind each becomes due at its own time, or now when that
--- has passed; a line with nobody behind is forgotten.
-local function release(order, link, stkey, heads, now, adds, deltas, sts)
+-- pull}, push and pull the KEYS indexes of the topic's due sets in shard:
+-- the one waiting right behind each becomes due at its own time, or now
+-- when that has passed; a line with nobody behind is forgotten.
+local function release(order, link, stkey, heads, now, adds, deltas, sts, shard)
   if #heads == 0 then return end
   local nf = {}
   for i, h in ipairs(heads) do nf[i] = 'n|' .. h.id end
@@ -179,7 +181,7 @@ local function release(order, link, stkey, heads, now, adds, deltas, sts)
         if o.na == '' or tonumber(o.na) < now then o.na = t end
         sts[#sts + 1] = wids[i]
         sts[#sts + 1] = st_line(o)
-        if o.c == 'u' then due_add(adds, h.pull, o.na, wids[i]) else due_add(adds, h.push, o.na, wids[i]) end
+        if o.c == 'u' then due_add(adds, h.pull, o.na, wids[i], shard) else due_add(adds, h.push, o.na, wids[i], shard) end
         bump(deltas, h.topic, 'waiting', -1)
         bump(deltas, h.topic, 'scheduled', 1)
       end
@@ -345,7 +347,7 @@ local function add(i)
   local state = 'S'
   if behind[id] then state = 'W' end
   if state == 'S' then
-    due_add(adds, K + tonumber(ARGV[b + 5]), due, id)
+    due_add(adds, K + tonumber(ARGV[b + 5]), due, id, ARGV[3])
     bump(deltas, topic, 'scheduled', 1)
   else
     bump(deltas, topic, 'waiting', 1)
@@ -427,7 +429,7 @@ if #sts > 0 then redis.call('HSET', KEYS[2], unpack(sts)) end
 if #hist > 0 then redis.call('HSET', KEYS[3], unpack(hist)) end
 if #deadall > 0 then redis.call('ZADD', KEYS[6], unpack(deadall)) end
 for k, l in pairs(dead) do redis.call('ZADD', KEYS[k], unpack(l)) end
-due_flush(adds, ARGV[2], ARGV[3], tonumber(ARGV[1]) + horizon)
+due_flush(adds, ARGV[2], tonumber(ARGV[1]) + horizon)
 flush(KEYS[4], deltas)
 return codes
 `)
@@ -477,9 +479,9 @@ return OK
 // key, of any shards: on a Redis holding every shard, concurrent single
 // enqueues then cost one script between them, not one per shard.
 //
-//	KEYS[3i+1]  job HASH of item i's shard (i from 0)
-//	KEYS[3i+2]  stats HASH of item i's shard
-//	KEYS[3i+3]  due ZSET of item i's queue in its shard
+//	KEYS[1]     stats HASH that counts them
+//	KEYS[2i+2]  job HASH of item i's shard (i from 0)
+//	KEYS[2i+3]  due ZSET of item i's queue in its shard
 //	ARGV[1]     now (ms)
 //	ARGV[2]     wake channel
 //	ARGV[3]     wake horizon (ms), as enqueueScript's ARGV[6]
@@ -489,7 +491,7 @@ return OK
 // batch: the second is compared with the first.
 var enqueueNewScript = newScript(`
 local now, horizon, n = tonumber(ARGV[1]), tonumber(ARGV[3]), (#ARGV - 3) / 6
-if not now or not horizon or ARGV[2] == '' or n < 1 or n % 1 ~= 0 or n > MAX_BATCH or #KEYS ~= 3 * n then
+if not now or not horizon or ARGV[2] == '' or n < 1 or n % 1 ~= 0 or n > MAX_BATCH or #KEYS ~= 1 + 2 * n then
   return redis.error_reply('ERR herald enqueue new: bad arguments')
 end
 for i = 0, n - 1 do
@@ -500,128 +502,147 @@ for i = 0, n - 1 do
 end
 local codes, adds, deltas = {}, {}, {}
 for i = 0, n - 1 do
-  local b, k = 4 + 6 * i, 3 * i
+  local b, k = 4 + 6 * i, 2 + 2 * i
   local id, content, due = ARGV[b], ARGV[b + 1], tonumber(ARGV[b + 2])
-  if redis.call('HSETNX', KEYS[k + 1], id, content) == 1 then
+  if redis.call('HSETNX', KEYS[k], id, content) == 1 then
     codes[i + 1] = OK
-    local a = adds[KEYS[k + 3]]
+    local a = adds[KEYS[k + 1]]
     if not a then
       a = {pairs = {}, earliest = due, shard = ARGV[b + 3], queue = ARGV[b + 4]}
-      adds[KEYS[k + 3]] = a
+      adds[KEYS[k + 1]] = a
     end
     a.pairs[#a.pairs + 1] = ARGV[b + 2]
     a.pairs[#a.pairs + 1] = id
     a.earliest = math.min(a.earliest, due)
-    local d = deltas[KEYS[k + 2]]
-    if not d then d = {}; deltas[KEYS[k + 2]] = d end
-    bump(d, ARGV[b + 5], 'scheduled', 1)
-  elseif header(redis.call('HGET', KEYS[k + 1], id)) == header(content) then
+    bump(deltas, ARGV[b + 5], 'scheduled', 1)
+  elseif header(redis.call('HGET', KEYS[k], id)) == header(content) then
     codes[i + 1] = EXISTS
   else
     codes[i + 1] = CONFLICT
   end
 end
 for key, a in pairs(adds) do schedule(key, a.pairs, a.earliest, ARGV[2], a.queue, a.shard, now + horizon) end
-for key, d in pairs(deltas) do flush(key, d) end
+flush(KEYS[1], deltas)
 return codes
 `)
 
 // reserveScript reserves up to a limit of due notifications of one queue
-// in one shard, earliest first.
+// in each of a group of shards, earliest first: one shard on a Cluster,
+// every shard that has due work on a single Redis, so that a reservation
+// costs one script there, not one per shard.
 //
-//	KEYS[1]  due ZSET of the queue
-//	KEYS[2]  reserved ZSET
-//	KEYS[3]  job HASH
-//	KEYS[4]  st HASH
-//	KEYS[5]  stats HASH
-//	ARGV[1]  now (ms): nothing due later is taken
-//	ARGV[2]  limit
-//	ARGV[3]  receipt prefix, unique to this call; an item's receipt is the
-//	         prefix and its position
+//	KEYS[1]         stats HASH that counts the moves
+//	KEYS[4g-2..4g+1] shard g's due ZSET of the queue, reserved ZSET, job
+//	                HASH and st HASH (g from 1)
+//	ARGV[1]         now (ms): nothing due later is taken
+//	ARGV[2g, 2g+1]  shard g's limit, and the receipt of its reservations,
+//	                unique to this call and shard: with the id, it names one
+//	                reservation
 //
-// Returns {head, {id, content, state line, ...}}: the queue's earliest due
-// time left ("" when empty) and the reserved notifications with their new
-// state (reserved, receipt, deadline now+ttr, due time).
+// Returns per shard {head, {id, content, state line, ...}}: the queue's
+// earliest due time left in it ("" when empty) and the reserved
+// notifications with their new state (reserved, receipt, deadline
+// now+ttr, due time).
 var reserveScript = newScript(`
-local now, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
-if not now or not limit or limit < 1 or limit > MAX_BATCH or limit % 1 ~= 0 or ARGV[3] == '' then
+local now, G = tonumber(ARGV[1]), (#ARGV - 1) / 2
+if not now or G < 1 or G % 1 ~= 0 or #KEYS ~= 1 + 4 * G then
   return redis.error_reply('ERR herald reserve: bad arguments')
 end
--- One read gives the due ones and, after them, the head that is left.
-local first = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '+inf', 'WITHSCORES', 'LIMIT', 0, limit + 1)
-local ids, dues = {}, {}
-local head = ''
-for i = 1, #first, 2 do
-  if #ids == limit or tonumber(first[i + 1]) > now then
-    head = first[i + 1]
-    break
+local total = 0
+for g = 1, G do
+  local limit = tonumber(ARGV[2 * g])
+  if not limit or limit < 1 or limit % 1 ~= 0 or ARGV[2 * g + 1] == '' then
+    return redis.error_reply('ERR herald reserve: bad arguments')
   end
-  ids[#ids + 1] = first[i]
-  dues[#dues + 1] = first[i + 1]
+  total = total + limit
 end
-local out = {}
-if #ids > 0 then
-  redis.call('ZREMRANGEBYRANK', KEYS[1], 0, #ids - 1)
-  local contents = redis.call('HMGET', KEYS[3], unpack(ids))
-  local states = redis.call('HMGET', KEYS[4], unpack(ids))
-  local sts, zs, deltas = {}, {}, {}
-  for i, id in ipairs(ids) do
-    local c = contents[i]
-    if c then
-      local _, ch, ttr, topic = header(c)
-      local o = st_parse(states[i]) or fresh(ch or 'w')
-      o.s, o.r, o.na, o.ua = 'R', ARGV[3] .. i, dues[i], ARGV[1]
-      o.dl = string.format('%d', now + (tonumber(ttr) or 0))
-      local line = st_line(o)
-      sts[#sts + 1] = id
-      sts[#sts + 1] = line
-      zs[#zs + 1] = o.dl
-      zs[#zs + 1] = id
-      bump(deltas, topic or '', 'scheduled', -1)
-      bump(deltas, topic or '', 'reserved', 1)
-      out[#out + 1] = id
-      out[#out + 1] = c
-      out[#out + 1] = line
+if total > MAX_BATCH then return redis.error_reply('ERR herald reserve: bad arguments') end
+local res, deltas = {}, {}
+for g = 1, G do
+  local due, reserved, jobs, st = KEYS[4 * g - 2], KEYS[4 * g - 1], KEYS[4 * g], KEYS[4 * g + 1]
+  local limit, receipt = tonumber(ARGV[2 * g]), ARGV[2 * g + 1]
+  -- Deadlines by ttr: most items share one, and formatting costs.
+  local deadlines = {}
+  -- One read gives the due ones and, after them, the head that is left.
+  local first = redis.call('ZRANGEBYSCORE', due, '-inf', '+inf', 'WITHSCORES', 'LIMIT', 0, limit + 1)
+  local ids, dues = {}, {}
+  local head = ''
+  for i = 1, #first, 2 do
+    if #ids == limit or tonumber(first[i + 1]) > now then
+      head = first[i + 1]
+      break
+    end
+    ids[#ids + 1] = first[i]
+    dues[#dues + 1] = first[i + 1]
+  end
+  local out = {}
+  if #ids > 0 then
+    redis.call('ZREMRANGEBYRANK', due, 0, #ids - 1)
+    local contents = redis.call('HMGET', jobs, unpack(ids))
+    local states = redis.call('HMGET', st, unpack(ids))
+    local sts, zs = {}, {}
+    for i, id in ipairs(ids) do
+      local c = contents[i]
+      if c then
+        local _, ch, ttr, topic = header(c)
+        local o = st_parse(states[i]) or fresh(ch or 'w')
+        local dl = deadlines[ttr or '']
+        if not dl then
+          dl = string.format('%d', now + (tonumber(ttr) or 0))
+          deadlines[ttr or ''] = dl
+        end
+        o.s, o.r, o.dl, o.na, o.ua = 'R', receipt, dl, dues[i], ARGV[1]
+        local line = st_line(o)
+        sts[#sts + 1] = id
+        sts[#sts + 1] = line
+        zs[#zs + 1] = o.dl
+        zs[#zs + 1] = id
+        bump(deltas, topic or '', 'scheduled', -1)
+        bump(deltas, topic or '', 'reserved', 1)
+        out[#out + 1] = id
+        out[#out + 1] = c
+        out[#out + 1] = line
+      end
+    end
+    if #sts > 0 then
+      redis.call('HSET', st, unpack(sts))
+      redis.call('ZADD', reserved, unpack(zs))
     end
   end
-  if #sts > 0 then
-    redis.call('HSET', KEYS[4], unpack(sts))
-    redis.call('ZADD', KEYS[2], unpack(zs))
-    flush(KEYS[5], deltas)
-  end
+  res[g] = {head, out}
 end
-return {head, out}
+flush(KEYS[1], deltas)
+return res
 `)
 
-// finishScript ends the attempts of a batch of reserved notifications of
-// one shard: ack (succeeded), retry (scheduled again), dead, or release
-// (given back without counting an attempt).
+// finishScript ends the attempts of a batch of reserved notifications,
+// grouped by shard: ack (succeeded), retry (scheduled again), dead, or
+// release (given back without counting an attempt). A call holds one
+// shard on a Cluster, any number on a single Redis.
 //
-//	KEYS[1]    st HASH
-//	KEYS[2]    reserved ZSET
-//	KEYS[3]    hist HASH
-//	KEYS[4]    stats HASH
-//	KEYS[5]    finished ZSET
-//	KEYS[6]    dead ZSET (every topic)
-//	KEYS[7]    act HASH of this minute
-//	KEYS[8]    order HASH
-//	KEYS[9]    link HASH
-//	KEYS[10..] ARGV[5] due ZSETs, then ARGV[6] dead ZSETs of topics
-//	ARGV[1]    now (ms)
-//	ARGV[2]    retention (ms); 0 or less keeps finished records
-//	ARGV[3]    wake channel
-//	ARGV[4]    shard
-//	ARGV[5]    number of due keys
-//	ARGV[6]    number of dead-topic keys
-//	ARGV[7]    seconds the act hash is kept from now; 0 leaves its expiry
-//	           alone (the caller set it already this minute)
-//	ARGV[8..]  12 per item: id, receipt, action (ack, retry, dead or
-//	           release), next due (ms; retry and release), due key (index),
-//	           dead key (index), topic, history entry ("" for none: an
-//	           attempt given back before it started), lateness bucket (""
-//	           for none), order key ("" for none), and the due keys (index)
-//	           of the topic's push and pull queues for the one waiting
-//	           behind it (0 without an order key)
+//	KEYS[1]      stats HASH that counts the moves
+//	KEYS[2]      act HASH of this minute
+//	KEYS[3..]    7 per shard: st HASH, reserved ZSET, hist HASH, finished
+//	             ZSET, dead ZSET (every topic), order HASH, link HASH
+//	then         ARGV[5] due ZSETs, then ARGV[6] dead ZSETs of topics, of
+//	             any of the shards
+//	ARGV[1]      now (ms)
+//	ARGV[2]      retention (ms); 0 or less keeps finished records
+//	ARGV[3]      wake channel
+//	ARGV[4]      number of shards
+//	ARGV[5]      number of due keys
+//	ARGV[6]      number of dead-topic keys
+//	ARGV[7]      seconds the act hash is kept from now; 0 leaves its expiry
+//	             alone (the caller set it already this minute)
+//	ARGV[8..]    2 per shard: the shard, and how many of the items are its
+//	then         12 per item, shard by shard: id, receipt, action (ack,
+//	             retry, dead or release), next due (ms; retry and release),
+//	             due key (index), dead key (index), topic, history entry (""
+//	             for none: an attempt given back before it started),
+//	             lateness bucket ("" for none), order key ("" for none), and
+//	             the due keys (index) of the topic's push and pull queues in
+//	             its shard for the one waiting behind it (0 without an order
+//	             key)
 //
 // A notification with an order key that succeeds or dies ends its place in
 // its key's line: the one behind it becomes due.
@@ -630,17 +651,27 @@ return {head, out}
 // the reservation (it expired and was reaped, or the notification was
 // cancelled): a late finish changes nothing.
 var finishScript = newScript(`
-local now, nq, nt = int_arg(ARGV[1], 0, 9007199254740991), int_arg(ARGV[5], 0, MAX_BATCH), int_arg(ARGV[6], 0, MAX_BATCH)
+local now, G = int_arg(ARGV[1], 0, 9007199254740991), int_arg(ARGV[4], 1, MAX_BATCH)
+local nq, nt = int_arg(ARGV[5], 0, MAX_BATCH), int_arg(ARGV[6], 0, MAX_BATCH)
 local retention, keep = tonumber(ARGV[2]), int_arg(ARGV[7], 0, 1e9)
-local F, K = 12, 9
-local n = (#ARGV - 7) / F
-if not now or not nq or not nt or not retention or not keep or n < 1 or n > MAX_BATCH or n ~= math.floor(n) or #KEYS ~= K + nq + nt then
+if not now or not G or not nq or not nt or not retention or not keep then
   return redis.error_reply('ERR herald finish: bad arguments')
 end
+local F, K, B = 12, 2 + 7 * G, 7 + 2 * G
+local n = (#ARGV - B) / F
+if n < 1 or n > MAX_BATCH or n ~= math.floor(n) or #KEYS ~= K + nq + nt then
+  return redis.error_reply('ERR herald finish: bad arguments')
+end
+local total = 0
+for g = 1, G do
+  local c = int_arg(ARGV[7 + 2 * g], 1, MAX_BATCH)
+  if ARGV[6 + 2 * g] == '' or not c then return redis.error_reply('ERR herald finish: bad arguments') end
+  total = total + c
+end
+if total ~= n then return redis.error_reply('ERR herald finish: bad arguments') end
 local ACTIONS = {ack = true, retry = true, dead = true, release = true}
-local ids = {}
 for i = 1, n do
-  local b = 7 + (i - 1) * F
+  local b = B + (i - 1) * F
   local a = ARGV[b + 3]
   if ARGV[b + 1] == '' or not ACTIONS[a] or not int_arg(ARGV[b + 5], 0, nq) or not int_arg(ARGV[b + 6], 0, nt)
     or ((a == 'retry' or a == 'release') and (not int_arg(ARGV[b + 4], 0, 9007199254740991) or tonumber(ARGV[b + 5]) < 1))
@@ -648,79 +679,91 @@ for i = 1, n do
     or (ARGV[b + 10] ~= '' and (not int_arg(ARGV[b + 11], 1, nq) or not int_arg(ARGV[b + 12], 1, nq))) then
     return redis.error_reply('ERR herald finish: bad item ' .. i)
   end
-  ids[i] = ARGV[b + 1]
 end
-local states = redis.call('HMGET', KEYS[1], unpack(ids))
-local codes, unres, hist, sts, adds, fin, deadall, dead, act, deltas, heads = {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}
-for i = 1, n do
-  local b = 7 + (i - 1) * F
-  local id, action, topic = ids[i], ARGV[b + 3], ARGV[b + 7]
-  local o = st_parse(states[i])
-  if not o or o.s ~= 'R' or o.r ~= ARGV[b + 2] then
-    codes[i] = STALE
-  else
-    codes[i] = OK
-    unres[#unres + 1] = id
-    if ARGV[b + 8] ~= '' then
-      hist[#hist + 1] = id .. '|' .. o.h
-      hist[#hist + 1] = ARGV[b + 8]
-      o.h = o.h + 1
-    end
-    o.r, o.dl, o.ua, o.na = '', '', ARGV[1], ''
-    bump(deltas, topic, 'reserved', -1)
-    if action == 'release' or action == 'retry' then
-      o.s, o.na = 'S', ARGV[b + 4]
-      due_add(adds, K + tonumber(ARGV[b + 5]), o.na, id)
-      bump(deltas, topic, 'scheduled', 1)
-    end
-    if action ~= 'release' then
-      o.a = o.a + 1
-      if action == 'ack' then
-        o.s = 'K'
-        bump(deltas, topic, 'succeeded_total', 1)
-        push(act, topic .. '|ok', 1)
-        if retention > 0 then
-          fin[#fin + 1] = string.format('%d', now + retention)
-          fin[#fin + 1] = id
+local codes, adds, dead, act, deltas = {}, {}, {}, {}, {}
+local expires = string.format('%d', now + retention)
+local first = 1
+for g = 1, G do
+  local k = 2 + 7 * (g - 1)
+  local stkey, shard, last = KEYS[k + 1], ARGV[6 + 2 * g], first + tonumber(ARGV[7 + 2 * g]) - 1
+  local ids = {}
+  for i = first, last do ids[#ids + 1] = ARGV[B + (i - 1) * F + 1] end
+  local states = redis.call('HMGET', stkey, unpack(ids))
+  local unres, hist, sts, fin, deadall, heads = {}, {}, {}, {}, {}, {}
+  for i = first, last do
+    local b = B + (i - 1) * F
+    local id, action, topic = ARGV[b + 1], ARGV[b + 3], ARGV[b + 7]
+    local o = st_parse(states[i - first + 1])
+    if not o or o.s ~= 'R' or o.r ~= ARGV[b + 2] then
+      codes[i] = STALE
+    else
+      codes[i] = OK
+      unres[#unres + 1] = id
+      if ARGV[b + 8] ~= '' then
+        hist[#hist + 1] = id .. '|' .. o.h
+        hist[#hist + 1] = ARGV[b + 8]
+        o.h = o.h + 1
+      end
+      o.r, o.dl, o.ua, o.na = '', '', ARGV[1], ''
+      bump(deltas, topic, 'reserved', -1)
+      if action == 'release' or action == 'retry' then
+        o.s, o.na = 'S', ARGV[b + 4]
+        due_add(adds, K + tonumber(ARGV[b + 5]), o.na, id, shard)
+        bump(deltas, topic, 'scheduled', 1)
+      end
+      if action ~= 'release' then
+        o.a = o.a + 1
+        if action == 'ack' then
+          o.s = 'K'
+          bump(deltas, topic, 'succeeded_total', 1)
+          act[topic .. '|ok'] = (act[topic .. '|ok'] or 0) + 1
+          if retention > 0 then
+            fin[#fin + 1] = expires
+            fin[#fin + 1] = id
+          end
+        else
+          bump(deltas, topic, 'failed_attempts_total', 1)
+          act[topic .. '|fail'] = (act[topic .. '|fail'] or 0) + 1
+          if action == 'dead' then
+            o.s = 'D'
+            bump(deltas, topic, 'dead', 1)
+            deadall[#deadall + 1] = ARGV[1]
+            deadall[#deadall + 1] = id
+            push(dead, tonumber(ARGV[b + 6]), ARGV[1], id)
+          end
         end
-      else
-        bump(deltas, topic, 'failed_attempts_total', 1)
-        push(act, topic .. '|fail', 1)
-        if action == 'dead' then
-          o.s = 'D'
-          bump(deltas, topic, 'dead', 1)
-          deadall[#deadall + 1] = ARGV[1]
-          deadall[#deadall + 1] = id
-          push(dead, tonumber(ARGV[b + 6]), ARGV[1], id)
+        if ARGV[b + 9] ~= '' then
+          local f = topic .. '|lat|' .. ARGV[b + 9]
+          act[f] = (act[f] or 0) + 1
+        end
+        if o.s ~= 'S' and ARGV[b + 10] ~= '' then
+          heads[#heads + 1] = {id = id, topic = topic, key = ARGV[b + 10],
+            push = K + tonumber(ARGV[b + 11]), pull = K + tonumber(ARGV[b + 12])}
         end
       end
-      if ARGV[b + 9] ~= '' then push(act, topic .. '|lat|' .. ARGV[b + 9], 1) end
-      if o.s ~= 'S' and ARGV[b + 10] ~= '' then
-        heads[#heads + 1] = {id = id, topic = topic, key = ARGV[b + 10],
-          push = K + tonumber(ARGV[b + 11]), pull = K + tonumber(ARGV[b + 12])}
-      end
+      sts[#sts + 1] = id
+      sts[#sts + 1] = st_line(o)
     end
-    sts[#sts + 1] = id
-    sts[#sts + 1] = st_line(o)
   end
-end
-if #unres > 0 then
-  release(KEYS[8], KEYS[9], KEYS[1], heads, now, adds, deltas, sts)
-  redis.call('ZREM', KEYS[2], unpack(unres))
-  if #hist > 0 then redis.call('HSET', KEYS[3], unpack(hist)) end
-  redis.call('HSET', KEYS[1], unpack(sts))
-  due_flush(adds, ARGV[3], ARGV[4])
-  if #fin > 0 then redis.call('ZADD', KEYS[5], unpack(fin)) end
-  if #deadall > 0 then redis.call('ZADD', KEYS[6], unpack(deadall)) end
-  for t, l in pairs(dead) do redis.call('ZADD', KEYS[K + nq + t], unpack(l)) end
-  flush(KEYS[4], deltas)
-  local any = false
-  for f, l in pairs(act) do
-    redis.call('HINCRBY', KEYS[7], f, #l)
-    any = true
+  if #unres > 0 then
+    release(KEYS[k + 6], KEYS[k + 7], stkey, heads, now, adds, deltas, sts, shard)
+    redis.call('ZREM', KEYS[k + 2], unpack(unres))
+    if #hist > 0 then redis.call('HSET', KEYS[k + 3], unpack(hist)) end
+    redis.call('HSET', stkey, unpack(sts))
+    if #fin > 0 then redis.call('ZADD', KEYS[k + 4], unpack(fin)) end
+    if #deadall > 0 then redis.call('ZADD', KEYS[k + 5], unpack(deadall)) end
   end
-  if any and keep > 0 then redis.call('EXPIRE', KEYS[7], keep) end
+  first = last + 1
 end
+due_flush(adds, ARGV[3])
+for t, l in pairs(dead) do redis.call('ZADD', KEYS[K + nq + t], unpack(l)) end
+flush(KEYS[1], deltas)
+local any = false
+for f, c in pairs(act) do
+  redis.call('HINCRBY', KEYS[2], f, c)
+  any = true
+end
+if any and keep > 0 then redis.call('EXPIRE', KEYS[2], keep) end
 return codes
 `)
 
@@ -786,7 +829,7 @@ if o.x ~= '' then
       end
     end
   else
-    release(KEYS[8], KEYS[9], KEYS[2], {{id = id, topic = topic, key = o.x, push = 3, pull = 4}}, now, adds, deltas, sts)
+    release(KEYS[8], KEYS[9], KEYS[2], {{id = id, topic = topic, key = o.x, push = 3, pull = 4}}, now, adds, deltas, sts, ARGV[6])
   end
 end
 o.s, o.r, o.dl, o.na, o.ua = 'C', '', '', '', ARGV[2]
@@ -794,7 +837,7 @@ local line = st_line(o)
 sts[#sts + 1] = id
 sts[#sts + 1] = line
 redis.call('HSET', KEYS[2], unpack(sts))
-due_flush(adds, ARGV[5], ARGV[6])
+due_flush(adds, ARGV[5])
 if retention > 0 then redis.call('ZADD', KEYS[6], string.format('%d', now + retention), id) end
 flush(KEYS[7], deltas)
 return {OK, line}
@@ -837,7 +880,7 @@ for i, id in ipairs(ids) do
   if o and o.s == 'D' and scores[i] then
     moved[#moved + 1] = id
     o.s, o.na, o.ua = 'S', ARGV[1], ARGV[1]
-    if ARGV[2] == '1' then o.a = 0 end
+    if ARGV[2] == '1' then o.a = '0' end
     replayed[#replayed + 1] = o
     if o.x ~= '' then joins[#joins + 1] = {id = id, field = ARGV[5] .. '|' .. o.x} end
   end
@@ -850,7 +893,7 @@ if #moved > 0 then
       o.s = 'W'
       bump(deltas, ARGV[5], 'waiting', 1)
     else
-      due_add(adds, o.c == 'u' and 5 or 4, ARGV[1], id)
+      due_add(adds, o.c == 'u' and 5 or 4, ARGV[1], id, ARGV[4])
       bump(deltas, ARGV[5], 'scheduled', 1)
     end
     sts[#sts + 1] = id
@@ -859,7 +902,7 @@ if #moved > 0 then
   redis.call('ZREM', KEYS[3], unpack(moved))
   redis.call('ZREM', KEYS[2], unpack(moved))
   redis.call('HSET', KEYS[1], unpack(sts))
-  due_flush(adds, ARGV[3], ARGV[4])
+  due_flush(adds, ARGV[3])
   bump(deltas, ARGV[5], 'dead', -#moved)
   flush(KEYS[6], deltas)
 end
@@ -975,9 +1018,9 @@ local topic = select(4, header(c))
 local deltas, adds, sts = {}, {}, {}
 if redis.call('ZREM', KEYS[4], id) == 1 and topic then bump(deltas, topic, 'reserved', -1) end
 if topic and o and o.x ~= '' then
-  release(KEYS[6], KEYS[7], KEYS[2], {{id = id, topic = topic, key = o.x, push = 8, pull = 9}}, now, adds, deltas, sts)
+  release(KEYS[6], KEYS[7], KEYS[2], {{id = id, topic = topic, key = o.x, push = 8, pull = 9}}, now, adds, deltas, sts, ARGV[5])
   if #sts > 0 then redis.call('HSET', KEYS[2], unpack(sts)) end
-  due_flush(adds, ARGV[4], ARGV[5])
+  due_flush(adds, ARGV[4])
 end
 flush(KEYS[5], deltas)
 return 1

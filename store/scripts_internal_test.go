@@ -35,7 +35,7 @@ func TestRunScriptsRunsEachCallOnce(t *testing.T) {
 
 	k := st.keys
 	reserve := &scriptCall{script: reserveScript,
-		keys: []string{k.due(0, PullQueue("jobs")), k.reserved(0), k.job(0), k.state(0), k.stats(0)},
+		keys: []string{k.stats(0), k.due(0, PullQueue("jobs")), k.reserved(0), k.job(0), k.state(0)},
 		args: []any{ms(time.Now()), 1, "r."}}
 	sweep := &scriptCall{script: sweepScript,
 		keys: []string{k.finished(0), k.job(0), k.state(0), k.hist(0)}, args: []any{ms(time.Now()), 10}}
@@ -88,7 +88,7 @@ func TestRejectedCallChangesNothing(t *testing.T) {
 		TTR: notify.Duration(time.Minute), SendAt: now, Digest: "d"}
 	enqueueKeys := []string{k.job(0), k.state(0), k.hist(0), k.stats(0), k.finished(0), k.deadAll(0), k.order(0), k.link(0),
 		k.due(0, PullQueue("jobs")), k.dead(0, "jobs")}
-	finishKeys := []string{k.state(0), k.reserved(0), k.hist(0), k.stats(0), k.finished(0), k.deadAll(0), k.activity(0, 1),
+	finishKeys := []string{k.stats(0), k.activity(0, 1), k.state(0), k.reserved(0), k.hist(0), k.finished(0), k.deadAll(0),
 		k.order(0), k.link(0), k.due(0, PullQueue("jobs")), k.dead(0, "jobs")}
 	tests := []struct {
 		name   string
@@ -102,21 +102,24 @@ func TestRejectedCallChangesNothing(t *testing.T) {
 		{"EnqueueBadKeyIndex", enqueueScript, enqueueKeys, []any{ms(now), k.wake(), 0, 1, 1, 5000,
 			"d", encodeContent(good, now), ms(now), 0, 1, 1, "jobs", "pull.jobs", 0, 0, 0, "", "",
 			"e", encodeContent(good, now), ms(now), 0, 2, 1, "jobs", "pull.jobs", 0, 0, 0, "", ""}},
-		{"FinishBadAction", finishScript, finishKeys, []any{ms(now), 1000, k.wake(), 0, 1, 1, 60,
+		{"FinishBadAction", finishScript, finishKeys, []any{ms(now), 1000, k.wake(), 1, 1, 1, 60, 0, 2,
 			reserved[0].ID, reserved[0].Receipt, "ack", "", 0, 0, "jobs", "{}", "", "", 0, 0,
 			reserved[1].ID, reserved[1].Receipt, "explode", "", 0, 0, "jobs", "{}", "", "", 0, 0}},
-		{"FinishRetryWithoutDue", finishScript, finishKeys, []any{ms(now), 1000, k.wake(), 0, 1, 1, 60,
+		{"FinishRetryWithoutDue", finishScript, finishKeys, []any{ms(now), 1000, k.wake(), 1, 1, 1, 60, 0, 2,
 			reserved[0].ID, reserved[0].Receipt, "ack", "", 0, 0, "jobs", "{}", "", "", 0, 0,
 			reserved[1].ID, reserved[1].Receipt, "retry", "", 1, 0, "jobs", "{}", "", "", 0, 0}},
-		{"EnqueueNewBadDue", enqueueNewScript, []string{k.job(0), k.stats(0), k.due(0, PullQueue("jobs")),
-			k.job(0), k.stats(0), k.due(0, PullQueue("jobs"))}, []any{ms(now), k.wake(), 5000,
+		{"EnqueueNewBadDue", enqueueNewScript, []string{k.stats(0), k.job(0), k.due(0, PullQueue("jobs")),
+			k.job(0), k.due(0, PullQueue("jobs"))}, []any{ms(now), k.wake(), 5000,
 			"d", encodeContent(good, now), ms(now), 0, "pull.jobs", "jobs",
 			"e", encodeContent(good, now), "soon", 0, "pull.jobs", "jobs"}},
-		{"EnqueueNewMissingKey", enqueueNewScript, []string{k.job(0), k.stats(0), k.due(0, PullQueue("jobs")), k.job(0), k.stats(0)},
+		{"EnqueueNewMissingKey", enqueueNewScript, []string{k.stats(0), k.job(0), k.due(0, PullQueue("jobs")), k.job(0)},
 			[]any{ms(now), k.wake(), 5000, "d", encodeContent(good, now), ms(now), 0, "pull.jobs", "jobs",
 				"e", encodeContent(good, now), ms(now), 0, "pull.jobs", "jobs"}},
-		{"ReserveBadLimit", reserveScript, []string{k.due(0, PullQueue("jobs")), k.reserved(0), k.job(0), k.state(0), k.stats(0)},
-			[]any{ms(time.Now()), 0, "r."}},
+		{"ReserveBadLimit", reserveScript, []string{k.stats(0), k.due(0, PullQueue("jobs")), k.reserved(0), k.job(0), k.state(0),
+			k.due(0, PullQueue("jobs")), k.reserved(0), k.job(0), k.state(0)}, []any{ms(time.Now()), 1, "r.", 0, "s."}},
+		{"FinishCountsDisagree", finishScript, finishKeys, []any{ms(now), 1000, k.wake(), 1, 1, 1, 60, 0, 1,
+			reserved[0].ID, reserved[0].Receipt, "ack", "", 0, 0, "jobs", "{}", "", "", 0, 0,
+			reserved[1].ID, reserved[1].Receipt, "ack", "", 0, 0, "jobs", "{}", "", "", 0, 0}},
 	}
 	for _, tc := range tests {
 		_, err := st.runScript(ctx, tc.script, tc.keys, tc.args...)

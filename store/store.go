@@ -4,10 +4,13 @@
 // Every state change is one atomic Lua script (scripts.go) that moves a
 // whole batch with one command per key. Keys are sharded by a hash of the
 // notification id into Config.Shards partitions, each under one Redis
-// Cluster hash tag (keys.go), so one script touches one slot and a cluster
-// spreads the shards. Calls that span shards pipeline one script per shard,
-// so a batch costs one round trip per Redis node, not one per notification;
-// single enqueues made at the same time are written together (batcher.go).
+// Cluster hash tag (keys.go), so that a cluster spreads the shards. On a
+// Cluster a script touches one slot, and calls that span shards pipeline one
+// script per shard; on a single Redis (standalone or Sentinel) the hot-path
+// scripts (enqueue, reserve, finish) take every shard of a batch in one call
+// and count its moves in shard 0's statistics. Either way a batch costs one
+// round trip per Redis node, not one per notification; single enqueues made
+// at the same time are written together (batcher.go).
 //
 // A notification is stored as content written once and a small state line
 // rewritten at each transition (codec.go), so no transition reads or writes a
@@ -147,6 +150,18 @@ func New(cfg *Config) (*Store, error) {
 	s.batcher.store = s
 	_, s.oneNode = cfg.Client.(*redis.Client)
 	return s, nil
+}
+
+// counters is the shard whose stats and activity hashes count the moves
+// of shard's notifications in the hot path: shard itself on a Cluster,
+// where a script touches one slot; shard 0 on a single Redis, where one
+// hash for every shard saves a command per shard in each batch. Readers sum
+// the hashes of every shard, so a count is right in either place.
+func (s *Store) counters(shard int) int {
+	if s.oneNode {
+		return 0
+	}
+	return shard
 }
 
 // Shards returns the number of partitions.

@@ -412,13 +412,17 @@ func webhooks(n int, f figures) error {
 	if err != nil {
 		return err
 	}
-	return withServer(newHerald, 0, func(_ *server, sub subject) error {
+	return withServer(newHerald, 0, func(srv *server, sub subject) error {
 		h := sub.(*heraldSubject)
 		h.target, h.senders = rcv.url, map[string]herald.Sender{herald.ChannelWebhook: sender}
 		if err := enqueueAll(sub, n, 100, producers, func(int) time.Time { return time.Time{} }); err != nil {
 			return err
 		}
 		rcv.expect(n)
+		before, err := srv.cost()
+		if err != nil {
+			return err
+		}
 		start := time.Now()
 		if err := sub.start(nil); err != nil {
 			return err
@@ -430,6 +434,13 @@ func webhooks(n int, f figures) error {
 			return fmt.Errorf("webhooks: %d of %d received in 2m", rcv.seen.Load(), n)
 		}
 		f["webhook_herald"] = float64(n) / time.Since(start).Seconds()
+		after, err := srv.cost()
+		if err != nil {
+			return err
+		}
+		d := after.sub(before)
+		f["webhook_cpu_us"] = float64(d.cpu.Microseconds()) / float64(n)
+		f["webhook_commands"] = float64(d.calls) / float64(n)
 		return nil
 	})
 }
