@@ -561,8 +561,6 @@ local res, deltas = {}, {}
 for g = 1, G do
   local due, reserved, jobs, st = KEYS[4 * g - 2], KEYS[4 * g - 1], KEYS[4 * g], KEYS[4 * g + 1]
   local limit, receipt = tonumber(ARGV[2 * g]), ARGV[2 * g + 1]
-  -- Deadlines by ttr: most items share one, and formatting costs.
-  local deadlines = {}
   -- One read gives the due ones and, after them, the head that is left.
   local first = redis.call('ZRANGEBYSCORE', due, '-inf', '+inf', 'WITHSCORES', 'LIMIT', 0, limit + 1)
   local ids, dues = {}, {}
@@ -586,12 +584,8 @@ for g = 1, G do
       if c then
         local _, ch, ttr, topic = header(c)
         local o = st_parse(states[i]) or fresh(ch or 'w')
-        local dl = deadlines[ttr or '']
-        if not dl then
-          dl = string.format('%d', now + (tonumber(ttr) or 0))
-          deadlines[ttr or ''] = dl
-        end
-        o.s, o.r, o.dl, o.na, o.ua = 'R', receipt, dl, dues[i], ARGV[1]
+        o.s, o.r, o.na, o.ua = 'R', receipt, dues[i], ARGV[1]
+        o.dl = string.format('%d', now + (tonumber(ttr) or 0))
         local line = st_line(o)
         sts[#sts + 1] = id
         sts[#sts + 1] = line
