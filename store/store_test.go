@@ -242,6 +242,56 @@ func TestFinish(t *testing.T) {
 		require.Empty(t, b.reserveAll(t), "not due before the retry time")
 	})
 
+	t.Run("MixedBatchAcrossShards", func(t *testing.T) {
+		// One Finish of every action over notifications of every shard:
+		// on a single Redis a single script, which must send each to its
+		// own shard's sets.
+		t.Parallel()
+		b := setup(t, store.Config{Shards: 8})
+		const n = 40
+		for i := range n {
+			b.enqueue(t, b.newNotification(t, fmt.Sprintf("m%02d", i), 0, 0, 0))
+		}
+		reserved := b.reserveAll(t)
+		require.Len(t, reserved, n)
+		actions := []notify.Action{notify.ActionAck, notify.ActionRetry, notify.ActionDead, notify.ActionRelease}
+		var fs []store.Finish
+		want := map[notify.Action][]string{}
+		for i, r := range reserved {
+			a := actions[i%len(actions)]
+			fs = append(fs, b.finish(a, r, b.clock.Now()))
+			want[a] = append(want[a], r.ID)
+		}
+		errs, err := b.store.Finish(ctx, fs)
+		require.NoError(t, err)
+		for _, e := range errs {
+			require.NoError(t, e)
+		}
+		for _, id := range want[notify.ActionAck] {
+			rec, err := b.store.Get(ctx, id)
+			require.NoError(t, err)
+			require.Equal(t, notify.StateSucceeded, rec.State, id)
+		}
+		dead, _, err := b.store.ListDead(ctx, "jobs", 100, "")
+		require.NoError(t, err)
+		var deadIDs []string
+		for _, d := range dead {
+			deadIDs = append(deadIDs, d.ID)
+		}
+		require.ElementsMatch(t, want[notify.ActionDead], deadIDs)
+		attempts := map[string]int{}
+		for _, r := range b.reserveAll(t) {
+			attempts[r.ID] = r.Attempts
+		}
+		require.Len(t, attempts, len(want[notify.ActionRetry])+len(want[notify.ActionRelease]), "retried and released are due again")
+		for _, id := range want[notify.ActionRetry] {
+			require.Equal(t, 1, attempts[id], id)
+		}
+		for _, id := range want[notify.ActionRelease] {
+			require.Equal(t, 0, attempts[id], id)
+		}
+	})
+
 	t.Run("ReleaseDoesNotCount", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, store.Config{})
