@@ -46,15 +46,7 @@ func (s *Store) Reserve(ctx context.Context, queue string, shards []int, limit i
 	now := ms(s.Now())
 	receipt := receiptPrefix()
 	quotas := splitQuotas(shards, limit, int(s.rotate.Add(1)))
-	// A single Redis reserves from every shard in one script; a Cluster
-	// needs one per shard, as a script touches one slot.
-	groups := [][]quota{quotas}
-	if !s.oneNode {
-		groups = make([][]quota, len(quotas))
-		for i, q := range quotas {
-			groups[i] = []quota{q}
-		}
-	}
+	groups := scriptGroups(s.oneNode, quotas, func(q quota) int { return q.max })
 	calls := make([]*scriptCall, len(groups))
 	k := s.keys
 	for i, g := range groups {
@@ -139,6 +131,23 @@ func splitQuotas(shards []int, n, rotate int) []quota {
 	return out
 }
 
+// scriptGroups cuts per-shard parts of a batch into script calls: each
+// part alone on a Cluster, where a script touches one slot; on a single
+// Redis as many parts together as maxScriptBatch items allow, so that a
+// batch costs one script, not one per shard.
+func scriptGroups[T any](oneNode bool, parts []T, size func(T) int) [][]T {
+	var out [][]T
+	n := 0
+	for _, p := range parts {
+		if len(out) == 0 || !oneNode || n+size(p) > maxScriptBatch {
+			out, n = append(out, nil), 0
+		}
+		out[len(out)-1] = append(out[len(out)-1], p)
+		n += size(p)
+	}
+	return out
+}
+
 // receiptPrefix is unique to one Reserve call; with the shard appended it
 // is the receipt of every notification the call reserves in that shard,
 // each named by its id.
@@ -207,22 +216,13 @@ func (s *Store) Finish(ctx context.Context, items []Finish) ([]error, error) {
 	}
 	now := s.Now()
 	minute := now.Unix() / 60
-	// A single Redis finishes every shard's items in one script, up to
-	// maxScriptBatch a call; a Cluster needs a script per shard.
-	var batches [][]shardItems
-	var cur []shardItems
-	size := 0
+	var shards []shardItems
 	for _, shard := range sortedKeys(byShard) {
 		for chunk := range slices.Chunk(byShard[shard], maxScriptBatch) {
-			if len(cur) > 0 && (!s.oneNode || size+len(chunk) > maxScriptBatch) {
-				batches, cur, size = append(batches, cur), nil, 0
-			}
-			cur, size = append(cur, shardItems{shard: shard, idx: chunk}), size+len(chunk)
+			shards = append(shards, shardItems{shard: shard, idx: chunk})
 		}
 	}
-	if len(cur) > 0 {
-		batches = append(batches, cur)
-	}
+	batches := scriptGroups(s.oneNode, shards, func(g shardItems) int { return len(g.idx) })
 	calls := make([]*scriptCall, len(batches))
 	order := make([][]int, len(batches))
 	for c, b := range batches {
