@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"runtime"
 	"sync"
 )
 
@@ -69,6 +70,13 @@ func (b *batcher) do(ctx context.Context, req EnqueueRequest) (EnqueueResult, er
 // answers each waiter, then hands the writing on to the first of those
 // that arrived meanwhile, or stops.
 func (b *batcher) write(ctx context.Context, lead *waiter) {
+	// Yield once before cutting the batch: the callers the last batch just
+	// answered are runnable and about to enqueue again, and letting them
+	// queue first makes batches larger. With 8 producers of single calls
+	// this raised the rate by 15% and cut Redis CPU per enqueue by 13%
+	// (docs/benchmarks.md). It does not wait: with nothing else runnable
+	// it returns at once.
+	runtime.Gosched()
 	b.mu.Lock()
 	n := min(len(b.waiting), MaxBatch-1)
 	batch := append([]*waiter{lead}, b.waiting[:n]...)
