@@ -101,7 +101,7 @@ end`},
 end`},
 	{"flush", `local function flush(stats, deltas)
   for k, n in pairs(deltas) do
-    if n ~= 0 then redis.call('HINCRBY', stats, k, n) end
+    if n ~= 0 then redis.call('HINCRBY', stats, k, string.format('%d', n)) end
   end
 end`},
 	{"push", `-- push appends values to list t[k], creating it.
@@ -130,7 +130,7 @@ local function schedule(due, pairs_, earliest, channel, queue, shard, horizon)
     redis.call('ZADD', due, unpack(pairs_))
     return
   end
-  local head = redis.call('ZRANGE', due, 0, 0, 'WITHSCORES')
+  local head = redis.call('ZRANGE', due, '0', '0', 'WITHSCORES')
   redis.call('ZADD', due, unpack(pairs_))
   if head[2] == nil or earliest < tonumber(head[2]) then
     redis.call('PUBLISH', channel, queue .. ' ' .. shard .. ' ' .. string.format('%d', earliest))
@@ -562,7 +562,7 @@ for g = 1, G do
   local due, reserved, jobs, st = KEYS[4 * g - 2], KEYS[4 * g - 1], KEYS[4 * g], KEYS[4 * g + 1]
   local limit, receipt = tonumber(ARGV[2 * g]), ARGV[2 * g + 1]
   -- One read gives the due ones and, after them, the head that is left.
-  local first = redis.call('ZRANGEBYSCORE', due, '-inf', '+inf', 'WITHSCORES', 'LIMIT', 0, limit + 1)
+  local first = redis.call('ZRANGEBYSCORE', due, '-inf', '+inf', 'WITHSCORES', 'LIMIT', '0', string.format('%d', limit + 1))
   local ids, dues = {}, {}
   local head = ''
   for i = 1, #first, 2 do
@@ -575,7 +575,7 @@ for g = 1, G do
   end
   local out = {}
   if #ids > 0 then
-    redis.call('ZREMRANGEBYRANK', due, 0, #ids - 1)
+    redis.call('ZREMRANGEBYRANK', due, '0', string.format('%d', #ids - 1))
     local contents = redis.call('HMGET', jobs, unpack(ids))
     local states = redis.call('HMGET', st, unpack(ids))
     local sts, zs = {}, {}
@@ -696,7 +696,7 @@ for g = 1, G do
       if ARGV[b + 8] ~= '' then
         hist[#hist + 1] = id .. '|' .. o.h
         hist[#hist + 1] = ARGV[b + 8]
-        o.h = o.h + 1
+        o.h = string.format('%d', o.h + 1)
       end
       o.r, o.dl, o.ua, o.na = '', '', ARGV[1], ''
       bump(deltas, topic, 'reserved', -1)
@@ -706,7 +706,7 @@ for g = 1, G do
         bump(deltas, topic, 'scheduled', 1)
       end
       if action ~= 'release' then
-        o.a = o.a + 1
+        o.a = string.format('%d', o.a + 1)
         if action == 'ack' then
           o.s = 'K'
           bump(deltas, topic, 'succeeded_total', 1)
@@ -754,7 +754,7 @@ for t, l in pairs(dead) do redis.call('ZADD', KEYS[K + nq + t], unpack(l)) end
 flush(KEYS[1], deltas)
 local any = false
 for f, c in pairs(act) do
-  redis.call('HINCRBY', KEYS[2], f, c)
+  redis.call('HINCRBY', KEYS[2], f, string.format('%d', c))
   any = true
 end
 if any and keep > 0 then redis.call('EXPIRE', KEYS[2], keep) end
