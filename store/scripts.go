@@ -68,6 +68,12 @@ local function header(content)
   if d then d = string.sub(d, 1, DIGEST_LEN) end
   return d, c, t, p
 end`},
+	{"route", `-- route reads what moving a notification needs from its content's header
+-- line: channel letter, ttr (ms), topic. It skips the digest, which only
+-- comparing contents needs (header).
+local function route(content)
+  return string.match(content, '^%S+ (%l) (%d+) ([^\n]+)\n')
+end`},
 	{"queue_of", `local function queue_of(channel, topic)
   if channel == 'u' then return 'pull.' .. topic end
   return 'push'
@@ -90,19 +96,28 @@ end`},
   return o.s .. '|' .. o.a .. '|' .. o.h .. '|' .. o.c .. '|' .. o.r .. '|' .. o.dl .. '|' .. o.na .. '|' .. o.ua .. '|' .. o.x
 end`},
 	{"GAUGES", `local GAUGES = {S = 'scheduled', R = 'reserved', D = 'dead', W = 'waiting'}`},
-	{"bump", `-- bump adds n to a topic's counter in deltas; flush writes them, one
--- HINCRBY per counter that changed.
+	{"bump", `-- bump adds n to a topic's counter in deltas, by topic and then field so
+-- that no field name is built per item; flush writes them, one HINCRBY per
+-- counter that changed, its field named topic:field (sep ':').
 local function bump(deltas, topic, field, n)
-  local k = topic .. ':' .. field
-  deltas[k] = (deltas[k] or 0) + n
+  local t = deltas[topic]
+  if not t then t = {}; deltas[topic] = t end
+  t[field] = (t[field] or 0) + n
 end`},
 	{"gauge", `local function gauge(deltas, topic, state, n)
   if GAUGES[state] then bump(deltas, topic, GAUGES[state], n) end
 end`},
-	{"flush", `local function flush(stats, deltas)
-  for k, n in pairs(deltas) do
-    if n ~= 0 then redis.call('HINCRBY', stats, k, string.format('%d', n)) end
+	{"flush", `local function flush(stats, deltas, sep)
+  local any = false
+  for topic, t in pairs(deltas) do
+    for f, n in pairs(t) do
+      if n ~= 0 then
+        redis.call('HINCRBY', stats, topic .. (sep or ':') .. f, string.format('%d', n))
+        any = true
+      end
+    end
   end
+  return any
 end`},
 	{"push", `-- push appends values to list t[k], creating it.
 local function push(t, k, ...)
@@ -327,7 +342,7 @@ local joins, behind = {}, {}
 local function add(i)
   local b = 6 + (i - 1) * F
   local id, due, made, entry, key, topic = ids[i], ARGV[b + 3], ARGV[b + 11], ARGV[b + 12], ARGV[b + 13], ARGV[b + 7]
-  local ch = select(2, header(ARGV[b + 2]))
+  local ch = route(ARGV[b + 2])
   if entry ~= '' then
     -- An import of a notification that already failed for good.
     sts[#sts + 1] = id
@@ -557,22 +572,31 @@ for g = 1, G do
   total = total + limit
 end
 if total > MAX_BATCH then return redis.error_reply('ERR herald reserve: bad arguments') end
-local res, deltas = {}, {}
+-- dls holds the deadline of each ttr seen: items of a topic share one.
+local res, deltas, dls = {}, {}, {}
 for g = 1, G do
   local due, reserved, jobs, st = KEYS[4 * g - 2], KEYS[4 * g - 1], KEYS[4 * g], KEYS[4 * g + 1]
   local limit, receipt = tonumber(ARGV[2 * g]), ARGV[2 * g + 1]
   -- One read gives the due ones and, after them, the head that is left.
   local first = redis.call('ZRANGEBYSCORE', due, '-inf', '+inf', 'WITHSCORES', 'LIMIT', '0', string.format('%d', limit + 1))
-  local ids, dues = {}, {}
-  local head = ''
-  for i = 1, #first, 2 do
-    if #ids == limit or tonumber(first[i + 1]) > now then
-      head = first[i + 1]
-      break
+  -- Scores ascend, so the due ones are a prefix: m of them. When the last
+  -- within the limit is due, so are all before it; else a binary search
+  -- finds where they end. Either way few scores are parsed.
+  local m = math.min(#first / 2, limit)
+  if m > 0 and tonumber(first[2 * m]) > now then
+    local lo, hi = 0, m -- the first lo are due; the hi-th is not
+    while hi - lo > 1 do
+      local mid = math.floor((lo + hi) / 2)
+      if tonumber(first[2 * mid]) > now then hi = mid else lo = mid end
     end
-    ids[#ids + 1] = first[i]
-    dues[#dues + 1] = first[i + 1]
+    m = lo
   end
+  local ids, dues = {}, {}
+  for i = 1, m do
+    ids[i] = first[2 * i - 1]
+    dues[i] = first[2 * i]
+  end
+  local head = first[2 * m + 2] or ''
   local out = {}
   if #ids > 0 then
     redis.call('ZREMRANGEBYRANK', due, '0', string.format('%d', #ids - 1))
@@ -582,16 +606,20 @@ for g = 1, G do
     for i, id in ipairs(ids) do
       local c = contents[i]
       if c then
-        local _, ch, ttr, topic = header(c)
+        local ch, ttr, topic = route(c)
         local o = st_parse(states[i]) or fresh(ch or 'w')
         o.s, o.r, o.na, o.ua = 'R', receipt, dues[i], ARGV[1]
-        o.dl = string.format('%d', now + (tonumber(ttr) or 0))
+        local dl = dls[ttr or '']
+        if not dl then
+          dl = string.format('%d', now + (tonumber(ttr) or 0))
+          dls[ttr or ''] = dl
+        end
+        o.dl = dl
         local line = st_line(o)
         sts[#sts + 1] = id
         sts[#sts + 1] = line
         zs[#zs + 1] = o.dl
         zs[#zs + 1] = id
-        bump(deltas, topic or '', 'scheduled', -1)
         bump(deltas, topic or '', 'reserved', 1)
         out[#out + 1] = id
         out[#out + 1] = c
@@ -605,6 +633,8 @@ for g = 1, G do
   end
   res[g] = {head, out}
 end
+-- Every one reserved was scheduled.
+for _, t in pairs(deltas) do t.scheduled = -t.reserved end
 flush(KEYS[1], deltas)
 return res
 `)
@@ -664,17 +694,22 @@ for g = 1, G do
 end
 if total ~= n then return redis.error_reply('ERR herald finish: bad arguments') end
 local ACTIONS = {ack = true, retry = true, dead = true, release = true}
+-- QI and TI map each valid due and dead key index, as the caller writes
+-- it, to its number: a lookup per item instead of parsing one.
+local QI, TI = {}, {}
+for j = 0, nq do QI[tostring(j)] = j end
+for j = 0, nt do TI[tostring(j)] = j end
 for i = 1, n do
   local b = B + (i - 1) * F
-  local a = ARGV[b + 3]
-  if ARGV[b + 1] == '' or not ACTIONS[a] or not int_arg(ARGV[b + 5], 0, nq) or not int_arg(ARGV[b + 6], 0, nt)
-    or ((a == 'retry' or a == 'release') and (not int_arg(ARGV[b + 4], 0, 9007199254740991) or tonumber(ARGV[b + 5]) < 1))
-    or (a == 'dead' and tonumber(ARGV[b + 6]) < 1)
-    or (ARGV[b + 10] ~= '' and (not int_arg(ARGV[b + 11], 1, nq) or not int_arg(ARGV[b + 12], 1, nq))) then
+  local a, qi, ti = ARGV[b + 3], QI[ARGV[b + 5]], TI[ARGV[b + 6]]
+  if ARGV[b + 1] == '' or not ACTIONS[a] or not qi or not ti
+    or ((a == 'retry' or a == 'release') and (not int_arg(ARGV[b + 4], 0, 9007199254740991) or qi < 1))
+    or (a == 'dead' and ti < 1)
+    or (ARGV[b + 10] ~= '' and ((QI[ARGV[b + 11]] or 0) < 1 or (QI[ARGV[b + 12]] or 0) < 1)) then
     return redis.error_reply('ERR herald finish: bad item ' .. i)
   end
 end
-local codes, adds, dead, act, deltas = {}, {}, {}, {}, {}
+local codes, adds, dead, act, deltas, tally = {}, {}, {}, {}, {}, {}
 local expires = string.format('%d', now + retention)
 local first = 1
 for g = 1, G do
@@ -699,40 +734,29 @@ for g = 1, G do
         o.h = string.format('%d', o.h + 1)
       end
       o.r, o.dl, o.ua, o.na = '', '', ARGV[1], ''
-      bump(deltas, topic, 'reserved', -1)
+      bump(tally, topic, action, 1)
       if action == 'release' or action == 'retry' then
         o.s, o.na = 'S', ARGV[b + 4]
-        due_add(adds, K + tonumber(ARGV[b + 5]), o.na, id, shard)
-        bump(deltas, topic, 'scheduled', 1)
+        due_add(adds, K + QI[ARGV[b + 5]], o.na, id, shard)
       end
       if action ~= 'release' then
         o.a = string.format('%d', o.a + 1)
         if action == 'ack' then
           o.s = 'K'
-          bump(deltas, topic, 'succeeded_total', 1)
-          act[topic .. '|ok'] = (act[topic .. '|ok'] or 0) + 1
           if retention > 0 then
             fin[#fin + 1] = expires
             fin[#fin + 1] = id
           end
-        else
-          bump(deltas, topic, 'failed_attempts_total', 1)
-          act[topic .. '|fail'] = (act[topic .. '|fail'] or 0) + 1
-          if action == 'dead' then
-            o.s = 'D'
-            bump(deltas, topic, 'dead', 1)
-            deadall[#deadall + 1] = ARGV[1]
-            deadall[#deadall + 1] = id
-            push(dead, tonumber(ARGV[b + 6]), ARGV[1], id)
-          end
+        elseif action == 'dead' then
+          o.s = 'D'
+          deadall[#deadall + 1] = ARGV[1]
+          deadall[#deadall + 1] = id
+          push(dead, TI[ARGV[b + 6]], ARGV[1], id)
         end
-        if ARGV[b + 9] ~= '' then
-          local f = topic .. '|lat|' .. ARGV[b + 9]
-          act[f] = (act[f] or 0) + 1
-        end
+        if ARGV[b + 9] ~= '' then bump(act, topic, 'lat|' .. ARGV[b + 9], 1) end
         if o.s ~= 'S' and ARGV[b + 10] ~= '' then
           heads[#heads + 1] = {id = id, topic = topic, key = ARGV[b + 10],
-            push = K + tonumber(ARGV[b + 11]), pull = K + tonumber(ARGV[b + 12])}
+            push = K + QI[ARGV[b + 11]], pull = K + QI[ARGV[b + 12]]}
         end
       end
       sts[#sts + 1] = id
@@ -749,15 +773,21 @@ for g = 1, G do
   end
   first = last + 1
 end
+-- Each action's counts, from the tally of actions per topic.
+for topic, t in pairs(tally) do
+  local ack, retry, dead_, rel = t.ack or 0, t.retry or 0, t.dead or 0, t.release or 0
+  bump(deltas, topic, 'reserved', -(ack + retry + dead_ + rel))
+  bump(deltas, topic, 'scheduled', retry + rel)
+  bump(deltas, topic, 'succeeded_total', ack)
+  bump(deltas, topic, 'failed_attempts_total', retry + dead_)
+  bump(deltas, topic, 'dead', dead_)
+  bump(act, topic, 'ok', ack)
+  bump(act, topic, 'fail', retry + dead_)
+end
 due_flush(adds, ARGV[3])
 for t, l in pairs(dead) do redis.call('ZADD', KEYS[K + nq + t], unpack(l)) end
 flush(KEYS[1], deltas)
-local any = false
-for f, c in pairs(act) do
-  redis.call('HINCRBY', KEYS[2], f, string.format('%d', c))
-  any = true
-end
-if any and keep > 0 then redis.call('EXPIRE', KEYS[2], keep) end
+if flush(KEYS[2], act, '|') and keep > 0 then redis.call('EXPIRE', KEYS[2], keep) end
 return codes
 `)
 
@@ -793,7 +823,7 @@ local id = ARGV[1]
 local c = redis.call('HGET', KEYS[1], id)
 if not c then return {NOT_FOUND, ''} end
 if string.sub(c, 1, 1) == '@' then return {MOVED, c} end
-local _, ch, _, topic = header(c)
+local ch, _, topic = route(c)
 if not ch then return {NOT_FOUND, ''} end
 local o = st_parse(redis.call('HGET', KEYS[2], id)) or fresh(ch)
 if o.s == 'C' then return {CANCELLED, st_line(o)} end
@@ -1008,7 +1038,7 @@ local o = st_parse(redis.call('HGET', KEYS[2], id))
 redis.call('HSET', KEYS[3], id, ARGV[2] .. '\n' .. c)
 redis.call('HDEL', KEYS[1], id)
 redis.call('HDEL', KEYS[2], id)
-local topic = select(4, header(c))
+local topic = select(3, route(c))
 local deltas, adds, sts = {}, {}, {}
 if redis.call('ZREM', KEYS[4], id) == 1 and topic then bump(deltas, topic, 'reserved', -1) end
 if topic and o and o.x ~= '' then
@@ -1069,7 +1099,7 @@ for i = 1, #ARGV do
   if c and string.sub(c, 1, 1) == '@' then
     topic = c
   elseif c then
-    topic = select(4, header(c))
+    topic = select(3, route(c))
   end
   out[i] = topic or ''
 end

@@ -166,6 +166,55 @@ func TestReserveOnlyWhatIsDue(t *testing.T) {
 	require.Empty(t, b.reserveAll(t), "a reserved notification is not handed out twice")
 }
 
+// TestReserveEarliestFirst reserves from shards holding a mix of due and
+// later notifications, in small and large calls: every due one comes out
+// once and none of the later ones; a call of one takes its shard's
+// earliest, and once all due ones are out every head is a later one.
+func TestReserveEarliestFirst(t *testing.T) {
+	t.Parallel()
+	b := setup(t, store.Config{})
+	due := map[string]bool{}
+	for i := range 60 {
+		id := fmt.Sprintf("n-%02d", i)
+		if i%3 == 0 {
+			b.enqueue(t, b.newNotification(t, id, time.Duration(i+1)*time.Minute))
+			continue
+		}
+		b.enqueue(t, heraldtest.Notification(t, id, b.clock.Now(), heraldtest.SendAt(b.clock.Now().Add(-time.Duration(i)*time.Millisecond))))
+		due[id] = true
+	}
+	shards := allShards(b.store)
+	got := map[string]bool{}
+	for _, limit := range []int{1, 2, 3, 5, store.MaxReserve} {
+		items, heads, err := b.store.Reserve(context.Background(), store.PullQueue("jobs"), shards, limit)
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(items), limit)
+		var latest time.Time
+		for _, n := range items {
+			require.True(t, due[n.ID], "%s is not due yet", n.ID)
+			require.False(t, got[n.ID], "%s handed out twice", n.ID)
+			got[n.ID] = true
+			if n.NextAttemptAt.After(latest) {
+				latest = *n.NextAttemptAt
+			}
+		}
+		for _, h := range heads {
+			if limit == store.MaxReserve {
+				require.True(t, h.Due.After(b.clock.Now()), "shard %d: only later ones are left", h.Shard)
+			}
+		}
+		if limit == 1 {
+			// One from one shard: the shard's head is no earlier.
+			require.Len(t, items, 1)
+			require.Len(t, heads, 1)
+			for _, h := range heads {
+				require.False(t, !h.Due.IsZero() && h.Due.Before(latest), "shard %d kept %s, earlier than the one handed out", h.Shard, h.Due)
+			}
+		}
+	}
+	require.Equal(t, due, got)
+}
+
 func TestHeads(t *testing.T) {
 	t.Parallel()
 	b := setup(t, store.Config{})
