@@ -78,12 +78,19 @@ end`},
   if channel == 'u' then return 'pull.' .. topic end
   return 'push'
 end`},
-	{"st_parse", `-- st_parse splits a state line (codec.go); nil for none. Its counts (a,
--- h) stay strings until one changes: a line written with them unchanged
--- then costs no number formatting.
-local function st_parse(v)
+	{"st_split", `-- st_split splits a state line (codec.go) into its nine fields, s, a, h,
+-- c, r, dl, na, ua and x; nothing for none. Its counts (a, h) stay strings
+-- until one changes: a line written with them unchanged then costs no
+-- number formatting. The hot paths use it and st_join rather than
+-- st_parse and st_line, as a table per notification costs more than all
+-- the rest of its line's handling.
+local function st_split(v)
   if not v then return nil end
-  local s, a, h, c, r, dl, na, ua, x = string.match(v, '^(%u)|(%d+)|(%d+)|(%l)|([^|]*)|(%d*)|(%d*)|(%d*)|(.*)$')
+  return string.match(v, '^(%u)|(%d+)|(%d+)|(%l)|([^|]*)|(%d*)|(%d*)|(%d*)|(.*)$')
+end`},
+	{"st_parse", `-- st_parse is st_split's fields as a table; nil for none.
+local function st_parse(v)
+  local s, a, h, c, r, dl, na, ua, x = st_split(v)
   if not s then return nil end
   return {s = s, a = a, h = h, c = c, r = r, dl = dl, na = na, ua = ua, x = x}
 end`},
@@ -92,8 +99,11 @@ end`},
 local function fresh(channel)
   return {s = 'S', a = '0', h = '0', c = channel, r = '', dl = '', na = '', ua = '', x = ''}
 end`},
+	{"st_join", `local function st_join(s, a, h, c, r, dl, na, ua, x)
+  return s .. '|' .. a .. '|' .. h .. '|' .. c .. '|' .. r .. '|' .. dl .. '|' .. na .. '|' .. ua .. '|' .. x
+end`},
 	{"st_line", `local function st_line(o)
-  return o.s .. '|' .. o.a .. '|' .. o.h .. '|' .. o.c .. '|' .. o.r .. '|' .. o.dl .. '|' .. o.na .. '|' .. o.ua .. '|' .. o.x
+  return st_join(o.s, o.a, o.h, o.c, o.r, o.dl, o.na, o.ua, o.x)
 end`},
 	{"GAUGES", `local GAUGES = {S = 'scheduled', R = 'reserved', D = 'dead', W = 'waiting'}`},
 	{"bump", `-- bump adds n to a topic's counter in deltas, by topic and then field so
@@ -607,18 +617,17 @@ for g = 1, G do
       local c = contents[i]
       if c then
         local ch, ttr, topic = route(c)
-        local o = st_parse(states[i]) or fresh(ch or 'w')
-        o.s, o.r, o.na, o.ua = 'R', receipt, dues[i], ARGV[1]
         local dl = dls[ttr or '']
         if not dl then
           dl = string.format('%d', now + (tonumber(ttr) or 0))
           dls[ttr or ''] = dl
         end
-        o.dl = dl
-        local line = st_line(o)
+        local s, a, h, cl, _, _, _, _, x = st_split(states[i])
+        if not s then a, h, cl, x = '0', '0', ch or 'w', '' end -- a first attempt (fresh)
+        local line = st_join('R', a, h, cl, receipt, dl, dues[i], ARGV[1], x)
         sts[#sts + 1] = id
         sts[#sts + 1] = line
-        zs[#zs + 1] = o.dl
+        zs[#zs + 1] = dl
         zs[#zs + 1] = id
         bump(deltas, topic or '', 'reserved', 1)
         out[#out + 1] = id
@@ -711,6 +720,17 @@ for i = 1, n do
 end
 local codes, adds, dead, act, deltas, tally = {}, {}, {}, {}, {}, {}
 local expires = string.format('%d', now + retention)
+-- incr counts one up; the counts of a batch are mostly alike, so each is
+-- formatted once.
+local plus1 = {}
+local function incr(v)
+  local r = plus1[v]
+  if not r then
+    r = string.format('%d', v + 1)
+    plus1[v] = r
+  end
+  return r
+end
 local first = 1
 for g = 1, G do
   local k = 2 + 7 * (g - 1)
@@ -722,45 +742,45 @@ for g = 1, G do
   for i = first, last do
     local b = B + (i - 1) * F
     local id, action, topic = ARGV[b + 1], ARGV[b + 3], ARGV[b + 7]
-    local o = st_parse(states[i - first + 1])
-    if not o or o.s ~= 'R' or o.r ~= ARGV[b + 2] then
+    local s, a, h, c, r, _, _, _, x = st_split(states[i - first + 1])
+    if s ~= 'R' or r ~= ARGV[b + 2] then
       codes[i] = STALE
     else
       codes[i] = OK
       unres[#unres + 1] = id
       if ARGV[b + 8] ~= '' then
-        hist[#hist + 1] = id .. '|' .. o.h
+        hist[#hist + 1] = id .. '|' .. h
         hist[#hist + 1] = ARGV[b + 8]
-        o.h = string.format('%d', o.h + 1)
+        h = incr(h)
       end
-      o.r, o.dl, o.ua, o.na = '', '', ARGV[1], ''
+      local na = ''
       bump(tally, topic, action, 1)
       if action == 'release' or action == 'retry' then
-        o.s, o.na = 'S', ARGV[b + 4]
-        due_add(adds, K + QI[ARGV[b + 5]], o.na, id, shard)
+        s, na = 'S', ARGV[b + 4]
+        due_add(adds, K + QI[ARGV[b + 5]], na, id, shard)
       end
       if action ~= 'release' then
-        o.a = string.format('%d', o.a + 1)
+        a = incr(a)
         if action == 'ack' then
-          o.s = 'K'
+          s = 'K'
           if retention > 0 then
             fin[#fin + 1] = expires
             fin[#fin + 1] = id
           end
         elseif action == 'dead' then
-          o.s = 'D'
+          s = 'D'
           deadall[#deadall + 1] = ARGV[1]
           deadall[#deadall + 1] = id
           push(dead, TI[ARGV[b + 6]], ARGV[1], id)
         end
         if ARGV[b + 9] ~= '' then bump(act, topic, 'lat|' .. ARGV[b + 9], 1) end
-        if o.s ~= 'S' and ARGV[b + 10] ~= '' then
+        if s ~= 'S' and ARGV[b + 10] ~= '' then
           heads[#heads + 1] = {id = id, topic = topic, key = ARGV[b + 10],
             push = K + QI[ARGV[b + 11]], pull = K + QI[ARGV[b + 12]]}
         end
       end
       sts[#sts + 1] = id
-      sts[#sts + 1] = st_line(o)
+      sts[#sts + 1] = st_join(s, a, h, c, '', '', na, ARGV[1], x)
     end
   end
   if #unres > 0 then
