@@ -153,6 +153,11 @@ type Notification struct {
 	Deadline *time.Time `json:"deadline,omitempty"`
 	// Digest identifies the content for idempotent enqueues; see Digest.
 	Digest string `json:"-"`
+	// Version is the stored state this copy was read in, opaque to all but
+	// the store: finishing an attempt checks that it is unchanged, so that
+	// the holder of a reservation that expired or was cancelled meanwhile
+	// cannot finish it.
+	Version string `json:"-"`
 	// Paused is set on a scheduled notification that came due while its
 	// topic or endpoint was paused: it has no next attempt time, and starts
 	// when they are resumed.

@@ -22,14 +22,16 @@ import (
 // reads:
 //
 //	<digest> <channel letter> <ttr ms> <topic>\n
-//	version byte (1)
-//	uvarint created (ms), uvarint send_at (ms)
+//	version byte (2; 1 lacks the first due time)
+//	uvarint created (ms), uvarint send_at (ms), uvarint first due (ms)
 //	uvarint len(backoff), then each entry (ms)
 //	string policy, template, target, order key, endpoint, trace
 //	uvarint len(headers), then name and value strings
 //	payload: the rest, as given
 //
-// where a string is a uvarint length and its bytes. The digest is cut to
+// where a string is a uvarint length and its bytes; the first due time is
+// send_at + backoff[0] rounded up once, exactly the first due set's score,
+// so that a reservation need not read scores. The digest is cut to
 // digestLen characters. The header carries what
 // the scripts need without the body: the digest (idempotent enqueue), the
 // channel (which queue) and the topic (which gauges and dead set), and the
@@ -45,7 +47,11 @@ import (
 // know the key; state W is waiting behind an earlier one of its key, whose
 // next attempt time is when it is due once it heads the line.
 
-const contentVersion = 1
+// contentVersion is the body's version byte. Version 1 bodies, which lack
+// the first due time, still decode: it is then taken as send_at plus
+// backoff[0], each rounded up, which may be a millisecond late but never
+// early.
+const contentVersion = 2
 
 // Letters of the state line and the content header.
 var (
@@ -121,14 +127,16 @@ func SameContent(stored *notify.Notification, digest string) bool {
 	return cut(stored.Digest) == cut(digest)
 }
 
-// encodeContent returns n's content as stored. created is the enqueue time.
-func encodeContent(n *notify.Notification, created time.Time) []byte {
+// encodeContent returns n's content as stored. created is the enqueue time,
+// due the first attempt's due time (ms).
+func encodeContent(n *notify.Notification, created time.Time, due int64) []byte {
 	var b bytes.Buffer
 	b.Grow(96 + len(n.Topic) + len(n.Target) + len(n.Payload))
 	fmt.Fprintf(&b, "%s %s %d %s\n", n.Digest[:min(len(n.Digest), digestLen)], channelLetters[n.Channel], durMS(n.TTR), n.Topic)
 	b.WriteByte(contentVersion)
 	putUvarint(&b, uint64(ms(created)))
 	putUvarint(&b, uint64(dueMS(n.SendAt)))
+	putUvarint(&b, uint64(due))
 	putUvarint(&b, uint64(len(n.Backoff)))
 	for _, d := range n.Backoff {
 		putUvarint(&b, uint64(durMS(d)))
@@ -176,15 +184,16 @@ func parseHeader(content string) (header, string, error) {
 }
 
 // decodeContent rebuilds the content fields of a notification: everything
-// but its state.
-func decodeContent(id, content string) (*notify.Notification, error) {
+// but its state. It returns the first attempt's due time (ms) too.
+func decodeContent(id, content string) (*notify.Notification, int64, error) {
 	h, body, err := parseHeader(content)
 	if err != nil {
-		return nil, fmt.Errorf("decode %s: %w", id, err)
+		return nil, 0, fmt.Errorf("decode %s: %w", id, err)
 	}
 	r := &reader{s: body}
-	if v := r.byte(); v != contentVersion {
-		return nil, fmt.Errorf("decode %s: unknown content version %d", id, v)
+	version := r.byte()
+	if version != 1 && version != contentVersion {
+		return nil, 0, fmt.Errorf("decode %s: unknown content version %d", id, version)
 	}
 	n := &notify.Notification{
 		ID: id, Topic: h.topic, Channel: h.channel, Digest: h.digest,
@@ -194,6 +203,10 @@ func decodeContent(id, content string) (*notify.Notification, error) {
 	n.CreatedAt = fromMS(int64(r.uvarint()))
 	n.UpdatedAt = n.CreatedAt
 	n.SendAt = fromMS(int64(r.uvarint()))
+	due := int64(-1)
+	if version > 1 {
+		due = int64(r.uvarint())
+	}
 	if nb := r.uvarint(); nb <= notify.MaxBackoff {
 		n.Backoff = make([]notify.Duration, nb)
 		for i := range n.Backoff {
@@ -213,12 +226,15 @@ func decodeContent(id, content string) (*notify.Notification, error) {
 		}
 	}
 	if r.err != nil {
-		return nil, fmt.Errorf("decode %s: %w", id, r.err)
+		return nil, 0, fmt.Errorf("decode %s: %w", id, r.err)
 	}
 	if r.s != "" {
 		n.Payload = []byte(r.s)
 	}
-	return n, nil
+	if due < 0 && len(n.Backoff) > 0 {
+		due = ms(n.SendAt) + durMS(n.Backoff[0])
+	}
+	return n, due, nil
 }
 
 // reader reads the body; the first error sticks and later reads return
@@ -327,11 +343,16 @@ func optMS(v int64) *time.Time {
 	return &t
 }
 
-// apply sets n's state fields from st.
-func (st stateLine) apply(n *notify.Notification) {
+// apply sets n's state fields from st. An unfinished notification whose
+// line has no next attempt time is due at first, its first due time: the
+// reservation of a notification that had no state line writes none.
+func (st stateLine) apply(n *notify.Notification, first int64) {
 	n.State, n.Attempts = st.state, st.attempts
 	n.Receipt, n.Deadline = st.receipt, optMS(st.deadline)
 	n.NextAttemptAt = optMS(st.next)
+	if st.next < 0 {
+		n.NextAttemptAt = optMS(first)
+	}
 	if st.state.Finished() {
 		n.NextAttemptAt = nil
 	}
@@ -341,21 +362,38 @@ func (st stateLine) apply(n *notify.Notification) {
 }
 
 // decode rebuilds a notification from its content and state line ("" for
-// a notification that waits for its first attempt, due at due ms; -1 when
-// unknown).
-func decode(id, content, state string, due int64) (*notify.Notification, int, error) {
-	n, err := decodeContent(id, content)
+// a notification that waits for its first attempt, due at its first due
+// time).
+func decode(id, content, state string) (*notify.Notification, int, error) {
+	n, first, err := decodeContent(id, content)
 	if err != nil {
 		return nil, 0, err
 	}
 	if state == "" {
-		n.NextAttemptAt = optMS(due)
+		n.NextAttemptAt = optMS(first)
 		return n, 0, nil
 	}
 	st, err := parseState(state)
 	if err != nil {
 		return nil, 0, fmt.Errorf("decode %s: %w", id, err)
 	}
-	st.apply(n)
+	st.apply(n, first)
+	n.Version = state
 	return n, st.histLen, nil
+}
+
+// format is the state line of st, as the scripts write it.
+func (st stateLine) format() string {
+	letter := stateLetters[st.state]
+	if st.waiting {
+		letter = waitingLetter
+	}
+	opt := func(v int64) string {
+		if v < 0 {
+			return ""
+		}
+		return strconv.FormatInt(v, 10)
+	}
+	return strings.Join([]string{letter, strconv.Itoa(st.attempts), strconv.Itoa(st.histLen), channelLetters[st.channel],
+		st.receipt, opt(st.deadline), opt(st.next), opt(st.updated), st.orderKey}, "|")
 }

@@ -117,7 +117,7 @@ func (s *Store) enqueueBatch(ctx context.Context, reqs []EnqueueRequest) ([]Enqu
 			results[i].Err = notify.Errorf("backoff[0]", "puts the first attempt at a time that %v", err)
 			continue
 		}
-		items = append(items, &enqueueItem{index: i, req: req, due: dueMS(due), content: encodeContent(n, now)})
+		items = append(items, &enqueueItem{index: i, req: req, due: dueMS(due), content: encodeContent(n, now, dueMS(due))})
 	}
 	pending, err := s.placeStubs(ctx, items)
 	if err != nil {

@@ -51,7 +51,7 @@ func (s *Store) Expired(ctx context.Context, grace time.Duration, limit int) ([]
 		for i, id := range r.ids {
 			content, _ := r.contents.Val()[i].(string)
 			state, _ := r.records.Val()[i].(string)
-			n, _, err := decode(id, content, state, -1)
+			n, _, err := decode(id, content, state)
 			if err != nil {
 				s.quarantine(ctx, r.shard, id, content, err)
 				continue

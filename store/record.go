@@ -79,7 +79,7 @@ func (s *Store) getMany(ctx context.Context, ids []string, history bool) ([]*not
 		if contents[i] == "" || strings.HasPrefix(contents[i], "@") {
 			continue
 		}
-		n, histLen, err := decode(id, contents[i], states[i], -1)
+		n, histLen, err := decode(id, contents[i], states[i])
 		if err != nil {
 			return nil, err
 		}

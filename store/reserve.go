@@ -77,7 +77,7 @@ func (s *Store) Reserve(ctx context.Context, queue string, shards []int, limit i
 			continue
 		}
 		for j, q := range groups[i] {
-			l, err := replyList(replies[j], 2)
+			l, err := replyList(replies[j], 4)
 			if err != nil {
 				firstErr = cmp.Or(firstErr, err)
 				continue
@@ -87,12 +87,21 @@ func (s *Store) Reserve(ctx context.Context, queue string, shards []int, limit i
 				h.Due = fromMS(v)
 			}
 			heads = append(heads, h)
-			items, _ := l[1].([]any)
-			for x := 0; x+2 < len(items); x += 3 {
-				id := replyString(items[x])
-				n, _, err := decode(id, replyString(items[x+1]), replyString(items[x+2]), -1)
+			ids, _ := l[1].([]any)
+			contents, _ := l[2].([]any)
+			lines, _ := l[3].([]any)
+			if len(contents) != len(ids) || len(lines) != len(ids) {
+				firstErr = cmp.Or(firstErr, fmt.Errorf("reserve: %d ids, %d contents and %d lines", len(ids), len(contents), len(lines)))
+				continue
+			}
+			for x, v := range ids {
+				id, content := replyString(v), replyString(contents[x])
+				if content == "" {
+					continue // gone meanwhile: nothing was reserved
+				}
+				n, _, err := decode(id, content, replyString(lines[x]))
 				if err != nil {
-					s.quarantine(ctx, q.shard, id, replyString(items[x+1]), err)
+					s.quarantine(ctx, q.shard, id, content, err)
 					continue
 				}
 				out = append(out, n)
@@ -150,9 +159,13 @@ func scriptGroups[T any](oneNode bool, parts []T, size func(T) int) [][]T {
 
 // receiptPrefix is unique to one Reserve call; with the shard appended it
 // is the receipt of every notification the call reserves in that shard,
-// each named by its id.
+// each named by its id. Its 32 characters also make every reserved state
+// line longer than Redis keeps in a listpack (hash-max-listpack-value, 64
+// by default), so that a shard's state hash becomes a hash table at its
+// first reservation: a listpack is searched from its start for every
+// field, which a busy shard's hundreds of lines would make slow.
 func receiptPrefix() string {
-	var b [9]byte
+	var b [16]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:]) + "."
 }
@@ -182,8 +195,9 @@ func (s *Store) Heads(ctx context.Context, queue string) ([]Head, error) {
 
 // Finish ends one reserved attempt.
 type Finish struct {
-	// Notification is the reserved notification: its ID, Receipt, Channel,
-	// Topic and NextAttemptAt (the due time of this attempt) are used.
+	// Notification is the reserved notification as Reserve, Expired or
+	// GetState returned it: its ID, Receipt, Topic, NextAttemptAt (the due
+	// time of this attempt) and Version are used.
 	Notification *notify.Notification
 	Action       notify.Action
 	// NextAt is when the next attempt is due, for notify.ActionRetry and
@@ -205,16 +219,17 @@ type Finish struct {
 // results: the finishes applied on the master, unconfirmed by replicas.
 func (s *Store) Finish(ctx context.Context, items []Finish) ([]error, error) {
 	errs := make([]error, len(items))
+	now := s.Now()
+	prepared := make([]finishItem, len(items))
 	byShard := map[int][]int{}
-	for i, f := range items {
-		if err := checkFinish(&f); err != nil {
+	for i := range items {
+		if err := prepared[i].prepare(&items[i], now); err != nil {
 			errs[i] = err
 			continue
 		}
-		shard := s.keys.shardFor(f.Notification)
+		shard := s.keys.shardFor(items[i].Notification)
 		byShard[shard] = append(byShard[shard], i)
 	}
-	now := s.Now()
 	minute := now.Unix() / 60
 	var shards []shardItems
 	for _, shard := range sortedKeys(byShard) {
@@ -226,7 +241,7 @@ func (s *Store) Finish(ctx context.Context, items []Finish) ([]error, error) {
 	calls := make([]*scriptCall, len(batches))
 	order := make([][]int, len(batches))
 	for c, b := range batches {
-		calls[c] = s.finishCall(b, items, now, minute)
+		calls[c] = s.finishCall(b, prepared, now, minute)
 		for _, g := range b {
 			order[c] = append(order[c], g.idx...)
 		}
@@ -267,17 +282,99 @@ func (s *Store) Finish(ctx context.Context, items []Finish) ([]error, error) {
 	return errs, failed
 }
 
-func checkFinish(f *Finish) error {
+// finishItem is one Finish on its way into a script: the state line it
+// replaces and the one it writes, both whole, so that the script parses
+// neither.
+type finishItem struct {
+	f        *Finish
+	reserved stateLine
+	line     string
+	// histField and entry are the history entry to write, if any.
+	histField string
+	entry     []byte
+	// next is the next due time (ms) of a retry or release.
+	next int64
+	// bucket is the lateness bucket the attempt counts in, -1 for none.
+	bucket int
+}
+
+// prepare checks f and works out what finishing it writes, as of now. A
+// notification that this copy does not show reserved under its receipt
+// cannot be finished: notify.ErrStaleReceipt.
+func (it *finishItem) prepare(f *Finish, now time.Time) error {
+	n := f.Notification
+	it.f, it.bucket = f, -1
 	switch f.Action {
 	case notify.ActionAck, notify.ActionDead:
 	case notify.ActionRetry, notify.ActionRelease:
 		if err := checkDue(f.NextAt); err != nil {
-			return fmt.Errorf("finish %s: next attempt %w", f.Notification.ID, err)
+			return fmt.Errorf("finish %s: next attempt %w", n.ID, err)
 		}
+		it.next = dueMS(f.NextAt)
 	default:
-		return fmt.Errorf("finish %s: unknown action %q", f.Notification.ID, f.Action)
+		return fmt.Errorf("finish %s: unknown action %q", n.ID, f.Action)
 	}
+	st, err := parseState(n.Version)
+	if err != nil || st.state != notify.StateReserved || st.receipt != n.Receipt {
+		return notify.ErrStaleReceipt
+	}
+	it.reserved = st
+	if f.Attempt.Outcome != "" {
+		att := f.Attempt
+		att.Error = notify.CutError(att.Error)
+		it.entry, _ = json.Marshal(att)
+		it.histField = histField(n.ID, st.histLen)
+		st.histLen++
+		if n.NextAttemptAt != nil && f.Action != notify.ActionRelease && f.Attempt.Outcome != notify.OutcomeTTRExpired {
+			it.bucket = latencyBucket(f.Attempt.StartedAt.Sub(*n.NextAttemptAt))
+		}
+	}
+	st.receipt, st.deadline, st.next, st.updated = "", -1, -1, ms(now)
+	switch f.Action {
+	case notify.ActionAck:
+		st.state = notify.StateSucceeded
+	case notify.ActionDead:
+		st.state = notify.StateDead
+	default:
+		st.state, st.next = notify.StateScheduled, it.next
+	}
+	if f.Action != notify.ActionRelease {
+		st.attempts++
+	}
+	it.line = st.format()
 	return nil
+}
+
+// counterGroup names an item's action and what it adds to the counters:
+// items of one topic, action and lateness bucket add alike.
+type counterGroup struct {
+	topic  string
+	action notify.Action
+	bucket int
+}
+
+// fields returns the stats and act fields a finished item of g changes,
+// each with its change.
+func (g counterGroup) fields() (stats, act []any) {
+	t := g.topic
+	stats = []any{t + ":reserved", -1}
+	switch g.action {
+	case notify.ActionAck:
+		stats = append(stats, t+":succeeded_total", 1)
+		act = []any{t + "|ok", 1}
+	case notify.ActionRetry:
+		stats = append(stats, t+":scheduled", 1, t+":failed_attempts_total", 1)
+		act = []any{t + "|fail", 1}
+	case notify.ActionDead:
+		stats = append(stats, t+":failed_attempts_total", 1, t+":dead", 1)
+		act = []any{t + "|fail", 1}
+	case notify.ActionRelease:
+		stats = append(stats, t+":scheduled", 1)
+	}
+	if g.bucket >= 0 && g.action != notify.ActionRelease {
+		act = append(act, t+"|lat|"+strconv.Itoa(g.bucket), 1)
+	}
+	return stats, act
 }
 
 // shardItems are the indexes of the items of one shard in a call.
@@ -287,55 +384,71 @@ type shardItems struct {
 }
 
 // finishCall builds the script call that finishes the items of groups.
-func (s *Store) finishCall(groups []shardItems, items []Finish, now time.Time, minute int64) *scriptCall {
+func (s *Store) finishCall(groups []shardItems, items []finishItem, now time.Time, minute int64) *scriptCall {
 	k := s.keys
 	counter := s.counters(groups[0].shard)
 	var dues, deads keyIndex
+	counters := map[counterGroup]int{}
+	var counterArgs, keyedArgs []any
 	total := 0
 	keyList := []string{k.stats(counter), k.activity(counter, minute)}
-	args := make([]any, 7, 7+2*len(groups))
+	head := make([]any, 9, 9+2*len(groups))
 	for _, g := range groups {
 		keyList = append(keyList, k.state(g.shard), k.reserved(g.shard), k.hist(g.shard), k.finished(g.shard),
 			k.deadAll(g.shard), k.order(g.shard), k.link(g.shard))
-		args = append(args, g.shard, len(g.idx))
+		head = append(head, g.shard, len(g.idx))
 		total += len(g.idx)
 	}
-	args = slices.Grow(args, 12*total)
+	args := make([]any, 0, 8*total)
+	number := 0
 	for _, g := range groups {
 		for _, i := range g.idx {
-			f := items[i]
-			n := f.Notification
-			q, t := 0, 0
-			next := ""
-			switch f.Action {
+			it := &items[i]
+			n := it.f.Notification
+			number++
+			key, next := 0, ""
+			switch it.f.Action {
 			case notify.ActionRetry, notify.ActionRelease:
-				q = dues.of(k.due(g.shard, queueOf(n.Channel, n.Topic)))
-				next = strconv.FormatInt(dueMS(f.NextAt), 10)
+				key = dues.of(k.due(g.shard, queueOf(n.Channel, n.Topic)))
+				next = strconv.FormatInt(it.next, 10)
 			case notify.ActionDead:
-				t = deads.of(k.dead(g.shard, n.Topic))
+				key = deads.of(k.dead(g.shard, n.Topic))
 			}
-			var entry []byte
-			if f.Attempt.Outcome != "" {
-				att := f.Attempt
-				att.Error = notify.CutError(att.Error)
-				entry, _ = json.Marshal(att)
+			cg := counterGroup{topic: n.Topic, action: it.f.Action, bucket: it.bucket}
+			c, ok := counters[cg]
+			if !ok {
+				c = len(counters) + 1
+				counters[cg] = c
+				stats, act := cg.fields()
+				counterArgs = append(counterArgs, string(cg.action), len(stats)/2)
+				counterArgs = append(counterArgs, stats...)
+				counterArgs = append(counterArgs, len(act)/2)
+				counterArgs = append(counterArgs, act...)
 			}
-			bucket := ""
-			if n.NextAttemptAt != nil && entry != nil && f.Action != notify.ActionRelease && f.Attempt.Outcome != notify.OutcomeTTRExpired {
-				bucket = strconv.Itoa(latencyBucket(f.Attempt.StartedAt.Sub(*n.NextAttemptAt)))
-			}
-			push, pull := 0, 0
 			if n.OrderKey != "" {
-				push, pull = dues.of(k.due(g.shard, QueuePush)), dues.of(k.due(g.shard, PullQueue(n.Topic)))
+				keyedArgs = append(keyedArgs, number, n.Topic, n.OrderKey,
+					dues.of(k.due(g.shard, QueuePush)), dues.of(k.due(g.shard, PullQueue(n.Topic))))
 			}
-			args = append(args, n.ID, n.Receipt, string(f.Action), next, q, t, n.Topic, entry, bucket, n.OrderKey, push, pull)
+			args = append(args, n.ID, n.Version, it.line, it.histField, it.entry, c)
+			switch {
+			case next != "":
+				args = append(args, next, key)
+			case key > 0:
+				args = append(args, key)
+			}
 		}
 	}
-	args[0], args[1], args[2], args[3] = ms(now), s.retentionMS(), k.wake(), len(groups)
-	args[4], args[5], args[6] = len(dues), len(deads), s.activityExpiry(counter, minute)
+	expires := ""
+	if r := s.retentionMS(); r > 0 {
+		expires = strconv.FormatInt(ms(now)+r, 10)
+	}
+	head[0], head[1], head[2], head[3] = ms(now), expires, k.wake(), len(groups)
+	head[4], head[5], head[6] = len(dues), len(deads), s.activityExpiry(counter, minute)
+	head[7], head[8] = len(counters), len(keyedArgs)/5
+	head = append(append(append(head, counterArgs...), keyedArgs...), args...)
 	keyList = append(keyList, dues...)
 	keyList = append(keyList, deads...)
-	return &scriptCall{script: finishScript, keys: keyList, args: args}
+	return &scriptCall{script: finishScript, keys: keyList, args: head}
 }
 
 // activityExpiry returns the expiry to give shard's activity hash of

@@ -564,10 +564,12 @@ return codes
 //	                unique to this call and shard: with the id, it names one
 //	                reservation
 //
-// Returns per shard {head, {id, content, state line, ...}}: the queue's
-// earliest due time left in it ("" when empty) and the reserved
-// notifications with their new state (reserved, receipt, deadline
-// now+ttr, due time).
+// Returns per shard {head, ids, contents, lines}: the queue's earliest due
+// time left in it ("" when empty), and the ids taken with their contents
+// and new state lines (reserved, receipt, deadline now+ttr); an id whose
+// content is gone has false for both, and is not reserved. The line keeps the due time of a notification that had a state
+// line; one that had none is due at its content's first due time, which
+// Go reads, so that no score is read or formatted per notification.
 var reserveScript = newScript(`
 local now, G = tonumber(ARGV[1]), (#ARGV - 1) / 2
 if not now or G < 1 or G % 1 ~= 0 or #KEYS ~= 1 + 4 * G then
@@ -582,69 +584,60 @@ for g = 1, G do
   total = total + limit
 end
 if total > MAX_BATCH then return redis.error_reply('ERR herald reserve: bad arguments') end
--- dls holds the deadline of each ttr seen: items of a topic share one.
-local res, deltas, dls = {}, {}, {}
+-- routes caches, by the header line after its digest, what a reservation
+-- needs of it: {channel letter, deadline, topic}. The notifications of a
+-- topic share one, so each is parsed once per call.
+local res, routes, counts = {}, {}, {}
 for g = 1, G do
   local due, reserved, jobs, st = KEYS[4 * g - 2], KEYS[4 * g - 1], KEYS[4 * g], KEYS[4 * g + 1]
-  local limit, receipt = tonumber(ARGV[2 * g]), ARGV[2 * g + 1]
-  -- One read gives the due ones and, after them, the head that is left.
-  local first = redis.call('ZRANGEBYSCORE', due, '-inf', '+inf', 'WITHSCORES', 'LIMIT', '0', string.format('%d', limit + 1))
-  -- Scores ascend, so the due ones are a prefix: m of them. When the last
-  -- within the limit is due, so are all before it; else a binary search
-  -- finds where they end. Either way few scores are parsed.
-  local m = math.min(#first / 2, limit)
-  if m > 0 and tonumber(first[2 * m]) > now then
-    local lo, hi = 0, m -- the first lo are due; the hi-th is not
-    while hi - lo > 1 do
-      local mid = math.floor((lo + hi) / 2)
-      if tonumber(first[2 * mid]) > now then hi = mid else lo = mid end
-    end
-    m = lo
-  end
-  local ids, dues = {}, {}
-  for i = 1, m do
-    ids[i] = first[2 * i - 1]
-    dues[i] = first[2 * i]
-  end
-  local head = first[2 * m + 2] or ''
-  local out = {}
-  if #ids > 0 then
-    redis.call('ZREMRANGEBYRANK', due, '0', string.format('%d', #ids - 1))
-    local contents = redis.call('HMGET', jobs, unpack(ids))
+  local receipt = ARGV[2 * g + 1]
+  local ids = redis.call('ZRANGEBYSCORE', due, '-inf', ARGV[1], 'LIMIT', '0', ARGV[2 * g])
+  local m, contents, lines = #ids, {}, {}
+  if m > 0 then
+    -- The due ones are the first m by rank.
+    redis.call('ZREMRANGEBYRANK', due, '0', string.format('%d', m - 1))
+    contents = redis.call('HMGET', jobs, unpack(ids))
     local states = redis.call('HMGET', st, unpack(ids))
-    local sts, zs = {}, {}
-    for i, id in ipairs(ids) do
-      local c = contents[i]
+    local sts, zs, n = {}, {}, 0
+    for i = 1, m do
+      local c, id = contents[i], ids[i]
+      local line = false
       if c then
-        local ch, ttr, topic = route(c)
-        local dl = dls[ttr or '']
-        if not dl then
-          dl = string.format('%d', now + (tonumber(ttr) or 0))
-          dls[ttr or ''] = dl
+        local sp = string.find(c, ' ', 1, true) or 0
+        local key = string.sub(c, sp + 1, (string.find(c, '\n', sp + 1, true) or 1) - 1)
+        local r = routes[key]
+        if not r then
+          local ch, ttr, topic = string.match(key, '^(%l) (%d+) (.+)$')
+          r = {ch or 'w', string.format('%d', now + (tonumber(ttr) or 0)), topic or ''}
+          routes[key] = r
         end
-        local s, a, h, cl, _, _, _, _, x = st_split(states[i])
-        if not s then a, h, cl, x = '0', '0', ch or 'w', '' end -- a first attempt (fresh)
-        local line = st_join('R', a, h, cl, receipt, dl, dues[i], ARGV[1], x)
-        sts[#sts + 1] = id
-        sts[#sts + 1] = line
-        zs[#zs + 1] = dl
-        zs[#zs + 1] = id
-        bump(deltas, topic or '', 'reserved', 1)
-        out[#out + 1] = id
-        out[#out + 1] = c
-        out[#out + 1] = line
+        local old = states[i]
+        if old then
+          local _, a, h, cl, _, _, na, _, x = st_split(old)
+          line = st_join('R', a or '0', h or '0', cl or r[1], receipt, r[2], na or '', ARGV[1], x or '')
+        else
+          line = 'R|0|0|' .. r[1] .. '|' .. receipt .. '|' .. r[2] .. '||' .. ARGV[1] .. '|'
+        end
+        sts[n + 1], sts[n + 2], zs[n + 1], zs[n + 2] = id, line, r[2], id
+        n = n + 2
+        counts[r[3]] = (counts[r[3]] or 0) + 1
       end
+      lines[i] = line
     end
-    if #sts > 0 then
+    if n > 0 then
       redis.call('HSET', st, unpack(sts))
       redis.call('ZADD', reserved, unpack(zs))
     end
   end
-  res[g] = {head, out}
+  local head = redis.call('ZRANGE', due, '0', '0', 'WITHSCORES')
+  res[g] = {head[2] or '', ids, contents, lines}
 end
 -- Every one reserved was scheduled.
-for _, t in pairs(deltas) do t.scheduled = -t.reserved end
-flush(KEYS[1], deltas)
+for topic, c in pairs(counts) do
+  local d = string.format('%d', c)
+  redis.call('HINCRBY', KEYS[1], topic .. ':reserved', d)
+  redis.call('HINCRBY', KEYS[1], topic .. ':scheduled', '-' .. d)
+end
 return res
 `)
 
@@ -653,6 +646,13 @@ return res
 // release (given back without counting an attempt). A call holds one
 // shard on a Cluster, any number on a single Redis.
 //
+// Go computes each new state line from the line it reserved the
+// notification with, and the script swaps one for the other only if the
+// stored line is still that one: a line names its reservation (receipt,
+// deadline), so any change since, a reap or a cancel, makes the finish
+// stale. The script parses no line, and each item names a group that says
+// its action and what it counts, so that an item costs few arguments.
+//
 //	KEYS[1]      stats HASH that counts the moves
 //	KEYS[2]      act HASH of this minute
 //	KEYS[3..]    7 per shard: st HASH, reserved ZSET, hist HASH, finished
@@ -660,154 +660,181 @@ return res
 //	then         ARGV[5] due ZSETs, then ARGV[6] dead ZSETs of topics, of
 //	             any of the shards
 //	ARGV[1]      now (ms)
-//	ARGV[2]      retention (ms); 0 or less keeps finished records
+//	ARGV[2]      expiry (ms) of what succeeds; "" keeps finished records
 //	ARGV[3]      wake channel
 //	ARGV[4]      number of shards
 //	ARGV[5]      number of due keys
 //	ARGV[6]      number of dead-topic keys
 //	ARGV[7]      seconds the act hash is kept from now; 0 leaves its expiry
 //	             alone (the caller set it already this minute)
-//	ARGV[8..]    2 per shard: the shard, and how many of the items are its
-//	then         12 per item, shard by shard: id, receipt, action (ack,
-//	             retry, dead or release), next due (ms; retry and release),
-//	             due key (index), dead key (index), topic, history entry (""
-//	             for none: an attempt given back before it started),
-//	             lateness bucket ("" for none), order key ("" for none), and
-//	             the due keys (index) of the topic's push and pull queues in
-//	             its shard for the one waiting behind it (0 without an order
-//	             key)
+//	ARGV[8]      number of groups
+//	ARGV[9]      number of items with an order key
+//	then         2 per shard: the shard, and how many of the items are its
+//	then         per group: its action (ack, retry, dead or release), the
+//	             number of stats fields, each field and its change, then
+//	             the same for act fields: what one finished item adds
+//	then         5 per item with an order key: its number among the items,
+//	             topic, order key, and the due keys (index) of the topic's
+//	             push and pull queues in its shard, for the one waiting
+//	             behind it
+//	then         per item, shard by shard: id, the state line it was
+//	             reserved with, its new line, its history field and entry
+//	             ("" for none: an attempt given back before it started), its
+//	             group; then for dead the dead key (index), for retry and
+//	             release the next due (ms) and the due key (index)
 //
 // A notification with an order key that succeeds or dies ends its place in
 // its key's line: the one behind it becomes due.
 //
-// Returns one code per item: OK, or STALE when the receipt no longer holds
-// the reservation (it expired and was reaped, or the notification was
-// cancelled): a late finish changes nothing.
+// Returns one code per item: OK, or STALE when the stored line is no longer
+// the one it was reserved with: a late finish changes nothing.
 var finishScript = newScript(`
 local now, G = int_arg(ARGV[1], 0, 9007199254740991), int_arg(ARGV[4], 1, MAX_BATCH)
 local nq, nt = int_arg(ARGV[5], 0, MAX_BATCH), int_arg(ARGV[6], 0, MAX_BATCH)
-local retention, keep = tonumber(ARGV[2]), int_arg(ARGV[7], 0, 1e9)
-if not now or not G or not nq or not nt or not retention or not keep then
+local keep, NC, NK = int_arg(ARGV[7], 0, 1e9), int_arg(ARGV[8], 0, MAX_BATCH), int_arg(ARGV[9], 0, MAX_BATCH)
+local expires = ARGV[2]
+if not now or not G or not nq or not nt or not keep or not NC or not NK or (expires ~= '' and not int_arg(expires, 0, 9007199254740991)) then
   return redis.error_reply('ERR herald finish: bad arguments')
 end
-local F, K, B = 12, 2 + 7 * G, 7 + 2 * G
-local n = (#ARGV - B) / F
-if n < 1 or n > MAX_BATCH or n ~= math.floor(n) or #KEYS ~= K + nq + nt then
-  return redis.error_reply('ERR herald finish: bad arguments')
+local K = 2 + 7 * G
+local b0 = 9 + 2 * G
+-- Groups, by the index an item names them with: GX the action, GS and GA
+-- the ARGV index of the first stats and act field, GN and GM how many.
+local WIDTH = {ack = 5, dead = 6, retry = 7, release = 7}
+local GX, GS, GN, GA, GM = {}, {}, {}, {}, {}
+local function fields(at)
+  local nf = int_arg(ARGV[at], 0, 64)
+  if not nf then return nil end
+  for f = at + 1, at + 2 * nf, 2 do
+    if not ARGV[f] or ARGV[f] == '' or not int_arg(ARGV[f + 1], -MAX_BATCH, MAX_BATCH) then return nil end
+  end
+  return nf
 end
+for c = 1, NC do
+  local x, key = ARGV[b0 + 1], tostring(c)
+  local ns = WIDTH[x] and fields(b0 + 2)
+  if not ns then return redis.error_reply('ERR herald finish: bad group ' .. c) end
+  GX[key], GS[key], GN[key] = x, b0 + 3, ns
+  b0 = b0 + 2 + 2 * ns
+  local na = fields(b0 + 1)
+  if not na then return redis.error_reply('ERR herald finish: bad group ' .. c) end
+  GA[key], GM[key] = b0 + 2, na
+  b0 = b0 + 1 + 2 * na
+end
+local keyed = {}
+for j = 1, NK do
+  local kb = b0 + 5 * (j - 1)
+  keyed[tonumber(ARGV[kb + 1]) or 0] = kb
+end
+local B = b0 + 5 * NK
 local total = 0
 for g = 1, G do
-  local c = int_arg(ARGV[7 + 2 * g], 1, MAX_BATCH)
-  if ARGV[6 + 2 * g] == '' or not c then return redis.error_reply('ERR herald finish: bad arguments') end
+  local c = int_arg(ARGV[9 + 2 * g], 1, MAX_BATCH)
+  if ARGV[8 + 2 * g] == '' or not c then return redis.error_reply('ERR herald finish: bad arguments') end
   total = total + c
 end
-if total ~= n then return redis.error_reply('ERR herald finish: bad arguments') end
-local ACTIONS = {ack = true, retry = true, dead = true, release = true}
+if total > MAX_BATCH or #KEYS ~= K + nq + nt then return redis.error_reply('ERR herald finish: bad arguments') end
 -- QI and TI map each valid due and dead key index, as the caller writes
 -- it, to its number: a lookup per item instead of parsing one.
 local QI, TI = {}, {}
-for j = 0, nq do QI[tostring(j)] = j end
-for j = 0, nt do TI[tostring(j)] = j end
-for i = 1, n do
-  local b = B + (i - 1) * F
-  local a, qi, ti = ARGV[b + 3], QI[ARGV[b + 5]], TI[ARGV[b + 6]]
-  if ARGV[b + 1] == '' or not ACTIONS[a] or not qi or not ti
-    or ((a == 'retry' or a == 'release') and (not int_arg(ARGV[b + 4], 0, 9007199254740991) or qi < 1))
-    or (a == 'dead' and ti < 1)
-    or (ARGV[b + 10] ~= '' and ((QI[ARGV[b + 11]] or 0) < 1 or (QI[ARGV[b + 12]] or 0) < 1)) then
+for j = 1, nq do QI[tostring(j)] = j end
+for j = 1, nt do TI[tostring(j)] = j end
+-- at[i] is where item i's arguments start.
+local at, b = {}, B
+for i = 1, total do
+  local x = GX[ARGV[b + 6] or '']
+  if not x or ARGV[b + 1] == '' or ARGV[b + 3] == '' or (x == 'dead' and not TI[ARGV[b + 7]])
+    or ((x == 'retry' or x == 'release') and (not int_arg(ARGV[b + 7], 0, 9007199254740991) or not QI[ARGV[b + 8]])) then
     return redis.error_reply('ERR herald finish: bad item ' .. i)
   end
+  at[i] = b
+  b = b + 1 + WIDTH[x]
 end
-local codes, adds, dead, act, deltas, tally = {}, {}, {}, {}, {}, {}
-local expires = string.format('%d', now + retention)
--- incr counts one up; the counts of a batch are mostly alike, so each is
--- formatted once.
-local plus1 = {}
-local function incr(v)
-  local r = plus1[v]
-  if not r then
-    r = string.format('%d', v + 1)
-    plus1[v] = r
+if b ~= #ARGV then return redis.error_reply('ERR herald finish: bad arguments') end
+for j, kb in pairs(keyed) do
+  if j < 1 or j > total or ARGV[kb + 3] == '' or not int_arg(ARGV[kb + 4], 1, nq) or not int_arg(ARGV[kb + 5], 1, nq) then
+    return redis.error_reply('ERR herald finish: bad arguments')
   end
-  return r
 end
+local codes, adds, dead, counts, deltas = {}, {}, {}, {}, {}
 local first = 1
 for g = 1, G do
   local k = 2 + 7 * (g - 1)
-  local stkey, shard, last = KEYS[k + 1], ARGV[6 + 2 * g], first + tonumber(ARGV[7 + 2 * g]) - 1
-  local ids = {}
-  for i = first, last do ids[#ids + 1] = ARGV[B + (i - 1) * F + 1] end
+  local stkey, shard, last = KEYS[k + 1], ARGV[8 + 2 * g], first + tonumber(ARGV[9 + 2 * g]) - 1
+  local ids, m = {}, 0
+  for i = first, last do
+    m = m + 1
+    ids[m] = ARGV[at[i] + 1]
+  end
   local states = redis.call('HMGET', stkey, unpack(ids))
   local unres, hist, sts, fin, deadall, heads = {}, {}, {}, {}, {}, {}
+  local nu, nh, ns, nf, nd = 0, 0, 0, 0, 0
   for i = first, last do
-    local b = B + (i - 1) * F
-    local id, action, topic = ARGV[b + 1], ARGV[b + 3], ARGV[b + 7]
-    local s, a, h, c, r, _, _, _, x = st_split(states[i - first + 1])
-    if s ~= 'R' or r ~= ARGV[b + 2] then
+    local b = at[i]
+    if states[i - first + 1] ~= ARGV[b + 2] then
       codes[i] = STALE
     else
       codes[i] = OK
-      unres[#unres + 1] = id
-      if ARGV[b + 8] ~= '' then
-        hist[#hist + 1] = id .. '|' .. h
-        hist[#hist + 1] = ARGV[b + 8]
-        h = incr(h)
+      local id, c = ARGV[b + 1], ARGV[b + 6]
+      local action = GX[c]
+      nu = nu + 1
+      unres[nu] = id
+      if ARGV[b + 4] ~= '' then
+        hist[nh + 1], hist[nh + 2] = ARGV[b + 4], ARGV[b + 5]
+        nh = nh + 2
       end
-      local na = ''
-      bump(tally, topic, action, 1)
-      if action == 'release' or action == 'retry' then
-        s, na = 'S', ARGV[b + 4]
-        due_add(adds, K + QI[ARGV[b + 5]], na, id, shard)
-      end
-      if action ~= 'release' then
-        a = incr(a)
-        if action == 'ack' then
-          s = 'K'
-          if retention > 0 then
-            fin[#fin + 1] = expires
-            fin[#fin + 1] = id
-          end
-        elseif action == 'dead' then
-          s = 'D'
-          deadall[#deadall + 1] = ARGV[1]
-          deadall[#deadall + 1] = id
-          push(dead, TI[ARGV[b + 6]], ARGV[1], id)
+      sts[ns + 1], sts[ns + 2] = id, ARGV[b + 3]
+      ns = ns + 2
+      counts[c] = (counts[c] or 0) + 1
+      if action == 'ack' then
+        if expires ~= '' then
+          fin[nf + 1], fin[nf + 2] = expires, id
+          nf = nf + 2
         end
-        if ARGV[b + 9] ~= '' then bump(act, topic, 'lat|' .. ARGV[b + 9], 1) end
-        if s ~= 'S' and ARGV[b + 10] ~= '' then
-          heads[#heads + 1] = {id = id, topic = topic, key = ARGV[b + 10],
-            push = K + QI[ARGV[b + 11]], pull = K + QI[ARGV[b + 12]]}
-        end
+      elseif action == 'dead' then
+        deadall[nd + 1], deadall[nd + 2] = ARGV[1], id
+        nd = nd + 2
+        push(dead, TI[ARGV[b + 7]], ARGV[1], id)
+      else
+        due_add(adds, K + QI[ARGV[b + 8]], ARGV[b + 7], id, shard)
       end
-      sts[#sts + 1] = id
-      sts[#sts + 1] = st_join(s, a, h, c, '', '', na, ARGV[1], x)
+      local kb = keyed[i]
+      if kb and (action == 'ack' or action == 'dead') then
+        heads[#heads + 1] = {id = id, topic = ARGV[kb + 2], key = ARGV[kb + 3],
+          push = K + QI[ARGV[kb + 4]], pull = K + QI[ARGV[kb + 5]]}
+      end
     end
   end
-  if #unres > 0 then
+  if nu > 0 then
     release(KEYS[k + 6], KEYS[k + 7], stkey, heads, now, adds, deltas, sts, shard)
     redis.call('ZREM', KEYS[k + 2], unpack(unres))
-    if #hist > 0 then redis.call('HSET', KEYS[k + 3], unpack(hist)) end
+    if nh > 0 then redis.call('HSET', KEYS[k + 3], unpack(hist)) end
     redis.call('HSET', stkey, unpack(sts))
-    if #fin > 0 then redis.call('ZADD', KEYS[k + 4], unpack(fin)) end
-    if #deadall > 0 then redis.call('ZADD', KEYS[k + 5], unpack(deadall)) end
+    if nf > 0 then redis.call('ZADD', KEYS[k + 4], unpack(fin)) end
+    if nd > 0 then redis.call('ZADD', KEYS[k + 5], unpack(deadall)) end
   end
   first = last + 1
 end
--- Each action's counts, from the tally of actions per topic.
-for topic, t in pairs(tally) do
-  local ack, retry, dead_, rel = t.ack or 0, t.retry or 0, t.dead or 0, t.release or 0
-  bump(deltas, topic, 'reserved', -(ack + retry + dead_ + rel))
-  bump(deltas, topic, 'scheduled', retry + rel)
-  bump(deltas, topic, 'succeeded_total', ack)
-  bump(deltas, topic, 'failed_attempts_total', retry + dead_)
-  bump(deltas, topic, 'dead', dead_)
-  bump(act, topic, 'ok', ack)
-  bump(act, topic, 'fail', retry + dead_)
+-- Each group's changes times its count, summed by field.
+local sums, asums = {}, {}
+for c, cnt in pairs(counts) do
+  for f = GS[c], GS[c] + 2 * GN[c] - 1, 2 do sums[ARGV[f]] = (sums[ARGV[f]] or 0) + cnt * tonumber(ARGV[f + 1]) end
+  for f = GA[c], GA[c] + 2 * GM[c] - 1, 2 do asums[ARGV[f]] = (asums[ARGV[f]] or 0) + cnt * tonumber(ARGV[f + 1]) end
 end
+for f, v in pairs(sums) do
+  if v ~= 0 then redis.call('HINCRBY', KEYS[1], f, string.format('%d', v)) end
+end
+local acted = false
+for f, v in pairs(asums) do
+  if v ~= 0 then
+    redis.call('HINCRBY', KEYS[2], f, string.format('%d', v))
+    acted = true
+  end
+end
+if acted and keep > 0 then redis.call('EXPIRE', KEYS[2], keep) end
 due_flush(adds, ARGV[3])
 for t, l in pairs(dead) do redis.call('ZADD', KEYS[K + nq + t], unpack(l)) end
 flush(KEYS[1], deltas)
-if flush(KEYS[2], act, '|') and keep > 0 then redis.call('EXPIRE', KEYS[2], keep) end
 return codes
 `)
 

@@ -1,8 +1,11 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,8 +91,22 @@ func TestRejectedCallChangesNothing(t *testing.T) {
 		TTR: notify.Duration(time.Minute), SendAt: now, Digest: "d"}
 	enqueueKeys := []string{k.job(0), k.state(0), k.hist(0), k.stats(0), k.finished(0), k.deadAll(0), k.order(0), k.link(0),
 		k.due(0, PullQueue("jobs")), k.dead(0, "jobs")}
-	finishKeys := []string{k.stats(0), k.activity(0, 1), k.state(0), k.reserved(0), k.hist(0), k.finished(0), k.deadAll(0),
-		k.order(0), k.link(0), k.due(0, PullQueue("jobs")), k.dead(0, "jobs")}
+	var finishKeys []string
+	// finishArgs is a valid finish of the two reserved ones, an ack and a
+	// retry, changed by bad.
+	finishArgs := func(bad func(args []any)) []any {
+		items := make([]finishItem, 2)
+		require.NoError(t, items[0].prepare(&Finish{Notification: reserved[0], Action: notify.ActionAck,
+			Attempt: notify.Attempt{Outcome: notify.OutcomeSuccess}}, now))
+		require.NoError(t, items[1].prepare(&Finish{Notification: reserved[1], Action: notify.ActionRetry, NextAt: now,
+			Attempt: notify.Attempt{Outcome: notify.OutcomeRetry}}, now))
+		call := st.finishCall([]shardItems{{shard: 0, idx: []int{0, 1}}}, items, now, 1)
+		finishKeys = call.keys
+		args := slices.Clone(call.args)
+		bad(args)
+		return args
+	}
+	valid := finishArgs(func([]any) {}) // sets finishKeys
 	tests := []struct {
 		name   string
 		script *redis.Script
@@ -97,35 +114,35 @@ func TestRejectedCallChangesNothing(t *testing.T) {
 		args   []any
 	}{
 		{"EnqueueBadDue", enqueueScript, enqueueKeys, []any{ms(now), k.wake(), 0, 1, 1, 5000,
-			"d", encodeContent(good, now), ms(now), 0, 1, 1, "jobs", "pull.jobs", 0, 0, 0, "", "",
-			"e", encodeContent(good, now), "soon", 0, 1, 1, "jobs", "pull.jobs", 0, 0, 0, "", ""}},
+			"d", encodeContent(good, now, ms(now)), ms(now), 0, 1, 1, "jobs", "pull.jobs", 0, 0, 0, "", "",
+			"e", encodeContent(good, now, ms(now)), "soon", 0, 1, 1, "jobs", "pull.jobs", 0, 0, 0, "", ""}},
 		{"EnqueueBadKeyIndex", enqueueScript, enqueueKeys, []any{ms(now), k.wake(), 0, 1, 1, 5000,
-			"d", encodeContent(good, now), ms(now), 0, 1, 1, "jobs", "pull.jobs", 0, 0, 0, "", "",
-			"e", encodeContent(good, now), ms(now), 0, 2, 1, "jobs", "pull.jobs", 0, 0, 0, "", ""}},
-		{"FinishBadAction", finishScript, finishKeys, []any{ms(now), 1000, k.wake(), 1, 1, 1, 60, 0, 2,
-			reserved[0].ID, reserved[0].Receipt, "ack", "", 0, 0, "jobs", "{}", "", "", 0, 0,
-			reserved[1].ID, reserved[1].Receipt, "explode", "", 0, 0, "jobs", "{}", "", "", 0, 0}},
-		{"FinishRetryWithoutDue", finishScript, finishKeys, []any{ms(now), 1000, k.wake(), 1, 1, 1, 60, 0, 2,
-			reserved[0].ID, reserved[0].Receipt, "ack", "", 0, 0, "jobs", "{}", "", "", 0, 0,
-			reserved[1].ID, reserved[1].Receipt, "retry", "", 1, 0, "jobs", "{}", "", "", 0, 0}},
+			"d", encodeContent(good, now, ms(now)), ms(now), 0, 1, 1, "jobs", "pull.jobs", 0, 0, 0, "", "",
+			"e", encodeContent(good, now, ms(now)), ms(now), 0, 2, 1, "jobs", "pull.jobs", 0, 0, 0, "", ""}},
 		{"EnqueueNewBadDue", enqueueNewScript, []string{k.stats(0), k.job(0), k.due(0, PullQueue("jobs")),
 			k.job(0), k.due(0, PullQueue("jobs"))}, []any{ms(now), k.wake(), 5000,
-			"d", encodeContent(good, now), ms(now), 0, "pull.jobs", "jobs",
-			"e", encodeContent(good, now), "soon", 0, "pull.jobs", "jobs"}},
+			"d", encodeContent(good, now, ms(now)), ms(now), 0, "pull.jobs", "jobs",
+			"e", encodeContent(good, now, ms(now)), "soon", 0, "pull.jobs", "jobs"}},
 		{"EnqueueNewMissingKey", enqueueNewScript, []string{k.stats(0), k.job(0), k.due(0, PullQueue("jobs")), k.job(0)},
-			[]any{ms(now), k.wake(), 5000, "d", encodeContent(good, now), ms(now), 0, "pull.jobs", "jobs",
-				"e", encodeContent(good, now), ms(now), 0, "pull.jobs", "jobs"}},
+			[]any{ms(now), k.wake(), 5000, "d", encodeContent(good, now, ms(now)), ms(now), 0, "pull.jobs", "jobs",
+				"e", encodeContent(good, now, ms(now)), ms(now), 0, "pull.jobs", "jobs"}},
 		{"ReserveBadLimit", reserveScript, []string{k.stats(0), k.due(0, PullQueue("jobs")), k.reserved(0), k.job(0), k.state(0),
 			k.due(0, PullQueue("jobs")), k.reserved(0), k.job(0), k.state(0)}, []any{ms(time.Now()), 1, "r.", 0, "s."}},
-		{"FinishCountsDisagree", finishScript, finishKeys, []any{ms(now), 1000, k.wake(), 1, 1, 1, 60, 0, 1,
-			reserved[0].ID, reserved[0].Receipt, "ack", "", 0, 0, "jobs", "{}", "", "", 0, 0,
-			reserved[1].ID, reserved[1].Receipt, "ack", "", 0, 0, "jobs", "{}", "", "", 0, 0}},
+		{"FinishBadGroup", finishScript, finishKeys, finishArgs(func(a []any) { a[len(a)-3] = 9 })},
+		{"FinishBadGroupField", finishScript, finishKeys, finishArgs(func(a []any) { a[14] = "x" })},
+		{"FinishRetryWithoutDue", finishScript, finishKeys, finishArgs(func(a []any) { a[len(a)-2] = "soon" })},
+		{"FinishRetryBadKey", finishScript, finishKeys, finishArgs(func(a []any) { a[len(a)-1] = 7 })},
+		{"FinishCountsDisagree", finishScript, finishKeys, finishArgs(func(a []any) { a[10] = 1 })},
 	}
 	for _, tc := range tests {
 		_, err := st.runScript(ctx, tc.script, tc.keys, tc.args...)
 		require.ErrorContains(t, err, "herald", tc.name)
 		require.Equal(t, before, dumpAll(t, st), "%s changed Redis", tc.name)
 	}
+	// The finishes above failed for what was changed: unchanged, it runs.
+	v, err := st.runScript(ctx, finishScript, finishKeys, valid...)
+	require.NoError(t, err)
+	require.Equal(t, []any{int64(codeOK), int64(codeOK)}, v)
 }
 
 // TestQuarantine corrupts one stored notification: reservations and the
@@ -195,7 +212,7 @@ func TestLongDigestsCompareAlike(t *testing.T) {
 	const long = "0123456789abcdef0123456789abcdef"
 	for _, id := range []string{"a", "b"} {
 		n := build(id, long)
-		content := encodeContent(n, now)
+		content := encodeContent(n, now, ms(now))
 		require.Equal(t, long[:digestLen]+" ", string(content[:digestLen+1]))
 		old := append([]byte(long), content[digestLen:]...)
 		require.NoError(t, client.HSet(ctx, st.keys.job(st.keys.shardFor(n)), id, old).Err())
@@ -209,4 +226,48 @@ func TestLongDigestsCompareAlike(t *testing.T) {
 	require.NoError(t, res[0].Err)
 	require.Equal(t, Existing, res[0].Status)
 	require.ErrorIs(t, res[1].Err, notify.ErrConflict)
+}
+
+// TestFirstVersionContent reserves a notification stored by a version
+// whose content lacks the first due time: its due time is read as send_at
+// plus backoff[0], each rounded up to the millisecond, never earlier than
+// its score, and it finishes like any other.
+func TestFirstVersionContent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := redistest.Start(t, redistest.Options{}).Client(t)
+	st, err := New(&Config{Client: client, Shards: 1})
+	require.NoError(t, err)
+	sendAt := time.Now().Add(-time.Second).Truncate(time.Millisecond).Add(300 * time.Microsecond)
+	backoff := notify.Duration(1500 * time.Microsecond)
+	n := &notify.Notification{ID: "old", Topic: "jobs", Channel: notify.ChannelPull, Payload: json.RawMessage(`{"v":1}`),
+		Backoff: []notify.Duration{backoff}, TTR: notify.Duration(time.Minute), SendAt: sendAt, Digest: "d"}
+	due := dueMS(sendAt.Add(time.Duration(backoff)))
+	v2 := encodeContent(n, sendAt, due)
+	// Version 1: the same, without the first due time after send_at.
+	header, body, _ := strings.Cut(string(v2), "\n")
+	r := &reader{s: body[1:]}
+	created, send := r.uvarint(), r.uvarint()
+	require.EqualValues(t, due, r.uvarint())
+	var v1 bytes.Buffer
+	v1.WriteString(header + "\n\x01")
+	putUvarint(&v1, created)
+	putUvarint(&v1, send)
+	v1.WriteString(r.s)
+	require.NoError(t, client.HSet(ctx, st.keys.job(0), "old", v1.String()).Err())
+	require.NoError(t, client.ZAdd(ctx, st.keys.due(0, PullQueue("jobs")), redis.Z{Score: float64(due), Member: "old"}).Err())
+
+	got, _, err := st.Reserve(ctx, PullQueue("jobs"), []int{0}, 10)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.JSONEq(t, `{"v":1}`, string(got[0].Payload))
+	require.GreaterOrEqual(t, got[0].NextAttemptAt.UnixMilli(), due, "never earlier than the score")
+	require.LessOrEqual(t, got[0].NextAttemptAt.UnixMilli(), due+1)
+	errs, err := st.Finish(ctx, []Finish{{Notification: got[0], Action: notify.ActionAck,
+		Attempt: notify.Attempt{Outcome: notify.OutcomeSuccess}}})
+	require.NoError(t, err)
+	require.NoError(t, errs[0])
+	rec, err := st.Get(ctx, "old")
+	require.NoError(t, err)
+	require.Equal(t, notify.StateSucceeded, rec.State)
 }

@@ -275,6 +275,41 @@ func TestFinish(t *testing.T) {
 		require.Equal(t, notify.StateReserved, rec.State)
 	})
 
+	t.Run("TakenOverCannotFinish", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, store.Config{})
+		b.enqueue(t, b.newNotification(t, "a", 0, 0, 0))
+		first := b.reserveAll(t)[0]
+		require.Equal(t, b.clock.Now(), *first.NextAttemptAt, "a first attempt is due at its first due time")
+		// Its ttr runs out: the reaper fails the attempt, due again now,
+		// and another consumer takes it.
+		b.clock.Advance(time.Hour)
+		expired, err := b.store.Expired(ctx, 0, 10)
+		require.NoError(t, err)
+		require.Len(t, expired, 1)
+		errs, err := b.store.Finish(ctx, []store.Finish{b.finish(notify.ActionRetry, expired[0], b.clock.Now())})
+		require.NoError(t, err)
+		require.NoError(t, errs[0])
+		second := b.reserveAll(t)[0]
+		require.Equal(t, 1, second.Attempts)
+		require.Equal(t, b.clock.Now(), *second.NextAttemptAt)
+
+		errs, err = b.store.Finish(ctx, []store.Finish{b.finish(notify.ActionAck, first, time.Time{})})
+		require.NoError(t, err)
+		require.ErrorIs(t, errs[0], notify.ErrStaleReceipt, "the first holder's ack comes too late")
+		errs, err = b.store.Finish(ctx, []store.Finish{b.finish(notify.ActionAck, second, time.Time{})})
+		require.NoError(t, err)
+		require.NoError(t, errs[0])
+		errs, err = b.store.Finish(ctx, []store.Finish{b.finish(notify.ActionAck, second, time.Time{})})
+		require.NoError(t, err)
+		require.ErrorIs(t, errs[0], notify.ErrStaleReceipt, "a finish applies once")
+		rec, err := b.store.Get(ctx, "a")
+		require.NoError(t, err)
+		require.Equal(t, notify.StateSucceeded, rec.State)
+		require.Equal(t, 2, rec.Attempts)
+		require.Len(t, rec.History, 2)
+	})
+
 	t.Run("RetryReschedules", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, store.Config{})
