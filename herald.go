@@ -128,18 +128,25 @@ func LoadPolicies(path string) (*Policies, error) { return policy.Load(path) }
 const (
 	// NamespaceDefault prefixes every Redis key.
 	NamespaceDefault = store.NamespaceDefault
-	// ShardsDefault is the number of partitions of a namespace.
+	// ShardsDefault is the number of partitions of a new namespace on a
+	// Redis Cluster.
 	ShardsDefault = store.ShardsDefault
+	// ShardsSingleDefault is the number of partitions of a new namespace
+	// on a single Redis (standalone or Sentinel).
+	ShardsSingleDefault = store.ShardsSingleDefault
 )
 
 // ClientConfig configures a Client. The zero value works: namespace
-// "herald", 16 shards, the default policy.
+// "herald", the namespace's shard count, the default policy.
 type ClientConfig struct {
 	// Namespace prefixes every key; producers and workers of one
 	// deployment share it. Default NamespaceDefault ("herald").
 	Namespace string
-	// Shards is the number of partitions; every process of a namespace
-	// must agree on it. Default ShardsDefault (16).
+	// Shards is the number of partitions. A namespace's count is recorded
+	// in Redis when it is first used, and calls fail while another is
+	// configured. Default 0: the recorded count; for a new namespace
+	// ShardsDefault (16) on a Cluster, ShardsSingleDefault (1) on a single
+	// Redis.
 	Shards int
 	// Policies are the retry policies and topic defaults that enqueues
 	// resolve against. Default: the default policy only.
@@ -411,10 +418,11 @@ func (f HandlerFunc) Handle(ctx context.Context, job *Job) error { return f(ctx,
 var _ Handler = HandlerFunc(nil)
 
 // WorkerConfig configures a Worker. The zero value works: namespace
-// "herald", 16 shards, 64 attempts at once, the default policy.
+// "herald", the namespace's shard count, 64 attempts at once, the default
+// policy.
 type WorkerConfig struct {
-	// Namespace and Shards must match the producers'. Defaults
-	// NamespaceDefault and ShardsDefault.
+	// Namespace must match the producers'; Shards, as ClientConfig's, is
+	// best left 0. Default NamespaceDefault.
 	Namespace string
 	Shards    int
 	// Concurrency is the most attempts running at once. Default 64.

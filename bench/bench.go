@@ -70,7 +70,8 @@ type Config struct {
 	// touches a deployment's notifications. It must not contain the glob
 	// characters * ? [ ] \.
 	Namespace string
-	// Shards is as store.Config's. Default store.ShardsDefault.
+	// Shards is as store.Config's; default 0, the store's choice for a new
+	// namespace.
 	Shards int
 	// Count is how many notifications to enqueue. Default CountDefault.
 	Count int
@@ -95,7 +96,6 @@ func (c *Config) withDefaults() *Config {
 		_, _ = rand.Read(b[:])
 		out.Namespace = NamespacePrefix + hex.EncodeToString(b[:])
 	}
-	out.Shards = cmp.Or(out.Shards, store.ShardsDefault)
 	out.Count = cmp.Or(out.Count, CountDefault)
 	out.Lead = cmp.Or(out.Lead, LeadDefault)
 	if out.Logger == nil {

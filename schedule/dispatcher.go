@@ -65,7 +65,7 @@ const (
 // Store is what the dispatcher needs of the store; *store.Store implements
 // it.
 type Store interface {
-	Shards() int
+	Shards(ctx context.Context) (int, error)
 	Now() time.Time
 	Reserve(ctx context.Context, queue string, shards []int, limit int) ([]*notify.Notification, []store.Head, error)
 	Finish(ctx context.Context, items []store.Finish) ([]error, error)
@@ -388,7 +388,10 @@ const never = math.MaxInt64
 // due work and there is room to take it, reserves as much as there is room
 // for in one call, and hands what it got to the workers.
 func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan store.Wake) {
-	shards := d.store.Shards()
+	shards, ok := d.shards(ctx)
+	if !ok {
+		return
+	}
 	// heads[s] is the due time (ms) of shard s's earliest notification as
 	// last seen; 0 means "look now", never means empty.
 	heads := make([]int64, shards)
@@ -468,6 +471,24 @@ func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan
 			heads[w.Shard%shards] = min(heads[w.Shard%shards], w.Due.UnixMilli())
 			drainTimer(timer)
 		}
+	}
+}
+
+// shards returns the store's shard count, waiting out a Redis that cannot
+// tell it yet; false when ctx ends first.
+func (d *Dispatcher) shards(ctx context.Context) (int, bool) {
+	for failures := 1; ; failures++ {
+		n, err := d.store.Shards(ctx)
+		if err == nil {
+			return n, true
+		}
+		if ctx.Err() != nil {
+			return 0, false
+		}
+		wait := backoffDelay(failures)
+		d.cfg.Observer.StoreError("reserve", err)
+		d.log.WarnContext(ctx, "schedule: cannot read the shard count; retrying", "error", err, "retry_in", wait)
+		sleep(ctx, wait)
 	}
 }
 

@@ -245,10 +245,7 @@ func TestTTRExpiryCountsAsFailedAttempt(t *testing.T) {
 	_, _, err = b.store.Enqueue(ctx, n, false)
 	require.NoError(t, err)
 	// A consumer reserves it and vanishes.
-	shards := make([]int, b.store.Shards())
-	for s := range shards {
-		shards[s] = s
-	}
+	shards := heraldtest.AllShards(t, b.store)
 	// Due times are rounded up to the millisecond: it is due within one.
 	var items []*notify.Notification
 	require.Eventually(t, func() bool {

@@ -35,10 +35,7 @@ func BenchmarkScriptCost(b *testing.B) {
 	for i := range reqs {
 		reqs[i].Notification = heraldtest.Notification(b, "n-"+strconv.Itoa(i), now)
 	}
-	all := make([]int, st.Shards())
-	for i := range all {
-		all[i] = i
-	}
+	all := heraldtest.AllShards(b, st)
 	b.ResetTimer()
 
 	cpu0 := redisCPU(b, client)

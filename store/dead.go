@@ -58,6 +58,9 @@ type deadCursor struct {
 // the number of topics: one that reads every shard's next entries after the
 // cursor, merged here, and one that reads the records.
 func (s *Store) ListDead(ctx context.Context, topic string, limit int, cursor string) ([]*notify.Notification, string, error) {
+	if err := s.open(ctx); err != nil {
+		return nil, "", err
+	}
 	limit = min(max(limit, 1), MaxBatch)
 	after := []any{"", "", limit + 1}
 	if cursor != "" {
@@ -147,6 +150,9 @@ type DeadOptions struct {
 // Replay moves the dead notifications f selects back to their queue, due
 // now, and returns how many matched and how many it moved.
 func (s *Store) Replay(ctx context.Context, f DeadFilter, opts DeadOptions) (matched, replayed int, err error) {
+	if err := s.open(ctx); err != nil {
+		return 0, 0, err
+	}
 	now := ms(s.Now())
 	k := s.keys
 	return s.eachDead(ctx, f, opts, func(shard int, topic string, ids []string) *scriptCall {
@@ -166,6 +172,9 @@ func (s *Store) Replay(ctx context.Context, f DeadFilter, opts DeadOptions) (mat
 // Purge deletes the dead notifications f selects, for good, and returns
 // how many matched and how many it deleted.
 func (s *Store) Purge(ctx context.Context, f DeadFilter, opts DeadOptions) (matched, purged int, err error) {
+	if err := s.open(ctx); err != nil {
+		return 0, 0, err
+	}
 	k := s.keys
 	return s.eachDead(ctx, f, opts, func(shard int, topic string, ids []string) *scriptCall {
 		args := []any{topic}

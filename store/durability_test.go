@@ -56,7 +56,7 @@ func reserveEventually(t *testing.T, st *store.Store, n int) []*notify.Notificat
 	t.Helper()
 	var got []*notify.Notification
 	require.Eventually(t, func() bool {
-		items, _, err := st.Reserve(context.Background(), store.PullQueue("jobs"), allShards(st), store.MaxReserve)
+		items, _, err := st.Reserve(context.Background(), store.PullQueue("jobs"), heraldtest.AllShards(t, st), store.MaxReserve)
 		require.NoError(t, err)
 		got = append(got, items...)
 		return len(got) >= n

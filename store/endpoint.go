@@ -24,6 +24,9 @@ var _ endpoint.Lookup = (*Store)(nil)
 // PutEndpoint stores e, validated, under name, replacing any endpoint of
 // that name; created reports a new name.
 func (s *Store) PutEndpoint(ctx context.Context, name string, e *endpoint.Endpoint) (created bool, err error) {
+	if err := s.open(ctx); err != nil {
+		return false, err
+	}
 	b, err := json.Marshal(e)
 	if err != nil {
 		return false, fmt.Errorf("store: put endpoint %q: %w", name, err)
@@ -37,6 +40,9 @@ func (s *Store) PutEndpoint(ctx context.Context, name string, e *endpoint.Endpoi
 
 // Endpoint returns the endpoint stored under name, or endpoint.ErrNotFound.
 func (s *Store) Endpoint(ctx context.Context, name string) (*endpoint.Endpoint, error) {
+	if err := s.open(ctx); err != nil {
+		return nil, err
+	}
 	b, err := s.client.HGet(ctx, s.keys.endpoints(), name).Bytes()
 	if errors.Is(err, redis.Nil) {
 		return nil, endpoint.ErrNotFound
@@ -55,6 +61,9 @@ func (s *Store) Endpoint(ctx context.Context, name string) (*endpoint.Endpoint, 
 // endpoint.ErrNotFound. Notifications naming it fail permanently at their
 // next attempt unless an endpoint of that name exists again by then.
 func (s *Store) DeleteEndpoint(ctx context.Context, name string) error {
+	if err := s.open(ctx); err != nil {
+		return err
+	}
 	n, err := s.client.HDel(ctx, s.keys.endpoints(), name).Result()
 	if err != nil {
 		return fmt.Errorf("store: delete endpoint %q: %w", name, err)
@@ -68,6 +77,9 @@ func (s *Store) DeleteEndpoint(ctx context.Context, name string) error {
 // Endpoints returns every stored endpoint by name. An entry that does not
 // decode is an error naming it rather than a silent omission.
 func (s *Store) Endpoints(ctx context.Context) (map[string]endpoint.Endpoint, error) {
+	if err := s.open(ctx); err != nil {
+		return nil, err
+	}
 	all, err := s.client.HGetAll(ctx, s.keys.endpoints()).Result()
 	if err != nil {
 		return nil, fmt.Errorf("store: list endpoints: %w", err)

@@ -20,8 +20,11 @@ func TestEndpointsOnCluster(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	cluster := redistest.StartCluster(t, 3)
-	st, err := store.New(&store.Config{Client: cluster.Client(t), Namespace: redistest.Namespace(t), Shards: 16, Logger: heraldtest.Logger(t)})
+	st, err := store.New(&store.Config{Client: cluster.Client(t), Namespace: redistest.Namespace(t), Logger: heraldtest.Logger(t)})
 	require.NoError(t, err)
+	n, err := st.Shards(ctx)
+	require.NoError(t, err)
+	require.Equal(t, store.ShardsDefault, n, "a new namespace on a Cluster spreads over 16 shards")
 
 	e := &endpoint.Endpoint{URL: "https://m.example", MaxInFlight: 1, Rate: 1000}
 	_, err = st.PutEndpoint(ctx, "m", e)
@@ -40,10 +43,7 @@ func TestEndpointsOnCluster(t *testing.T) {
 	}
 	require.NoError(t, st.Pause(ctx, store.PauseTopic, "jobs"))
 	var parked []store.Finish
-	shards := make([]int, st.Shards())
-	for i := range shards {
-		shards[i] = i
-	}
+	shards := heraldtest.AllShards(t, st)
 	var items []*notify.Notification
 	require.Eventually(t, func() bool { // due a millisecond after now, rounded up
 		got, _, err := st.Reserve(ctx, store.QueuePush, shards, 10)

@@ -65,6 +65,9 @@ type EnqueueResult struct {
 // one round trip, while each caller still gets its own answer: under load
 // the store pays per batch, not per notification.
 func (s *Store) Enqueue(ctx context.Context, n *notify.Notification, replace bool) (*notify.Notification, EnqueueStatus, error) {
+	if err := s.open(ctx); err != nil {
+		return nil, 0, err
+	}
 	res, err := s.batcher.do(ctx, EnqueueRequest{Notification: n, Replace: replace})
 	if err != nil {
 		return nil, 0, err
@@ -84,6 +87,9 @@ func (s *Store) Enqueue(ctx context.Context, n *notify.Notification, replace boo
 // A batch of one is written together with the other single enqueues made at
 // the same time, as Enqueue's are.
 func (s *Store) EnqueueBatch(ctx context.Context, reqs []EnqueueRequest) ([]EnqueueResult, error) {
+	if err := s.open(ctx); err != nil {
+		return nil, err
+	}
 	if len(reqs) == 1 {
 		res, err := s.batcher.do(ctx, reqs[0])
 		if err != nil {

@@ -33,6 +33,9 @@ type Health struct {
 // EndpointSucceeded records a successful attempt to name: it is no longer
 // failing.
 func (s *Store) EndpointSucceeded(ctx context.Context, name string) error {
+	if err := s.open(ctx); err != nil {
+		return err
+	}
 	if err := s.client.HDel(ctx, s.keys.health(name), "failing_since").Err(); err != nil {
 		return fmt.Errorf("store: endpoint %q health: %w", name, err)
 	}
@@ -44,6 +47,9 @@ func (s *Store) EndpointSucceeded(ctx context.Context, name string) error {
 // justDisabled reports the call that disabled it, for the log line. Its
 // notifications then wait, parked, until EnableEndpoint.
 func (s *Store) EndpointFailed(ctx context.Context, name string, disableAfter time.Duration) (justDisabled bool, err error) {
+	if err := s.open(ctx); err != nil {
+		return false, err
+	}
 	v, err := s.runScript(ctx, failedScript, []string{s.keys.health(name)}, ms(s.Now()), disableAfter.Milliseconds())
 	if err != nil {
 		return false, fmt.Errorf("store: endpoint %q health: %w", name, err)
@@ -64,6 +70,9 @@ func (s *Store) EndpointFailed(ctx context.Context, name string, disableAfter ti
 // EnableEndpoint enables an endpoint its health disabled and makes its
 // waiting notifications due at once; resumed counts them.
 func (s *Store) EnableEndpoint(ctx context.Context, name string) (resumed int, err error) {
+	if err := s.open(ctx); err != nil {
+		return 0, err
+	}
 	if err := s.client.Del(ctx, s.keys.health(name)).Err(); err != nil {
 		return 0, fmt.Errorf("store: enable endpoint %q: %w", name, err)
 	}
@@ -72,6 +81,9 @@ func (s *Store) EnableEndpoint(ctx context.Context, name string) (resumed int, e
 
 // EndpointHealth returns name's health.
 func (s *Store) EndpointHealth(ctx context.Context, name string) (Health, error) {
+	if err := s.open(ctx); err != nil {
+		return Health{}, err
+	}
 	v, err := s.client.HMGet(ctx, s.keys.health(name), "failing_since", "disabled_at").Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return Health{}, fmt.Errorf("store: endpoint %q health: %w", name, err)

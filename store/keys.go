@@ -26,6 +26,7 @@ import (
 //	herald:{3}:order        HASH  "T|key" -> the last notification of order key key in topic T that has not ended
 //	herald:{3}:link         HASH  "n|id" -> the notification waiting right behind id; "p|id" -> the one id waits behind
 //	herald:wake             pub/sub channel: "queue shard due_ms" when a shard's head moves earlier
+//	herald:meta             HASH  "shards" -> the namespace's shard count, recorded at first use
 type keys struct {
 	ns     string
 	shards int
@@ -83,6 +84,8 @@ func (k keys) activity(shard int, minute int64) string {
 }
 
 func (k keys) wake() string { return k.ns + ":wake" }
+
+func (k keys) meta() string { return k.ns + ":meta" }
 
 // histField names attempt n's entry of id's history; "|" cannot occur in an
 // id, so the field is unambiguous.

@@ -36,6 +36,9 @@ func Limited(e *endpoint.Endpoint) bool { return e.MaxInFlight > 0 || e.Rate > 0
 // says how long until a place under the rate frees, or is 0 when the
 // endpoint is at max_in_flight (a place frees when an attempt ends).
 func (s *Store) Acquire(ctx context.Context, name string, e *endpoint.Endpoint, leaseID string, lease time.Duration) (ok bool, wait time.Duration, err error) {
+	if err := s.open(ctx); err != nil {
+		return false, 0, err
+	}
 	interval := 0.0
 	if e.Rate > 0 {
 		interval = 1000 / e.Rate
@@ -57,6 +60,9 @@ func (s *Store) Acquire(ctx context.Context, name string, e *endpoint.Endpoint, 
 
 // Release drops the lease Acquire granted.
 func (s *Store) Release(ctx context.Context, name, leaseID string) error {
+	if err := s.open(ctx); err != nil {
+		return err
+	}
 	if err := s.client.ZRem(ctx, s.keys.inflight(name), leaseID).Err(); err != nil {
 		return fmt.Errorf("store: release endpoint %q: %w", name, err)
 	}

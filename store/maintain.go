@@ -18,6 +18,9 @@ import (
 // Finish. grace absorbs clock skew between dispatchers. One whose content
 // cannot be decoded is quarantined instead of returned.
 func (s *Store) Expired(ctx context.Context, grace time.Duration, limit int) ([]*notify.Notification, error) {
+	if err := s.open(ctx); err != nil {
+		return nil, err
+	}
 	cutoff := strconv.FormatInt(ms(s.Now().Add(-grace)), 10)
 	pipe := s.client.Pipeline()
 	cmds := make([]*redis.StringSliceCmd, s.keys.shards)
@@ -91,6 +94,9 @@ func (s *Store) Quarantined() int64 { return s.quarantined.Load() }
 // Sweep deletes up to limit records per shard whose retention has passed,
 // and returns how many it deleted.
 func (s *Store) Sweep(ctx context.Context, limit int) (int, error) {
+	if err := s.open(ctx); err != nil {
+		return 0, err
+	}
 	limit = min(max(limit, 1), maxScriptBatch)
 	now := ms(s.Now())
 	calls := make([]*scriptCall, s.keys.shards)

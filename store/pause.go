@@ -47,6 +47,9 @@ func pauseField(kind, name string) string { return kind + "|" + name }
 // notifications starts; attempts already running finish. Pausing what is
 // paused changes nothing.
 func (s *Store) Pause(ctx context.Context, kind, name string) error {
+	if err := s.open(ctx); err != nil {
+		return err
+	}
 	if err := checkPause(kind, name); err != nil {
 		return err
 	}
@@ -61,6 +64,9 @@ func (s *Store) Pause(ctx context.Context, kind, name string) error {
 // (its topic and its endpoint) is parked again by the dispatcher that
 // reserves it.
 func (s *Store) Resume(ctx context.Context, kind, name string) (moved int, err error) {
+	if err := s.open(ctx); err != nil {
+		return 0, err
+	}
 	if err := checkPause(kind, name); err != nil {
 		return 0, err
 	}
@@ -107,6 +113,9 @@ func (s *Store) unpark(ctx context.Context, shard int, queue string, band int64)
 // Dispatchers call it now and then for the queues they serve; it costs one
 // command per shard and queue, and one more per band parked there.
 func (s *Store) UnparkStray(ctx context.Context, queues []string, paused map[string]time.Time) (moved int, err error) {
+	if err := s.open(ctx); err != nil {
+		return 0, err
+	}
 	kept := make(map[int64]bool, len(paused))
 	for f := range paused {
 		kind, name, _ := strings.Cut(f, "|")
@@ -141,6 +150,9 @@ func (s *Store) UnparkStray(ctx context.Context, queues []string, paused map[str
 // Paused returns what is paused now: "topic|T" and "endpoint|E" fields,
 // each with when it was paused.
 func (s *Store) Paused(ctx context.Context) (map[string]time.Time, error) {
+	if err := s.open(ctx); err != nil {
+		return nil, err
+	}
 	all, err := s.client.HGetAll(ctx, s.keys.paused()).Result()
 	if err != nil {
 		return nil, fmt.Errorf("store: paused: %w", err)
@@ -155,6 +167,9 @@ func (s *Store) Paused(ctx context.Context) (map[string]time.Time, error) {
 
 // IsPaused reports whether kind name is paused now.
 func (s *Store) IsPaused(ctx context.Context, kind, name string) (bool, error) {
+	if err := s.open(ctx); err != nil {
+		return false, err
+	}
 	ok, err := s.client.HExists(ctx, s.keys.paused(), pauseField(kind, name)).Result()
 	if err != nil {
 		return false, fmt.Errorf("store: paused: %w", err)

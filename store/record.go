@@ -15,12 +15,18 @@ import (
 
 // Get returns a notification with its payload and history.
 func (s *Store) Get(ctx context.Context, id string) (*notify.Notification, error) {
+	if err := s.open(ctx); err != nil {
+		return nil, err
+	}
 	return s.get(ctx, id, true)
 }
 
 // GetState returns a notification with its payload but without its
 // history, in one round trip: what a consumer finishing its attempt needs.
 func (s *Store) GetState(ctx context.Context, id string) (*notify.Notification, error) {
+	if err := s.open(ctx); err != nil {
+		return nil, err
+	}
 	return s.get(ctx, id, false)
 }
 
@@ -173,6 +179,9 @@ func decodeHistory(n *notify.Notification, entries []any) error {
 // gets notify.ErrStaleReceipt. Cancelling a cancelled notification returns
 // it unchanged; a succeeded or dead one is notify.ErrFinished.
 func (s *Store) Cancel(ctx context.Context, id string) (*notify.Notification, error) {
+	if err := s.open(ctx); err != nil {
+		return nil, err
+	}
 	shard := s.keys.shardOf(id)
 	topic := "" // the script names the record's topic, whose keys it needs
 	k := s.keys

@@ -39,6 +39,9 @@ type Head struct {
 // A reserved notification whose content cannot be decoded is quarantined
 // (see Quarantined) and left out, so that it cannot stop the queue.
 func (s *Store) Reserve(ctx context.Context, queue string, shards []int, limit int) ([]*notify.Notification, []Head, error) {
+	if err := s.open(ctx); err != nil {
+		return nil, nil, err
+	}
 	if len(shards) == 0 || limit < 1 {
 		return nil, nil, nil
 	}
@@ -175,6 +178,9 @@ func receiptPrefix() string {
 // consumers, which keep no state between requests, use it to reserve only
 // from shards with due work and to sleep until the next due time.
 func (s *Store) Heads(ctx context.Context, queue string) ([]Head, error) {
+	if err := s.open(ctx); err != nil {
+		return nil, err
+	}
 	pipe := s.client.Pipeline()
 	cmds := make([]*redis.ZSliceCmd, s.keys.shards)
 	for shard := range cmds {
@@ -218,6 +224,9 @@ type Finish struct {
 // Config.WaitReplicas, notify.ErrNotReplicated comes with the per-item
 // results: the finishes applied on the master, unconfirmed by replicas.
 func (s *Store) Finish(ctx context.Context, items []Finish) ([]error, error) {
+	if err := s.open(ctx); err != nil {
+		return nil, err
+	}
 	errs := make([]error, len(items))
 	now := s.Now()
 	prepared := make([]finishItem, len(items))

@@ -28,6 +28,9 @@ type TopicStats struct {
 // The scripts keep them as they move notifications, one counter update per
 // topic per batch.
 func (s *Store) Stats(ctx context.Context) (map[string]TopicStats, error) {
+	if err := s.open(ctx); err != nil {
+		return nil, err
+	}
 	pipe := s.client.Pipeline()
 	cmds := make([]*redis.MapStringStringCmd, s.keys.shards)
 	for shard := range cmds {
@@ -68,6 +71,9 @@ func (s *Store) Stats(ctx context.Context) (map[string]TopicStats, error) {
 // Topics returns every topic that has ever had a notification, sorted: the
 // topics the statistics count.
 func (s *Store) Topics(ctx context.Context) ([]string, error) {
+	if err := s.open(ctx); err != nil {
+		return nil, err
+	}
 	stats, err := s.Stats(ctx)
 	if err != nil {
 		return nil, err
@@ -116,6 +122,9 @@ type MinuteActivity struct {
 // Activity returns the attempts of each topic and minute from since (at
 // most ActivityRetention ago) to now, oldest first, in one pipeline.
 func (s *Store) Activity(ctx context.Context, since time.Time) ([]MinuteActivity, error) {
+	if err := s.open(ctx); err != nil {
+		return nil, err
+	}
 	now := s.Now()
 	if oldest := now.Add(-ActivityRetention); since.Before(oldest) {
 		since = oldest
@@ -196,6 +205,9 @@ func p99(buckets []int64) time.Duration {
 // reserved and state entry, a pass over the whole namespace. Stats keeps the same
 // counts as the scripts move notifications.
 func (s *Store) Recount(ctx context.Context) (map[string]TopicStats, error) {
+	if err := s.open(ctx); err != nil {
+		return nil, err
+	}
 	topics, err := s.Topics(ctx)
 	if err != nil {
 		return nil, err

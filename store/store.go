@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -40,7 +41,13 @@ import (
 // Defaults of Config.
 const (
 	NamespaceDefault = "herald"
-	ShardsDefault    = 16
+	// ShardsDefault is the shard count of a new namespace on a Redis
+	// Cluster, and of one created before shard counts were recorded.
+	ShardsDefault = 16
+	// ShardsSingleDefault is the shard count of a new namespace on a single
+	// Redis (standalone or Sentinel), where shards spread nothing and every
+	// one a batch touches costs its own commands.
+	ShardsSingleDefault = 1
 	RetentionDefault = 7 * 24 * time.Hour
 	// MaxShards bounds Shards; more only costs idle round trips.
 	MaxShards = 1024
@@ -57,8 +64,14 @@ type Config struct {
 	Client redis.UniversalClient
 	// Namespace prefixes every key. Default NamespaceDefault ("herald").
 	Namespace string
-	// Shards is the number of partitions. Changing it on a live namespace
-	// strands what is stored, so pick it once. Default ShardsDefault (16).
+	// Shards is the number of partitions, each under one Redis Cluster hash
+	// tag. A namespace's count is fixed when it is first used and recorded
+	// in Redis (the meta hash); a Store configured with another count fails
+	// every call with a *notify.FieldError naming shards, since using it
+	// would strand what is stored. Default 0: the recorded count, or for a
+	// new namespace ShardsDefault (16) on a Cluster and ShardsSingleDefault
+	// (1) on a single Redis; a namespace that holds records but no count
+	// was created with ShardsDefault.
 	Shards int
 	// Retention is how long succeeded and cancelled records are kept.
 	// Default RetentionDefault (7 days); -1 keeps them forever. Dead records
@@ -88,7 +101,6 @@ type Config struct {
 func (c *Config) WithDefaults() *Config {
 	out := *c
 	out.Namespace = cmp.Or(out.Namespace, NamespaceDefault)
-	out.Shards = cmp.Or(out.Shards, ShardsDefault)
 	out.Retention = cmp.Or(out.Retention, RetentionDefault)
 	out.WakeHorizon = cmp.Or(out.WakeHorizon, WakeHorizonDefault)
 	out.WaitTimeout = cmp.Or(out.WaitTimeout, WaitTimeoutDefault)
@@ -105,8 +117,8 @@ func (c *Config) validate() error {
 	switch {
 	case c.Client == nil:
 		return errors.New("store: Client is required")
-	case c.Shards < 1 || c.Shards > MaxShards:
-		return fmt.Errorf("store: shards must be between 1 and %d", MaxShards)
+	case c.Shards < 0 || c.Shards > MaxShards:
+		return fmt.Errorf("store: shards must be between 1 and %d, or 0 for the namespace's", MaxShards)
 	case strings.ContainsAny(c.Namespace, "{}"):
 		return errors.New("store: namespace must not contain { or }")
 	case c.Retention < -1:
@@ -133,6 +145,11 @@ type Store struct {
 	oneNode bool
 	// quarantined counts the records moved aside as undecodable.
 	quarantined atomic.Int64
+
+	openMu sync.Mutex // serializes open
+	// opened is set once keys.shards holds the namespace's shard count
+	// (open): every method that uses keys opens first.
+	opened atomic.Bool
 
 	actMu sync.Mutex // guards actMinute
 	// actMinute is, per shard, the minute whose activity hash this store
@@ -164,8 +181,90 @@ func (s *Store) counters(shard int) int {
 	return shard
 }
 
-// Shards returns the number of partitions.
-func (s *Store) Shards() int { return s.keys.shards }
+// Shards returns the namespace's number of partitions.
+func (s *Store) Shards(ctx context.Context) (int, error) {
+	if err := s.open(ctx); err != nil {
+		return 0, err
+	}
+	return s.keys.shards, nil
+}
+
+// open settles the namespace's shard count once, the first time a method
+// needs it; a failure is returned and the next call tries again.
+func (s *Store) open(ctx context.Context) error {
+	if s.opened.Load() {
+		return nil
+	}
+	s.openMu.Lock()
+	defer s.openMu.Unlock()
+	if s.opened.Load() {
+		return nil
+	}
+	n, err := s.recordShards(ctx)
+	if err != nil {
+		return err
+	}
+	s.keys.shards = n
+	s.opened.Store(true)
+	return nil
+}
+
+// recordShards returns the namespace's shard count, recording it when it
+// has none: the configured count, or the default (see Config.Shards).
+func (s *Store) recordShards(ctx context.Context) (int, error) {
+	meta := s.keys.meta()
+	for range 2 {
+		v, err := s.client.HGet(ctx, meta, "shards").Result()
+		switch {
+		case err == nil:
+			n, perr := strconv.Atoi(v)
+			if perr != nil || n < 1 || n > MaxShards {
+				return 0, fmt.Errorf("store: %s holds shards %q, not a shard count", meta, v)
+			}
+			if s.cfg.Shards != 0 && s.cfg.Shards != n {
+				return 0, notify.Errorf("shards", "is %d, but namespace %q has %d shards (recorded in %s); "+
+					"another count would strand what is stored, so leave shards unset or set it to %d", s.cfg.Shards, s.keys.ns, n, meta, n)
+			}
+			return n, nil
+		case !errors.Is(err, redis.Nil):
+			return 0, fmt.Errorf("store: read the shard count of namespace %q: %w", s.keys.ns, err)
+		}
+		n := s.cfg.Shards
+		if n == 0 {
+			n = ShardsDefault
+			if s.oneNode {
+				legacy, err := s.holdsRecords(ctx)
+				if err != nil {
+					return 0, err
+				}
+				if !legacy {
+					n = ShardsSingleDefault
+				}
+			}
+		}
+		// Two processes opening a new namespace at once agree on the first
+		// count recorded: the loser reads it back.
+		if err := s.client.HSetNX(ctx, meta, "shards", n).Err(); err != nil {
+			return 0, fmt.Errorf("store: record the shard count of namespace %q: %w", s.keys.ns, err)
+		}
+	}
+	return 0, fmt.Errorf("store: the shard count of namespace %q keeps vanishing", s.keys.ns)
+}
+
+// holdsRecords reports whether the namespace holds what a version that
+// did not record its shard count wrote with ShardsDefault shards.
+func (s *Store) holdsRecords(ctx context.Context) (bool, error) {
+	legacy := keys{ns: s.keys.ns, shards: ShardsDefault}
+	names := []string{legacy.stats(0), legacy.deadAll(0)}
+	for shard := range ShardsDefault {
+		names = append(names, legacy.job(shard))
+	}
+	n, err := s.client.Exists(ctx, names...).Result()
+	if err != nil {
+		return false, fmt.Errorf("store: look for records in namespace %q: %w", s.keys.ns, err)
+	}
+	return n > 0, nil
+}
 
 // Namespace returns the key prefix.
 func (s *Store) Namespace() string { return s.keys.ns }

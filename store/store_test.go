@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/heraldtest"
@@ -58,7 +59,7 @@ func (b *testBundle) enqueue(t *testing.T, n *notify.Notification) *notify.Notif
 // reserveAll reserves everything due in the pull queue of topic jobs.
 func (b *testBundle) reserveAll(t *testing.T) []*notify.Notification {
 	t.Helper()
-	items, _, err := b.store.Reserve(context.Background(), store.PullQueue("jobs"), allShards(b.store), store.MaxReserve)
+	items, _, err := b.store.Reserve(context.Background(), store.PullQueue("jobs"), heraldtest.AllShards(t, b.store), store.MaxReserve)
 	require.NoError(t, err)
 	return items
 }
@@ -183,7 +184,7 @@ func TestReserveEarliestFirst(t *testing.T) {
 		b.enqueue(t, heraldtest.Notification(t, id, b.clock.Now(), heraldtest.SendAt(b.clock.Now().Add(-time.Duration(i)*time.Millisecond))))
 		due[id] = true
 	}
-	shards := allShards(b.store)
+	shards := heraldtest.AllShards(t, b.store)
 	got := map[string]bool{}
 	for _, limit := range []int{1, 2, 3, 5, store.MaxReserve} {
 		items, heads, err := b.store.Reserve(context.Background(), store.PullQueue("jobs"), shards, limit)
@@ -221,7 +222,7 @@ func TestHeads(t *testing.T) {
 	queue := store.PullQueue("jobs")
 	heads, err := b.store.Heads(context.Background(), queue)
 	require.NoError(t, err)
-	require.Len(t, heads, b.store.Shards())
+	require.Len(t, heads, len(heraldtest.AllShards(t, b.store)))
 	for i, h := range heads {
 		require.Equal(t, i, h.Shard)
 		require.True(t, h.Due.IsZero(), "an empty queue has no head")
@@ -590,11 +591,70 @@ func TestRetention(t *testing.T) {
 	require.NoError(t, err, "dead records stay until replayed or purged")
 }
 
-// allShards lists every shard of st, for a reservation that looks at all.
-func allShards(st *store.Store) []int {
-	out := make([]int, st.Shards())
-	for i := range out {
-		out[i] = i
+// TestShardCount opens namespaces on a single Redis: a new one records one
+// shard, one written before counts were recorded keeps 16, and a store
+// configured with another count than the recorded one refuses to work.
+func TestShardCount(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	open := func(t *testing.T, ns string, shards int) *store.Store {
+		t.Helper()
+		st, err := store.New(&store.Config{Client: server.Client(t), Namespace: ns, Shards: shards, Logger: heraldtest.Logger(t)})
+		require.NoError(t, err)
+		return st
 	}
-	return out
+
+	t.Run("NewNamespace", func(t *testing.T) {
+		t.Parallel()
+		ns := redistest.Namespace(t)
+		// Producers and workers starting together agree on one count.
+		counts := make(chan int, 4)
+		for range cap(counts) {
+			go func() {
+				n, err := open(t, ns, 0).Shards(ctx)
+				assert.NoError(t, err)
+				counts <- n
+			}()
+		}
+		for range cap(counts) {
+			require.Equal(t, store.ShardsSingleDefault, <-counts)
+		}
+		st := open(t, ns, 0)
+		n := heraldtest.Notification(t, "a", time.Now())
+		_, _, err := st.Enqueue(ctx, n, false)
+		require.NoError(t, err)
+		got, err := open(t, ns, 1).Get(ctx, "a")
+		require.NoError(t, err, "an explicit count equal to the recorded one")
+		require.Equal(t, "a", got.ID)
+
+		_, err = open(t, ns, 4).Get(ctx, "a")
+		var fe *notify.FieldError
+		require.ErrorAs(t, err, &fe)
+		require.Equal(t, "shards", fe.Field)
+		require.ErrorContains(t, err, "has 1 shards")
+	})
+
+	t.Run("WrittenBeforeCounts", func(t *testing.T) {
+		t.Parallel()
+		ns := redistest.Namespace(t)
+		// A record of the last version, in one of its 16 shards.
+		old := open(t, ns, store.ShardsDefault)
+		n := heraldtest.Notification(t, "legacy", time.Now())
+		_, _, err := old.Enqueue(ctx, n, false)
+		require.NoError(t, err)
+		client := server.Client(t)
+		require.NoError(t, client.Del(ctx, ns+":meta").Err())
+
+		st := open(t, ns, 0)
+		count, err := st.Shards(ctx)
+		require.NoError(t, err)
+		require.Equal(t, store.ShardsDefault, count)
+		got, err := st.Get(ctx, "legacy")
+		require.NoError(t, err)
+		require.Equal(t, "legacy", got.ID)
+		shards, err := client.HGet(ctx, ns+":meta", "shards").Result()
+		require.NoError(t, err)
+		require.Equal(t, "16", shards, "recorded now")
+	})
 }
+

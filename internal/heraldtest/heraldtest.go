@@ -136,6 +136,18 @@ func RequireStatsMatch(tb testing.TB, st *store.Store) {
 	require.Equal(tb, gauges(counted), gauges(kept), "gauges [scheduled waiting reserved dead] per topic: counted afresh vs kept by the scripts")
 }
 
+// AllShards lists every shard of st, for a reservation that looks at all.
+func AllShards(tb testing.TB, st *store.Store) []int {
+	tb.Helper()
+	n, err := st.Shards(context.Background())
+	require.NoError(tb, err)
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
 // BenchPayload is the benchmarks' payload: an order of about 100 bytes.
 var BenchPayload = []byte(`{"order":"2026112200001","amount":"10.00","note":"` + strings.Repeat("x", 48) + `"}`)
 

@@ -75,7 +75,7 @@ log:
 		require.Equal(t, []string{"a:1", "b:2"}, cfg.Redis.Addrs, "lists split on commas")
 		require.Equal(t, "error", cfg.Log.Level)
 		require.Equal(t, "from-file", cfg.Namespace, "file keys the env leaves alone stay")
-		require.Equal(t, 16, cfg.Shards, "defaults where nobody says")
+		require.Zero(t, cfg.Shards, "defaults where nobody says: the namespace's shard count")
 
 		cfg, err = load(t, path, "--log-level", "debug")
 		require.NoError(t, err)
@@ -292,7 +292,7 @@ func TestConfigValidate(t *testing.T) {
 		{"RedisAddr", func(c *config.Config) { c.Redis.Addrs = []string{"a:1", "nohost"} }, "redis.addrs[1]"},
 		{"StandaloneTakesOneAddr", func(c *config.Config) { c.Redis.Addrs = []string{"a:1", "b:2"} }, "redis.addrs"},
 		{"Namespace", func(c *config.Config) { c.Namespace = "{herald}" }, "namespace"},
-		{"ShardsZero", func(c *config.Config) { c.Shards = 0 }, "shards"},
+		{"ShardsNegative", func(c *config.Config) { c.Shards = -1 }, "shards"},
 		{"ShardsTooMany", func(c *config.Config) { c.Shards = 5000 }, "shards"},
 		{"Retention", func(c *config.Config) { c.Retention = 0 }, "retention"},
 		{"Batch", func(c *config.Config) { c.Dispatcher.Batch = 0 }, "dispatcher.batch"},

@@ -64,6 +64,11 @@ func (b *Base) wireWatched(cmd *cobra.Command, allowEmbedded bool, onConnect fun
 		WaitTimeout:  b.Config.Redis.WaitTimeout,
 		Logger:       b.Logger,
 	})
+	if err == nil {
+		// Settle the namespace's shard count now, so that a shards setting
+		// that disagrees with it stops the command before it does anything.
+		_, err = st.Shards(cmd.Context())
+	}
 	if err != nil {
 		rc.close()
 		return nil, err

@@ -70,8 +70,11 @@ type Config struct {
 	// share one Redis. Default store.NamespaceDefault ("herald").
 	Namespace string `koanf:"namespace"`
 	// Shards is how many partitions, each under one Redis Cluster hash tag,
-	// the notifications are spread over. Changing it strands what is stored:
-	// pick it once. Default store.ShardsDefault (16).
+	// the notifications are spread over. A namespace's count is recorded in
+	// Redis when it is first used, and a process configured with another
+	// fails, since changing it would strand what is stored. Default 0: the
+	// recorded count; for a new namespace store.ShardsDefault (16) on a
+	// Cluster and store.ShardsSingleDefault (1) on a single Redis.
 	Shards int `koanf:"shards"`
 	// Retention is how long succeeded and cancelled records are kept;
 	// RetentionForever (-1) keeps them. Dead records stay until replayed or
@@ -212,7 +215,6 @@ func Default() Config {
 	return Config{
 		Redis:        RedisConfig{Addrs: []string{RedisAddrDefault}, Mode: RedisModeStandalone, WaitTimeout: store.WaitTimeoutDefault},
 		Namespace:    store.NamespaceDefault,
-		Shards:       store.ShardsDefault,
 		Retention:    store.RetentionDefault,
 		Dispatcher:   DispatcherConfig{Concurrency: schedule.ConcurrencyDefault, Batch: schedule.BatchDefault},
 		API:          APIConfig{Listen: ListenDefault, Tokens: []Secret{}, MaxBody: notify.MaxPayloadDefault},
@@ -259,8 +261,8 @@ func (c *Config) Validate() error {
 	switch {
 	case !namespaceRe.MatchString(c.Namespace):
 		return notify.Errorf("namespace", "must match [A-Za-z0-9._:-]{1,64}")
-	case c.Shards < 1 || c.Shards > store.MaxShards:
-		return notify.Errorf("shards", "must be between 1 and %d", store.MaxShards)
+	case c.Shards < 0 || c.Shards > store.MaxShards:
+		return notify.Errorf("shards", "must be between 1 and %d, or 0 for the namespace's recorded count", store.MaxShards)
 	case c.Retention <= 0 && c.Retention != RetentionForever:
 		return notify.Errorf("retention", "must be positive, or -1 to keep finished records forever")
 	case c.Dispatcher.Concurrency < 1:
