@@ -48,7 +48,7 @@ const (
 	// Redis (standalone or Sentinel), where shards spread nothing and every
 	// one a batch touches costs its own commands.
 	ShardsSingleDefault = 1
-	RetentionDefault = 7 * 24 * time.Hour
+	RetentionDefault    = 7 * 24 * time.Hour
 	// MaxShards bounds Shards; more only costs idle round trips.
 	MaxShards = 1024
 	// WaitTimeoutDefault is Config.WaitTimeout's default.

@@ -657,4 +657,3 @@ func TestShardCount(t *testing.T) {
 		require.Equal(t, "16", shards, "recorded now")
 	})
 }
-
