@@ -60,6 +60,10 @@ const (
 	ShutdownTimeoutDefault = 10 * time.Second
 	// finishBatchMax bounds the outcomes one write records.
 	finishBatchMax = 1000
+	// finishLinger is how long the first outcome of a write waits for
+	// others, and finishLingerBatch how many end the wait early.
+	finishLinger      = time.Millisecond
+	finishLingerBatch = 64
 )
 
 // Store is what the dispatcher needs of the store; *store.Store implements
@@ -603,24 +607,44 @@ func (d *Dispatcher) send(ctx context.Context, n *notify.Notification) (resp not
 	return sender.Send(ctx, n)
 }
 
-// finishLoop records ended attempts in batches: it takes everything that
-// waits, up to finishBatchMax, and writes it in one pipeline; what ends
-// during that write goes into the next.
+// finishLoop records ended attempts in batches: after the first outcome it
+// waits up to finishLinger for others, until finishLingerBatch have come,
+// then writes what it has, up to finishBatchMax, in one pipeline; what ends
+// during that write goes into the next. Each write costs Redis a script
+// call whatever it holds, so a batch of a few dozen costs a fraction of a
+// few; outcomes wait at most the linger longer to be recorded, and no
+// worker waits for them.
 func (d *Dispatcher) finishLoop() {
+	linger := time.NewTimer(time.Hour)
+	drainTimer(linger)
 	for f := range d.finishes {
 		batch := []pendingFinish{f}
-	drain:
+		linger.Reset(finishLinger)
+	collect:
 		for len(batch) < finishBatchMax {
 			select {
 			case f, ok := <-d.finishes:
 				if !ok {
-					break drain
+					break collect
 				}
 				batch = append(batch, f)
+				continue
 			default:
-				break drain
+			}
+			if len(batch) >= finishLingerBatch {
+				break
+			}
+			select {
+			case f, ok := <-d.finishes:
+				if !ok {
+					break collect
+				}
+				batch = append(batch, f)
+			case <-linger.C:
+				break collect
 			}
 		}
+		drainTimer(linger)
 		d.finishBatch(batch)
 	}
 }
