@@ -178,13 +178,13 @@ type enqueueItem struct {
 // items of each call in order. New notifications without an order key, on
 // a Redis that holds every shard, go in one call whatever their shards.
 func (s *Store) enqueueCalls(items []*enqueueItem, now time.Time) ([]*scriptCall, [][]*enqueueItem) {
-	if s.oneNode && len(items) > 1 && !slices.ContainsFunc(items, (*enqueueItem).special) {
-		return []*scriptCall{s.enqueueNewCall(items, now)}, [][]*enqueueItem{items}
-	}
 	byShard := map[int][]*enqueueItem{}
 	for _, it := range items {
 		shard := s.keys.shardFor(it.req.Notification)
 		byShard[shard] = append(byShard[shard], it)
+	}
+	if !slices.ContainsFunc(items, (*enqueueItem).special) {
+		return s.enqueueNewCalls(byShard, now)
 	}
 	k := s.keys
 	var calls []*scriptCall
@@ -219,11 +219,7 @@ func (s *Store) enqueueCalls(items []*enqueueItem, now time.Time) ([]*scriptCall
 		for _, t := range topics {
 			keyList = append(keyList, k.dead(shard, t))
 		}
-		script := enqueueScript
-		if len(group) == 1 && !group[0].special() {
-			script = enqueueOneScript
-		}
-		calls = append(calls, &scriptCall{script: script, keys: keyList, args: args})
+		calls = append(calls, &scriptCall{script: enqueueScript, keys: keyList, args: args})
 		groups = append(groups, group)
 	}
 	return calls, groups
@@ -236,21 +232,67 @@ func (it *enqueueItem) special() bool {
 	return r.Replace || r.Attempts != 0 || r.Dead != nil || r.Notification.OrderKey != "" || it.oldQueue != ""
 }
 
-// enqueueNewCall builds the enqueueNewScript call of items, none special,
-// across shards.
-func (s *Store) enqueueNewCall(items []*enqueueItem, now time.Time) *scriptCall {
-	k := s.keys
-	keyList := make([]string, 1, 1+2*len(items))
-	keyList[0] = k.stats(s.counters(0))
-	args := make([]any, 3, 3+6*len(items))
-	args[0], args[1], args[2] = ms(now), k.wake(), s.cfg.WakeHorizon.Milliseconds()
-	for _, it := range items {
-		n := it.req.Notification
-		shard, queue := k.shardFor(n), queueOf(n.Channel, n.Topic)
-		keyList = append(keyList, k.job(shard), k.due(shard, queue))
-		args = append(args, n.ID, it.content, it.due, shard, queue, n.Topic)
+// enqueueNewCalls builds the enqueueNewScript calls of items, none
+// special, by shard: one call for every shard on a single Redis, one per
+// shard on a Cluster. It returns the items of each call in the order of its
+// results.
+func (s *Store) enqueueNewCalls(byShard map[int][]*enqueueItem, now time.Time) ([]*scriptCall, [][]*enqueueItem) {
+	type route struct {
+		shard        int
+		queue, topic string
 	}
-	return &scriptCall{script: enqueueNewScript, keys: keyList, args: args}
+	k := s.keys
+	horizon := ms(now) + s.cfg.WakeHorizon.Milliseconds()
+	var calls []*scriptCall
+	var order [][]*enqueueItem
+	var call *scriptCall
+	var keyIdx map[string]int
+	var items []any
+	for _, shard := range sortedKeys(byShard) {
+		if call == nil || !s.oneNode {
+			if call != nil {
+				call.args = append(call.args, items...)
+			}
+			call = &scriptCall{script: enqueueNewScript, keys: []string{k.stats(s.counters(shard))}, args: []any{k.wake(), 0}}
+			keyIdx, items = map[string]int{}, nil
+			calls, order = append(calls, call), append(order, nil)
+		}
+		key := func(name string) int {
+			if i, ok := keyIdx[name]; ok {
+				return i
+			}
+			call.keys = append(call.keys, name)
+			keyIdx[name] = len(call.keys)
+			return len(call.keys)
+		}
+		groups := map[route][]*enqueueItem{}
+		var routes []route
+		for _, it := range byShard[shard] {
+			n := it.req.Notification
+			r := route{shard, queueOf(n.Channel, n.Topic), n.Topic}
+			if _, ok := groups[r]; !ok {
+				routes = append(routes, r)
+			}
+			groups[r] = append(groups[r], it)
+		}
+		for _, r := range routes {
+			g := groups[r]
+			earliest := g[0].due
+			for _, it := range g {
+				earliest = min(earliest, it.due)
+				items = append(items, it.req.Notification.ID, it.content, it.due)
+			}
+			wake := ""
+			if earliest <= horizon {
+				wake = strconv.FormatInt(earliest, 10)
+			}
+			call.args = append(call.args, key(k.job(shard)), key(k.due(shard, r.queue)), r.topic, shard, r.queue, len(g), wake)
+			call.args[1] = call.args[1].(int) + 1
+			order[len(order)-1] = append(order[len(order)-1], g...)
+		}
+	}
+	call.args = append(call.args, items...)
+	return calls, order
 }
 
 // enqueueResults fills in the result of each item from its code: a new or

@@ -459,95 +459,80 @@ flush(KEYS[4], deltas)
 return codes
 `)
 
-// enqueueOneScript stores one new notification: the common case of a
-// single enqueue, kept apart from enqueueScript so that each call pays for
-// nothing it does not use. It takes enqueueScript's keys and arguments with
-// exactly one plain item (no replace, no import, no order key); those it
-// reads:
-//
-//	KEYS[1]   job HASH
-//	KEYS[4]   stats HASH
-//	KEYS[9]   due ZSET of the item's queue
-//	          (KEYS[2], [3], [5] to [8] and [10] as enqueueScript's, unused)
-//	ARGV[1]   now (ms)
-//	ARGV[2]   wake channel
-//	ARGV[3]   shard
-//	ARGV[6]   wake horizon (ms)
-//	ARGV[7]   id
-//	ARGV[8]   content
-//	ARGV[9]   due (ms)
-//	ARGV[10]  replace: must be 0
-//	ARGV[13]  topic
-//	ARGV[14]  queue
-//	ARGV[17]  attempts already made: must be 0
-//	ARGV[18]  dead-letter history entry: must be ""
-//	ARGV[19]  order key: must be ""
-//	          (ARGV[4], [5], [11], [12], [15], [16] as enqueueScript's)
-//
-// Returns its code alone (OK, EXISTS or CONFLICT).
-var enqueueOneScript = newScript(`
-local now, horizon, due = tonumber(ARGV[1]), tonumber(ARGV[6]), tonumber(ARGV[9])
-if #ARGV ~= 19 or #KEYS ~= 10 or ARGV[7] == '' or not now or not horizon or not due or ARGV[10] ~= '0' or
-    ARGV[17] ~= '0' or ARGV[18] ~= '' or ARGV[19] ~= '' then
-  return redis.error_reply('ERR herald enqueue one: bad arguments')
-end
-if redis.call('HSETNX', KEYS[1], ARGV[7], ARGV[8]) == 0 then
-  if header(redis.call('HGET', KEYS[1], ARGV[7])) == header(ARGV[8]) then return EXISTS end
-  return CONFLICT
-end
-schedule(KEYS[9], {ARGV[9], ARGV[7]}, due, ARGV[2], ARGV[14], ARGV[3], now + horizon)
-redis.call('HINCRBY', KEYS[4], ARGV[13] .. ':scheduled', 1)
-return OK
-`)
-
 // enqueueNewScript stores a batch of new notifications without an order
-// key, of any shards: on a Redis holding every shard, concurrent single
-// enqueues then cost one script between them, not one per shard.
+// key: on a Redis holding every shard, concurrent single enqueues cost one
+// script between them, and on a Cluster one per shard. Go groups the items
+// by the keys they share, and names per group the earliest due time, so
+// that the script reads no score and parses no time but to check it.
 //
-//	KEYS[1]     stats HASH that counts them
-//	KEYS[2i+2]  job HASH of item i's shard (i from 0)
-//	KEYS[2i+3]  due ZSET of item i's queue in its shard
-//	ARGV[1]     now (ms)
-//	ARGV[2]     wake channel
-//	ARGV[3]     wake horizon (ms), as enqueueScript's ARGV[6]
-//	ARGV[4..]   6 per item: id, content, due (ms), shard, queue, topic
+//	KEYS[1]   stats HASH that counts them
+//	KEYS[2..] the job HASHes and due ZSETs the groups name
+//	ARGV[1]   wake channel
+//	ARGV[2]   number of groups
+//	then      7 per group: its job key and due key (KEYS index), topic,
+//	          shard, queue, number of items, and the earliest due time of
+//	          its items ("" when that is later than the wake horizon: every
+//	          dispatcher polls more often, so none needs waking)
+//	then      3 per item, group by group: id, content, due (ms)
 //
-// Returns per item its code: OK, EXISTS or CONFLICT. An id twice in one
-// batch: the second is compared with the first.
+// A group's earliest becomes the queue's head, and wakes the dispatchers,
+// when nothing is due at or before it. Returns per item its code: OK,
+// EXISTS or CONFLICT. An id twice in one batch: the second is compared with
+// the first.
 var enqueueNewScript = newScript(`
-local now, horizon, n = tonumber(ARGV[1]), tonumber(ARGV[3]), (#ARGV - 3) / 6
-if not now or not horizon or ARGV[2] == '' or n < 1 or n % 1 ~= 0 or n > MAX_BATCH or #KEYS ~= 1 + 2 * n then
+local G = int_arg(ARGV[2], 1, MAX_BATCH)
+if not G or ARGV[1] == '' then return redis.error_reply('ERR herald enqueue new: bad arguments') end
+local B = 2 + 7 * G
+local KI = {}
+for j = 2, #KEYS do KI[tostring(j)] = true end
+local total = 0
+for g = 0, G - 1 do
+  local b = 2 + 7 * g
+  local c = int_arg(ARGV[b + 6], 1, MAX_BATCH)
+  if not KI[ARGV[b + 1]] or not KI[ARGV[b + 2]] or ARGV[b + 3] == '' or ARGV[b + 4] == '' or ARGV[b + 5] == '' or not c
+    or (ARGV[b + 7] ~= '' and not tonumber(ARGV[b + 7])) then
+    return redis.error_reply('ERR herald enqueue new: bad group ' .. (g + 1))
+  end
+  total = total + c
+end
+if total > MAX_BATCH or #ARGV ~= B + 3 * total then
   return redis.error_reply('ERR herald enqueue new: bad arguments')
 end
-for i = 0, n - 1 do
-  local b = 4 + 6 * i
-  if ARGV[b] == '' or not tonumber(ARGV[b + 2]) or ARGV[b + 3] == '' or ARGV[b + 4] == '' or ARGV[b + 5] == '' then
+for i = 0, total - 1 do
+  local b = B + 3 * i
+  if ARGV[b + 1] == '' or not tonumber(ARGV[b + 3]) then
     return redis.error_reply('ERR herald enqueue new: bad item ' .. (i + 1))
   end
 end
-local codes, adds, deltas = {}, {}, {}
-for i = 0, n - 1 do
-  local b, k = 4 + 6 * i, 2 + 2 * i
-  local id, content, due = ARGV[b], ARGV[b + 1], tonumber(ARGV[b + 2])
-  if redis.call('HSETNX', KEYS[k], id, content) == 1 then
-    codes[i + 1] = OK
-    local a = adds[KEYS[k + 1]]
-    if not a then
-      a = {pairs = {}, earliest = due, shard = ARGV[b + 3], queue = ARGV[b + 4]}
-      adds[KEYS[k + 1]] = a
+local codes, i = {}, 0
+for g = 0, G - 1 do
+  local gb = 2 + 7 * g
+  local job = KEYS[tonumber(ARGV[gb + 1])]
+  local zs, nz = {}, 0
+  for _ = 1, tonumber(ARGV[gb + 6]) do
+    local b = B + 3 * i
+    i = i + 1
+    local id, content = ARGV[b + 1], ARGV[b + 2]
+    if redis.call('HSETNX', job, id, content) == 1 then
+      codes[i] = OK
+      zs[nz + 1], zs[nz + 2] = ARGV[b + 3], id
+      nz = nz + 2
+    elseif header(redis.call('HGET', job, id)) == header(content) then
+      codes[i] = EXISTS
+    else
+      codes[i] = CONFLICT
     end
-    a.pairs[#a.pairs + 1] = ARGV[b + 2]
-    a.pairs[#a.pairs + 1] = id
-    a.earliest = math.min(a.earliest, due)
-    bump(deltas, ARGV[b + 5], 'scheduled', 1)
-  elseif header(redis.call('HGET', KEYS[k], id)) == header(content) then
-    codes[i + 1] = EXISTS
-  else
-    codes[i + 1] = CONFLICT
+  end
+  if nz > 0 then
+    local due, earliest = KEYS[tonumber(ARGV[gb + 2])], ARGV[gb + 7]
+    local ahead = earliest == '' or #redis.call('ZRANGEBYSCORE', due, '-inf', earliest, 'LIMIT', '0', '1') > 0
+    redis.call('ZADD', due, unpack(zs))
+    if not ahead then
+      redis.call('PUBLISH', ARGV[1], ARGV[gb + 5] .. ' ' .. ARGV[gb + 4] .. ' ' .. earliest)
+    end
+    redis.call('HINCRBY', KEYS[1], ARGV[gb + 3] .. ':scheduled', string.format('%d', nz / 2))
   end
 end
-for key, a in pairs(adds) do schedule(key, a.pairs, a.earliest, ARGV[2], a.queue, a.shard, now + horizon) end
-flush(KEYS[1], deltas)
 return codes
 `)
 

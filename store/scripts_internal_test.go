@@ -107,6 +107,24 @@ func TestRejectedCallChangesNothing(t *testing.T) {
 		return args
 	}
 	valid := finishArgs(func([]any) {}) // sets finishKeys
+	// enqueueNewArgs is a valid enqueue of two new ones, d and e, changed by
+	// bad.
+	var newKeys []string
+	enqueueNewArgs := func(bad func(args []any)) []any {
+		var items []*enqueueItem
+		for _, id := range []string{"d", "e"} {
+			n := *good
+			n.ID = id
+			items = append(items, &enqueueItem{req: EnqueueRequest{Notification: &n}, due: ms(now), content: encodeContent(&n, now, ms(now))})
+		}
+		calls, _ := st.enqueueNewCalls(map[int][]*enqueueItem{0: items}, now)
+		require.Len(t, calls, 1)
+		newKeys = calls[0].keys
+		args := slices.Clone(calls[0].args)
+		bad(args)
+		return args
+	}
+	enqueueNewArgs(func([]any) {}) // sets newKeys
 	tests := []struct {
 		name   string
 		script *redis.Script
@@ -119,13 +137,10 @@ func TestRejectedCallChangesNothing(t *testing.T) {
 		{"EnqueueBadKeyIndex", enqueueScript, enqueueKeys, []any{ms(now), k.wake(), 0, 1, 1, 5000,
 			"d", encodeContent(good, now, ms(now)), ms(now), 0, 1, 1, "jobs", "pull.jobs", 0, 0, 0, "", "",
 			"e", encodeContent(good, now, ms(now)), ms(now), 0, 2, 1, "jobs", "pull.jobs", 0, 0, 0, "", ""}},
-		{"EnqueueNewBadDue", enqueueNewScript, []string{k.stats(0), k.job(0), k.due(0, PullQueue("jobs")),
-			k.job(0), k.due(0, PullQueue("jobs"))}, []any{ms(now), k.wake(), 5000,
-			"d", encodeContent(good, now, ms(now)), ms(now), 0, "pull.jobs", "jobs",
-			"e", encodeContent(good, now, ms(now)), "soon", 0, "pull.jobs", "jobs"}},
-		{"EnqueueNewMissingKey", enqueueNewScript, []string{k.stats(0), k.job(0), k.due(0, PullQueue("jobs")), k.job(0)},
-			[]any{ms(now), k.wake(), 5000, "d", encodeContent(good, now, ms(now)), ms(now), 0, "pull.jobs", "jobs",
-				"e", encodeContent(good, now, ms(now)), ms(now), 0, "pull.jobs", "jobs"}},
+		{"EnqueueNewBadDue", enqueueNewScript, newKeys, enqueueNewArgs(func(a []any) { a[len(a)-1] = "soon" })},
+		{"EnqueueNewBadKeyIndex", enqueueNewScript, newKeys, enqueueNewArgs(func(a []any) { a[2] = 9 })},
+		{"EnqueueNewBadEarliest", enqueueNewScript, newKeys, enqueueNewArgs(func(a []any) { a[8] = "soon" })},
+		{"EnqueueNewCountsDisagree", enqueueNewScript, newKeys, enqueueNewArgs(func(a []any) { a[7] = 3 })},
 		{"ReserveBadLimit", reserveScript, []string{k.stats(0), k.due(0, PullQueue("jobs")), k.reserved(0), k.job(0), k.state(0),
 			k.due(0, PullQueue("jobs")), k.reserved(0), k.job(0), k.state(0)}, []any{ms(time.Now()), 1, "r.", 0, "s."}},
 		{"FinishBadGroup", finishScript, finishKeys, finishArgs(func(a []any) { a[len(a)-3] = 9 })},
@@ -141,6 +156,9 @@ func TestRejectedCallChangesNothing(t *testing.T) {
 	}
 	// The finishes above failed for what was changed: unchanged, it runs.
 	v, err := st.runScript(ctx, finishScript, finishKeys, valid...)
+	require.NoError(t, err)
+	require.Equal(t, []any{int64(codeOK), int64(codeOK)}, v)
+	v, err = st.runScript(ctx, enqueueNewScript, newKeys, enqueueNewArgs(func([]any) {})...)
 	require.NoError(t, err)
 	require.Equal(t, []any{int64(codeOK), int64(codeOK)}, v)
 }
