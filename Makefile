@@ -33,6 +33,7 @@ vet:
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseDuration$$' -fuzztime $(FUZZTIME) ./notify
 	$(GO) test -run '^$$' -fuzz '^FuzzDigest$$' -fuzztime $(FUZZTIME) ./notify
+	$(GO) test -run '^$$' -fuzz '^FuzzAttemptJSON$$' -fuzztime $(FUZZTIME) ./notify
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./policy
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeEnqueue$$' -fuzztime $(FUZZTIME) ./api
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeBatch$$' -fuzztime $(FUZZTIME) ./api

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"regexp"
 	"slices"
+	"strconv"
 	"time"
 	"unicode/utf8"
 )
@@ -173,6 +174,40 @@ type Attempt struct {
 	StatusCode int       `json:"status_code,omitempty"`
 	Error      string    `json:"error,omitempty"`
 	DurationMS int64     `json:"duration_ms"`
+}
+
+// AppendJSON appends a as json.Marshal writes it, without its reflection:
+// the store writes one per attempt. Times outside the years 0 to 9999, which
+// json.Marshal refuses, are written as json.Marshal writes the zero time.
+func (a Attempt) AppendJSON(b []byte) []byte {
+	b = append(b, `{"attempt":`...)
+	b = strconv.AppendInt(b, int64(a.Attempt), 10)
+	b = append(b, `,"started_at":`...)
+	b = appendJSONTime(b, a.StartedAt)
+	b = append(b, `,"finished_at":`...)
+	b = appendJSONTime(b, a.FinishedAt)
+	b = append(b, `,"outcome":`...)
+	b = appendJSONString(b, a.Outcome)
+	if a.StatusCode != 0 {
+		b = append(b, `,"status_code":`...)
+		b = strconv.AppendInt(b, int64(a.StatusCode), 10)
+	}
+	if a.Error != "" {
+		b = append(b, `,"error":`...)
+		b = appendJSONString(b, a.Error)
+	}
+	b = append(b, `,"duration_ms":`...)
+	b = strconv.AppendInt(b, a.DurationMS, 10)
+	return append(b, '}')
+}
+
+func appendJSONTime(b []byte, t time.Time) []byte {
+	if y := t.Year(); y < 0 || y > 9999 {
+		t = time.Time{}
+	}
+	b = append(b, '"')
+	b = t.AppendFormat(b, time.RFC3339Nano)
+	return append(b, '"')
 }
 
 // Finished reports whether the notification can make no further attempt

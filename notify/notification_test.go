@@ -141,3 +141,18 @@ func TestNamesMatchTheirPatterns(t *testing.T) {
 		require.Equal(t, header.MatchString(s), ValidHeaderName(s), "header %q", s)
 	}
 }
+
+// FuzzAttemptJSON checks that an attempt's JSON, written by hand for
+// speed, is what json.Marshal writes.
+func FuzzAttemptJSON(f *testing.F) {
+	f.Add(0, int64(1764077000123456789), int64(1764077000123999999), "success", 200, "", int64(1))
+	f.Add(3, int64(0), int64(-1), "retry", 0, "status 503: <down> & \"out\"\n\u2028\xff", int64(-5))
+	f.Add(-1, int64(253402300799999999), int64(1e9), "", 599, "é", int64(1<<62))
+	f.Fuzz(func(t *testing.T, n int, started, finished int64, outcome string, status int, msg string, dur int64) {
+		a := Attempt{Attempt: n, StartedAt: time.Unix(0, started).UTC(), FinishedAt: time.Unix(0, finished).In(time.FixedZone("x", 3600)),
+			Outcome: Outcome(outcome), StatusCode: status, Error: msg, DurationMS: dur}
+		want, err := json.Marshal(a)
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(a.AppendJSON(nil)))
+	})
+}

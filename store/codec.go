@@ -302,10 +302,15 @@ type stateLine struct {
 }
 
 func parseState(s string) (stateLine, error) {
-	f := strings.SplitN(s, "|", 9)
-	if len(f) != 9 {
-		return stateLine{}, fmt.Errorf("bad state %q", s)
+	var f [9]string
+	rest := s
+	for i := range 8 {
+		var ok bool
+		if f[i], rest, ok = strings.Cut(rest, "|"); !ok {
+			return stateLine{}, fmt.Errorf("bad state %q", s)
+		}
 	}
+	f[8] = rest
 	st := stateLine{receipt: f[4], orderKey: f[8], waiting: f[0] == waitingLetter}
 	var ok1, ok2 bool
 	st.state, ok1 = letterStates[f[0]]
@@ -388,12 +393,19 @@ func (st stateLine) format() string {
 	if st.waiting {
 		letter = waitingLetter
 	}
-	opt := func(v int64) string {
-		if v < 0 {
-			return ""
+	b := make([]byte, 0, 48+len(st.receipt)+len(st.orderKey))
+	b = append(b, letter...)
+	b = append(b, '|')
+	b = strconv.AppendInt(b, int64(st.attempts), 10)
+	b = append(b, '|')
+	b = strconv.AppendInt(b, int64(st.histLen), 10)
+	b = append(append(b, '|'), channelLetters[st.channel]...)
+	b = append(append(b, '|'), st.receipt...)
+	for _, v := range []int64{st.deadline, st.next, st.updated} {
+		b = append(b, '|')
+		if v >= 0 {
+			b = strconv.AppendInt(b, v, 10)
 		}
-		return strconv.FormatInt(v, 10)
 	}
-	return strings.Join([]string{letter, strconv.Itoa(st.attempts), strconv.Itoa(st.histLen), channelLetters[st.channel],
-		st.receipt, opt(st.deadline), opt(st.next), opt(st.updated), st.orderKey}, "|")
+	return string(append(append(b, '|'), st.orderKey...))
 }

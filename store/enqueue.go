@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -205,7 +204,7 @@ func (s *Store) enqueueCalls(items []*enqueueItem, now time.Time) ([]*scriptCall
 			if it.req.Dead != nil {
 				a := *it.req.Dead
 				a.Error = notify.CutError(a.Error)
-				dead, _ = json.Marshal(a)
+				dead = a.AppendJSON(nil)
 			}
 			args = append(args, n.ID, it.content, it.due, boolArg(it.req.Replace), q, t, n.Topic, queue, oq, ot, it.req.Attempts, dead, n.OrderKey)
 		}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -331,7 +330,7 @@ func (it *finishItem) prepare(f *Finish, now time.Time) error {
 	if f.Attempt.Outcome != "" {
 		att := f.Attempt
 		att.Error = notify.CutError(att.Error)
-		it.entry, _ = json.Marshal(att)
+		it.entry = att.AppendJSON(make([]byte, 0, 160+len(att.Error)))
 		it.histField = histField(n.ID, st.histLen)
 		st.histLen++
 		if n.NextAttemptAt != nil && f.Action != notify.ActionRelease && f.Attempt.Outcome != notify.OutcomeTTRExpired {

@@ -1,7 +1,10 @@
 package webhook
 
 import (
+	"bytes"
 	"context"
+	"io"
+	"net/http"
 	"testing"
 
 	"github.com/heraldhq/herald/notify/httpsend"
@@ -48,5 +51,23 @@ func BenchmarkSend(b *testing.B) {
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "sends/s")
 			b.ReportMetric(float64(rec.Conns()), "conns")
 		})
+	}
+}
+
+// BenchmarkPlainPost is what BenchmarkSend/Serial costs without Herald: a
+// plain net/http POST of the same body to the same receiver, the yardstick
+// of what signing, headers and the HTTP library add per send.
+func BenchmarkPlainPost(b *testing.B) {
+	rec := httpsendtest.NewReceiver(b, "tcp4", httpsendtest.Answer(200, "success"))
+	n := notification(rec.URL() + "/hook")
+	hc := &http.Client{}
+	b.ReportAllocs()
+	for b.Loop() {
+		res, err := hc.Post(n.Target, "application/json", bytes.NewReader(n.Payload))
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, res.Body)
+		_ = res.Body.Close()
 	}
 }
