@@ -236,16 +236,16 @@ func (it *enqueueItem) special() bool {
 // shard on a Cluster. It returns the items of each call in the order of its
 // results.
 func (s *Store) enqueueNewCalls(byShard map[int][]*enqueueItem, now time.Time) ([]*scriptCall, [][]*enqueueItem) {
-	type route struct {
-		shard        int
+	// A group is the items of one shard, queue and topic: they share keys.
+	type group struct {
 		queue, topic string
+		items        []*enqueueItem
 	}
 	k := s.keys
 	horizon := ms(now) + s.cfg.WakeHorizon.Milliseconds()
 	var calls []*scriptCall
 	var order [][]*enqueueItem
 	var call *scriptCall
-	var keyIdx map[string]int
 	var items []any
 	for _, shard := range sortedKeys(byShard) {
 		if call == nil || !s.oneNode {
@@ -253,31 +253,25 @@ func (s *Store) enqueueNewCalls(byShard map[int][]*enqueueItem, now time.Time) (
 				call.args = append(call.args, items...)
 			}
 			call = &scriptCall{script: enqueueNewScript, keys: []string{k.stats(s.counters(shard))}, args: []any{k.wake(), 0}}
-			keyIdx, items = map[string]int{}, nil
+			items = make([]any, 0, 3*len(byShard[shard]))
 			calls, order = append(calls, call), append(order, nil)
 		}
-		key := func(name string) int {
-			if i, ok := keyIdx[name]; ok {
-				return i
-			}
-			call.keys = append(call.keys, name)
-			keyIdx[name] = len(call.keys)
-			return len(call.keys)
-		}
-		groups := map[route][]*enqueueItem{}
-		var routes []route
+		var groups []group
 		for _, it := range byShard[shard] {
 			n := it.req.Notification
-			r := route{shard, queueOf(n.Channel, n.Topic), n.Topic}
-			if _, ok := groups[r]; !ok {
-				routes = append(routes, r)
+			queue := queueOf(n.Channel, n.Topic)
+			i := slices.IndexFunc(groups, func(g group) bool { return g.queue == queue && g.topic == n.Topic })
+			if i < 0 {
+				i = len(groups)
+				groups = append(groups, group{queue: queue, topic: n.Topic})
 			}
-			groups[r] = append(groups[r], it)
+			groups[i].items = append(groups[i].items, it)
 		}
-		for _, r := range routes {
-			g := groups[r]
-			earliest := g[0].due
-			for _, it := range g {
+		job := len(call.keys) + 1
+		call.keys = append(call.keys, k.job(shard))
+		for _, g := range groups {
+			earliest := g.items[0].due
+			for _, it := range g.items {
 				earliest = min(earliest, it.due)
 				items = append(items, it.req.Notification.ID, it.content, it.due)
 			}
@@ -285,9 +279,15 @@ func (s *Store) enqueueNewCalls(byShard map[int][]*enqueueItem, now time.Time) (
 			if earliest <= horizon {
 				wake = strconv.FormatInt(earliest, 10)
 			}
-			call.args = append(call.args, key(k.job(shard)), key(k.due(shard, r.queue)), r.topic, shard, r.queue, len(g), wake)
+			due := k.due(shard, g.queue)
+			d := slices.Index(call.keys, due) + 1
+			if d == 0 {
+				call.keys = append(call.keys, due)
+				d = len(call.keys)
+			}
+			call.args = append(call.args, job, d, g.topic, shard, g.queue, len(g.items), wake)
 			call.args[1] = call.args[1].(int) + 1
-			order[len(order)-1] = append(order[len(order)-1], g...)
+			order[len(order)-1] = append(order[len(order)-1], g.items...)
 		}
 	}
 	call.args = append(call.args, items...)

@@ -30,6 +30,18 @@ import (
 type keys struct {
 	ns     string
 	shards int
+	// prefixes caches each shard's prefix, once shards is known (setShards):
+	// every batch names keys of its shards.
+	prefixes []string
+}
+
+// setShards sets the shard count and caches the shards' prefixes.
+func (k *keys) setShards(n int) {
+	k.shards = n
+	k.prefixes = make([]string, n)
+	for shard := range k.prefixes {
+		k.prefixes[shard] = k.ns + ":{" + strconv.Itoa(shard) + "}:"
+	}
 }
 
 // QueuePush is the queue of every notification the dispatchers deliver
@@ -61,6 +73,9 @@ func (k keys) hash(s string) int {
 }
 
 func (k keys) prefix(shard int) string {
+	if shard < len(k.prefixes) {
+		return k.prefixes[shard]
+	}
 	return k.ns + ":{" + strconv.Itoa(shard) + "}:"
 }
 

@@ -204,7 +204,7 @@ func (s *Store) open(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.keys.shards = n
+	s.keys.setShards(n)
 	s.opened.Store(true)
 	return nil
 }
