@@ -60,8 +60,9 @@ type EnqueueResult struct {
 }
 
 // Enqueue stores one notification; see EnqueueBatch. Calls made at the same
-// time from many goroutines are written together, one script per shard in
-// one round trip, while each caller still gets its own answer: under load
+// time from many goroutines are written together, in one script on a single
+// Redis and one per shard on a Cluster, in one round trip, while each caller
+// still gets its own answer: under load
 // the store pays per batch, not per notification.
 func (s *Store) Enqueue(ctx context.Context, n *notify.Notification, replace bool) (*notify.Notification, EnqueueStatus, error) {
 	if err := s.open(ctx); err != nil {

@@ -214,7 +214,8 @@ type Finish struct {
 	Attempt notify.Attempt
 }
 
-// Finish ends a batch of attempts in one pipeline, one script per shard.
+// Finish ends a batch of attempts in one pipeline: one script on a single
+// Redis, one per shard on a Cluster.
 // The result holds one error per item: nil, or notify.ErrStaleReceipt when
 // the receipt no longer holds the reservation (it expired and was taken
 // over, or the notification was cancelled). The returned error is for a

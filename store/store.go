@@ -3,14 +3,16 @@
 //
 // Every state change is one atomic Lua script (scripts.go) that moves a
 // whole batch with one command per key. Keys are sharded by a hash of the
-// notification id into Config.Shards partitions, each under one Redis
-// Cluster hash tag (keys.go), so that a cluster spreads the shards. On a
-// Cluster a script touches one slot, and calls that span shards pipeline one
-// script per shard; on a single Redis (standalone or Sentinel) the hot-path
-// scripts (enqueue, reserve, finish) take every shard of a batch in one call
-// and count its moves in shard 0's statistics. Either way a batch costs one
-// round trip per Redis node, not one per notification; single enqueues made
-// at the same time are written together (batcher.go).
+// notification id into partitions, each under one Redis Cluster hash tag
+// (keys.go), so that a cluster spreads the shards; a namespace records its
+// shard count at first use, 16 for a new one on a Cluster and 1 on a single
+// Redis, where shards spread nothing (Config.Shards). On a Cluster a script
+// touches one slot, and calls that span shards pipeline one script per
+// shard; on a single Redis the hot-path scripts (enqueue, reserve, finish)
+// take every shard of a batch in one call and count its moves in shard 0's
+// statistics. Either way a batch costs one round trip per Redis node, not
+// one per notification; single enqueues made at the same time are written
+// together (batcher.go).
 //
 // A notification is stored as content written once and a small state line
 // rewritten at each transition (codec.go), so no transition reads or writes a
