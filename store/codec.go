@@ -21,18 +21,21 @@ import (
 // Content is a header line that the scripts read, then a body only Go
 // reads:
 //
-//	<digest> <channel letter> <ttr ms> <topic>\n
-//	version byte (2; 1 lacks the first due time)
-//	uvarint created (ms), uvarint send_at (ms), uvarint first due (ms)
+//	<digest>:<first due ms> <channel letter> <ttr ms> <topic>\n
+//	version byte (1)
+//	uvarint created (ms), uvarint send_at (ms)
 //	uvarint len(backoff), then each entry (ms)
 //	string policy, template, target, order key, endpoint, trace
 //	uvarint len(headers), then name and value strings
 //	payload: the rest, as given
 //
-// where a string is a uvarint length and its bytes; the first due time is
+// where a string is a uvarint length and its bytes. The first due time is
 // send_at + backoff[0] rounded up once, exactly the first due set's score,
-// so that a reservation need not read scores. The digest is cut to
-// digestLen characters. The header carries what
+// so that a reservation need not read scores; it follows the digest, which
+// is cut to digestLen characters, so that versions that read only those
+// (and a body without it) read this content as theirs. Content without
+// it, as those versions wrote it, is due at send_at plus backoff[0], each
+// rounded up: a millisecond late at most, never early. The header carries what
 // the scripts need without the body: the digest (idempotent enqueue), the
 // channel (which queue) and the topic (which gauges and dead set), and the
 // ttr (the reservation's deadline).
@@ -47,11 +50,7 @@ import (
 // know the key; state W is waiting behind an earlier one of its key, whose
 // next attempt time is when it is due once it heads the line.
 
-// contentVersion is the body's version byte. Version 1 bodies, which lack
-// the first due time, still decode: it is then taken as send_at plus
-// backoff[0], each rounded up, which may be a millisecond late but never
-// early.
-const contentVersion = 2
+const contentVersion = 1
 
 // Letters of the state line and the content header.
 var (
@@ -132,11 +131,10 @@ func SameContent(stored *notify.Notification, digest string) bool {
 func encodeContent(n *notify.Notification, created time.Time, due int64) []byte {
 	var b bytes.Buffer
 	b.Grow(96 + len(n.Topic) + len(n.Target) + len(n.Payload))
-	fmt.Fprintf(&b, "%s %s %d %s\n", n.Digest[:min(len(n.Digest), digestLen)], channelLetters[n.Channel], durMS(n.TTR), n.Topic)
+	fmt.Fprintf(&b, "%s:%d %s %d %s\n", n.Digest[:min(len(n.Digest), digestLen)], due, channelLetters[n.Channel], durMS(n.TTR), n.Topic)
 	b.WriteByte(contentVersion)
 	putUvarint(&b, uint64(ms(created)))
 	putUvarint(&b, uint64(dueMS(n.SendAt)))
-	putUvarint(&b, uint64(due))
 	putUvarint(&b, uint64(len(n.Backoff)))
 	for _, d := range n.Backoff {
 		putUvarint(&b, uint64(durMS(d)))
@@ -163,10 +161,11 @@ func putString(b *bytes.Buffer, s string) {
 	b.WriteString(s)
 }
 
-// header is the part of the content the scripts read.
+// header is the part of the content the scripts read, and the first due
+// time (-1 when the content does not say).
 type header struct {
 	digest, channel, topic string
-	ttr                    int64
+	ttr, due               int64
 }
 
 func parseHeader(content string) (header, string, error) {
@@ -180,7 +179,14 @@ func parseHeader(content string) (header, string, error) {
 	if err != nil || !known {
 		return header{}, "", fmt.Errorf("bad header %q", line)
 	}
-	return header{digest: f[0], channel: channel, ttr: ttr, topic: f[3]}, body, nil
+	h := header{digest: f[0], channel: channel, ttr: ttr, topic: f[3], due: -1}
+	if digest, due, ok := strings.Cut(f[0], ":"); ok {
+		if h.due, err = strconv.ParseInt(due, 10, 64); err != nil || h.due < 0 {
+			return header{}, "", fmt.Errorf("bad header %q", line)
+		}
+		h.digest = digest
+	}
+	return h, body, nil
 }
 
 // decodeContent rebuilds the content fields of a notification: everything
@@ -191,9 +197,8 @@ func decodeContent(id, content string) (*notify.Notification, int64, error) {
 		return nil, 0, fmt.Errorf("decode %s: %w", id, err)
 	}
 	r := &reader{s: body}
-	version := r.byte()
-	if version != 1 && version != contentVersion {
-		return nil, 0, fmt.Errorf("decode %s: unknown content version %d", id, version)
+	if v := r.byte(); v != contentVersion {
+		return nil, 0, fmt.Errorf("decode %s: unknown content version %d", id, v)
 	}
 	n := &notify.Notification{
 		ID: id, Topic: h.topic, Channel: h.channel, Digest: h.digest,
@@ -203,10 +208,7 @@ func decodeContent(id, content string) (*notify.Notification, int64, error) {
 	n.CreatedAt = fromMS(int64(r.uvarint()))
 	n.UpdatedAt = n.CreatedAt
 	n.SendAt = fromMS(int64(r.uvarint()))
-	due := int64(-1)
-	if version > 1 {
-		due = int64(r.uvarint())
-	}
+	due := h.due
 	if nb := r.uvarint(); nb <= notify.MaxBackoff {
 		n.Backoff = make([]notify.Duration, nb)
 		for i := range n.Backoff {

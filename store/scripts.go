@@ -62,9 +62,10 @@ const maxScriptBatch = 1000
 var luaHelpers = []struct{ name, code string }{
 	{"header", `-- header reads a content's header line: digest, channel letter, ttr (ms), topic.
 -- The digest is cut to what the store writes (digestLen), so that records
--- written with a longer one compare alike.
+-- written with a longer one compare alike, and without the first due time
+-- that follows it after a colon.
 local function header(content)
-  local d, c, t, p = string.match(content, '^(%S+) (%l) (%d+) ([^\n]+)\n')
+  local d, c, t, p = string.match(content, '^([^%s:]+)%S* (%l) (%d+) ([^\n]+)\n')
   if d then d = string.sub(d, 1, DIGEST_LEN) end
   return d, c, t, p
 end`},

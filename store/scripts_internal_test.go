@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -231,8 +230,11 @@ func TestLongDigestsCompareAlike(t *testing.T) {
 	for _, id := range []string{"a", "b"} {
 		n := build(id, long)
 		content := encodeContent(n, now, ms(now))
-		require.Equal(t, long[:digestLen]+" ", string(content[:digestLen+1]))
-		old := append([]byte(long), content[digestLen:]...)
+		// Versions that did not store the first due time read the digest's
+		// first digestLen characters, and a version 1 body as before.
+		require.Equal(t, long[:digestLen]+":", string(content[:digestLen+1]))
+		require.EqualValues(t, 1, content[bytes.IndexByte(content, '\n')+1])
+		old := append([]byte(long), content[bytes.IndexByte(content, ' '):]...)
 		require.NoError(t, client.HSet(ctx, st.keys.job(st.keys.shardFor(n)), id, old).Err())
 	}
 
@@ -246,11 +248,11 @@ func TestLongDigestsCompareAlike(t *testing.T) {
 	require.ErrorIs(t, res[1].Err, notify.ErrConflict)
 }
 
-// TestFirstVersionContent reserves a notification stored by a version
-// whose content lacks the first due time: its due time is read as send_at
-// plus backoff[0], each rounded up to the millisecond, never earlier than
-// its score, and it finishes like any other.
-func TestFirstVersionContent(t *testing.T) {
+// TestContentWithoutDueTime reserves a notification stored by a version
+// whose content header lacks the first due time: its due time is read as
+// send_at plus backoff[0], each rounded up to the millisecond, never
+// earlier than its score, and it finishes like any other.
+func TestContentWithoutDueTime(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	client := redistest.Start(t, redistest.Options{}).Client(t)
@@ -259,20 +261,11 @@ func TestFirstVersionContent(t *testing.T) {
 	sendAt := time.Now().Add(-time.Second).Truncate(time.Millisecond).Add(300 * time.Microsecond)
 	backoff := notify.Duration(1500 * time.Microsecond)
 	n := &notify.Notification{ID: "old", Topic: "jobs", Channel: notify.ChannelPull, Payload: json.RawMessage(`{"v":1}`),
-		Backoff: []notify.Duration{backoff}, TTR: notify.Duration(time.Minute), SendAt: sendAt, Digest: "d"}
+		Backoff: []notify.Duration{backoff}, TTR: notify.Duration(time.Minute), SendAt: sendAt, Digest: "0123456789abcdef"}
 	due := dueMS(sendAt.Add(time.Duration(backoff)))
-	v2 := encodeContent(n, sendAt, due)
-	// Version 1: the same, without the first due time after send_at.
-	header, body, _ := strings.Cut(string(v2), "\n")
-	r := &reader{s: body[1:]}
-	created, send := r.uvarint(), r.uvarint()
-	require.EqualValues(t, due, r.uvarint())
-	var v1 bytes.Buffer
-	v1.WriteString(header + "\n\x01")
-	putUvarint(&v1, created)
-	putUvarint(&v1, send)
-	v1.WriteString(r.s)
-	require.NoError(t, client.HSet(ctx, st.keys.job(0), "old", v1.String()).Err())
+	content := encodeContent(n, sendAt, due)
+	old := append([]byte(n.Digest), content[bytes.IndexByte(content, ' '):]...)
+	require.NoError(t, client.HSet(ctx, st.keys.job(0), "old", old).Err())
 	require.NoError(t, client.ZAdd(ctx, st.keys.due(0, PullQueue("jobs")), redis.Z{Score: float64(due), Member: "old"}).Err())
 
 	got, _, err := st.Reserve(ctx, PullQueue("jobs"), []int{0}, 10)
@@ -288,4 +281,7 @@ func TestFirstVersionContent(t *testing.T) {
 	rec, err := st.Get(ctx, "old")
 	require.NoError(t, err)
 	require.Equal(t, notify.StateSucceeded, rec.State)
+	_, status, err := st.Enqueue(ctx, n, false)
+	require.NoError(t, err)
+	require.Equal(t, Existing, status, "its digest compares with a new one's")
 }
