@@ -632,7 +632,7 @@ func (d *Dispatcher) finishLoop() {
 			default:
 			}
 			if len(batch) >= finishLingerBatch {
-				break
+				break collect
 			}
 			select {
 			case f, ok := <-d.finishes:

@@ -208,7 +208,6 @@ func decodeContent(id, content string) (*notify.Notification, int64, error) {
 	n.CreatedAt = fromMS(int64(r.uvarint()))
 	n.UpdatedAt = n.CreatedAt
 	n.SendAt = fromMS(int64(r.uvarint()))
-	due := h.due
 	if nb := r.uvarint(); nb <= notify.MaxBackoff {
 		n.Backoff = make([]notify.Duration, nb)
 		for i := range n.Backoff {
@@ -233,6 +232,7 @@ func decodeContent(id, content string) (*notify.Notification, int64, error) {
 	if r.s != "" {
 		n.Payload = []byte(r.s)
 	}
+	due := h.due
 	if due < 0 && len(n.Backoff) > 0 {
 		due = ms(n.SendAt) + durMS(n.Backoff[0])
 	}

@@ -43,8 +43,9 @@ func (s *Store) get(ctx context.Context, id string, history bool) (*notify.Notif
 
 // getMany reads notifications with payload, and with history when asked,
 // in two round trips however many there are: contents and states, then
-// histories, the due times of those that have no state yet and what the
-// waiting ones wait behind (a second trip only when needed). A notification
+// histories and what the waiting ones wait behind (a second trip only when
+// needed). One that has no state yet is due at its content's first due
+// time, the score its due set holds. A notification
 // with an order key takes one more, after its id's stub. A missing id
 // gives nil.
 func (s *Store) getMany(ctx context.Context, ids []string, history bool) ([]*notify.Notification, error) {
@@ -78,7 +79,6 @@ func (s *Store) getMany(ctx context.Context, ids []string, history bool) ([]*not
 	}
 	out := make([]*notify.Notification, len(ids))
 	hists := make([]*redis.SliceCmd, len(ids))
-	dues := make([]*redis.FloatCmd, len(ids))
 	behind := make([]*redis.StringCmd, len(ids))
 	pipe := s.client.Pipeline()
 	for i, id := range ids {
@@ -98,10 +98,7 @@ func (s *Store) getMany(ctx context.Context, ids []string, history bool) ([]*not
 			}
 			hists[i] = pipe.HMGet(ctx, s.keys.hist(shard), fields...)
 		}
-		switch {
-		case states[i] == "":
-			dues[i] = pipe.ZScore(ctx, s.keys.due(shard, queueOf(n.Channel, n.Topic)), id)
-		case strings.HasPrefix(states[i], waitingLetter):
+		if strings.HasPrefix(states[i], waitingLetter) {
 			behind[i] = pipe.HGet(ctx, s.keys.link(shard), "p|"+id)
 		}
 	}
@@ -116,9 +113,6 @@ func (s *Store) getMany(ctx context.Context, ids []string, history bool) ([]*not
 			if err := decodeHistory(n, hists[i].Val()); err != nil {
 				return nil, err
 			}
-		}
-		if dues[i] != nil && dues[i].Err() == nil {
-			n.NextAttemptAt = optMS(int64(dues[i].Val()))
 		}
 		if behind[i] != nil {
 			n.WaitingFor = behind[i].Val()

@@ -295,9 +295,8 @@ func (s *Store) Finish(ctx context.Context, items []Finish) ([]error, error) {
 // replaces and the one it writes, both whole, so that the script parses
 // neither.
 type finishItem struct {
-	f        *Finish
-	reserved stateLine
-	line     string
+	f    *Finish
+	line string
 	// histField and entry are the history entry to write, if any.
 	histField string
 	entry     []byte
@@ -327,7 +326,6 @@ func (it *finishItem) prepare(f *Finish, now time.Time) error {
 	if err != nil || st.state != notify.StateReserved || st.receipt != n.Receipt {
 		return notify.ErrStaleReceipt
 	}
-	it.reserved = st
 	if f.Attempt.Outcome != "" {
 		att := f.Attempt
 		att.Error = notify.CutError(att.Error)

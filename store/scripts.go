@@ -597,13 +597,10 @@ for g = 1, G do
           r = {ch or 'w', string.format('%d', now + (tonumber(ttr) or 0)), topic or ''}
           routes[key] = r
         end
-        local old = states[i]
-        if old then
-          local _, a, h, cl, _, _, na, _, x = st_split(old)
-          line = st_join('R', a or '0', h or '0', cl or r[1], receipt, r[2], na or '', ARGV[1], x or '')
-        else
-          line = 'R|0|0|' .. r[1] .. '|' .. receipt .. '|' .. r[2] .. '||' .. ARGV[1] .. '|'
-        end
+        -- A notification without a state line (a first attempt) has made
+        -- none, and is due at its content's first due time.
+        local _, a, h, cl, _, _, na, _, x = st_split(states[i])
+        line = st_join('R', a or '0', h or '0', cl or r[1], receipt, r[2], na or '', ARGV[1], x or '')
         sts[n + 1], sts[n + 2], zs[n + 1], zs[n + 2] = id, line, r[2], id
         n = n + 2
         counts[r[3]] = (counts[r[3]] or 0) + 1

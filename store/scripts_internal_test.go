@@ -22,9 +22,7 @@ import (
 func TestRunScriptsRunsEachCallOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := redistest.Start(t, redistest.Options{}).Client(t)
-	st, err := New(&Config{Client: client, Shards: 1})
-	require.NoError(t, err)
+	st, client := startStore(t, 1)
 	for _, id := range []string{"a", "b"} {
 		now := time.Now().UTC().Add(-time.Second)
 		n := &notify.Notification{ID: id, Topic: "jobs", Channel: notify.ChannelPull, Payload: json.RawMessage(`{}`),
@@ -70,9 +68,7 @@ func dumpAll(t *testing.T, st *Store) map[string]string {
 func TestRejectedCallChangesNothing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := redistest.Start(t, redistest.Options{}).Client(t)
-	st, err := New(&Config{Client: client, Shards: 1})
-	require.NoError(t, err)
+	st, _ := startStore(t, 1)
 	now := time.Now().UTC().Add(-time.Second)
 	for _, id := range []string{"a", "b", "c"} {
 		n := &notify.Notification{ID: id, Topic: "jobs", Channel: notify.ChannelPull, Payload: json.RawMessage(`{}`),
@@ -167,9 +163,7 @@ func TestRejectedCallChangesNothing(t *testing.T) {
 func TestQuarantine(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := redistest.Start(t, redistest.Options{}).Client(t)
-	st, err := New(&Config{Client: client, Shards: 1})
-	require.NoError(t, err)
+	st, client := startStore(t, 1)
 	now := time.Now().UTC().Add(-time.Second)
 	for _, id := range []string{"a", "bad", "c", "late-bad"} {
 		n := &notify.Notification{ID: id, Topic: "jobs", Channel: notify.ChannelPull, Payload: json.RawMessage(`{}`),
@@ -218,9 +212,7 @@ func TestQuarantine(t *testing.T) {
 func TestLongDigestsCompareAlike(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := redistest.Start(t, redistest.Options{}).Client(t)
-	st, err := New(&Config{Client: client, Shards: 2})
-	require.NoError(t, err)
+	st, client := startStore(t, 2)
 	now := time.Now().UTC()
 	build := func(id, digest string) *notify.Notification {
 		return &notify.Notification{ID: id, Topic: "jobs", Channel: notify.ChannelPull, Payload: json.RawMessage(`{}`),
@@ -255,9 +247,7 @@ func TestLongDigestsCompareAlike(t *testing.T) {
 func TestContentWithoutDueTime(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := redistest.Start(t, redistest.Options{}).Client(t)
-	st, err := New(&Config{Client: client, Shards: 1})
-	require.NoError(t, err)
+	st, client := startStore(t, 1)
 	sendAt := time.Now().Add(-time.Second).Truncate(time.Millisecond).Add(300 * time.Microsecond)
 	backoff := notify.Duration(1500 * time.Microsecond)
 	n := &notify.Notification{ID: "old", Topic: "jobs", Channel: notify.ChannelPull, Payload: json.RawMessage(`{"v":1}`),
@@ -284,4 +274,16 @@ func TestContentWithoutDueTime(t *testing.T) {
 	_, status, err := st.Enqueue(ctx, n, false)
 	require.NoError(t, err)
 	require.Equal(t, Existing, status, "its digest compares with a new one's")
+}
+
+// startStore opens a store of shards shards on a redis-server of the
+// test's own, and returns it with its client.
+func startStore(t *testing.T, shards int) (*Store, *redis.Client) {
+	t.Helper()
+	client := redistest.Start(t, redistest.Options{}).Client(t)
+	st, err := New(&Config{Client: client, Shards: shards})
+	require.NoError(t, err)
+	_, err = st.Shards(context.Background())
+	require.NoError(t, err)
+	return st, client
 }
