@@ -123,7 +123,8 @@ func (s *Store) enqueueBatch(ctx context.Context, reqs []EnqueueRequest) ([]Enqu
 			results[i].Err = notify.Errorf("backoff[0]", "puts the first attempt at a time that %v", err)
 			continue
 		}
-		items = append(items, &enqueueItem{index: i, req: req, due: dueMS(due), content: encodeContent(n, now, dueMS(due))})
+		first := dueMS(due)
+		items = append(items, &enqueueItem{index: i, req: req, due: first, content: encodeContent(n, now, first)})
 	}
 	pending, err := s.placeStubs(ctx, items)
 	if err != nil {
