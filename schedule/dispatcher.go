@@ -62,8 +62,8 @@ const (
 	finishBatchMax = 1000
 	// finishLinger is how long the first outcome of a write waits for
 	// others, and finishLingerBatch how many end the wait early.
-	finishLinger      = time.Millisecond
-	finishLingerBatch = 64
+	finishLinger      = 5 * time.Millisecond
+	finishLingerBatch = 128
 )
 
 // Store is what the dispatcher needs of the store; *store.Store implements
@@ -611,14 +611,17 @@ func (d *Dispatcher) send(ctx context.Context, n *notify.Notification) (resp not
 // waits up to finishLinger for others, until finishLingerBatch have come,
 // then writes what it has, up to finishBatchMax, in one pipeline; what ends
 // during that write goes into the next. Each write costs Redis a script
-// call whatever it holds, so a batch of a few dozen costs a fraction of a
-// few; outcomes wait at most the linger longer to be recorded, and no
-// worker waits for them.
+// call whatever it holds, so a batch of a hundred costs Redis little more
+// than a batch of a few; outcomes wait at most the linger longer to be recorded, and no
+// worker waits for them. A batch holding an attempt due again before the
+// linger would end (a retry with no backoff, a release) is written at once,
+// so that attempt does not start late.
 func (d *Dispatcher) finishLoop() {
 	linger := time.NewTimer(time.Hour)
 	drainTimer(linger)
 	for f := range d.finishes {
 		batch := []pendingFinish{f}
+		urgent := d.urgent(&f)
 		linger.Reset(finishLinger)
 	collect:
 		for len(batch) < finishBatchMax {
@@ -628,10 +631,11 @@ func (d *Dispatcher) finishLoop() {
 					break collect
 				}
 				batch = append(batch, f)
+				urgent = urgent || d.urgent(&f)
 				continue
 			default:
 			}
-			if len(batch) >= finishLingerBatch {
+			if urgent || len(batch) >= finishLingerBatch {
 				break collect
 			}
 			select {
@@ -640,6 +644,7 @@ func (d *Dispatcher) finishLoop() {
 					break collect
 				}
 				batch = append(batch, f)
+				urgent = urgent || d.urgent(&f)
 			case <-linger.C:
 				break collect
 			}
@@ -647,6 +652,13 @@ func (d *Dispatcher) finishLoop() {
 		drainTimer(linger)
 		d.finishBatch(batch)
 	}
+}
+
+// urgent reports whether f schedules an attempt due before a linger
+// starting now would end.
+func (d *Dispatcher) urgent(f *pendingFinish) bool {
+	return (f.Action == notify.ActionRetry || f.Action == notify.ActionRelease) &&
+		f.NextAt.Before(d.store.Now().Add(finishLinger))
 }
 
 // finishBatch writes a batch, retrying through a Redis outage, and reports
