@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -21,6 +22,7 @@ import (
 	"github.com/heraldhq/herald/notify/webhook"
 	"github.com/heraldhq/herald/policy"
 	"github.com/heraldhq/herald/schedule"
+	"github.com/heraldhq/herald/store"
 )
 
 // Standard Webhooks secrets for these tests only.
@@ -56,11 +58,31 @@ func verifyWith(t *testing.T, secret string, r received) error {
 
 func (b *testBundle) enqueueEndpoint(t *testing.T, id, name string) {
 	t.Helper()
+	_, _, err := b.store.Enqueue(context.Background(), b.endpointNotification(t, id, name), false)
+	require.NoError(t, err)
+}
+
+// enqueueEndpointBatch enqueues prefix0..prefix{count-1}, all to endpoint
+// name, in one call.
+func (b *testBundle) enqueueEndpointBatch(t *testing.T, prefix, name string, count int) {
+	t.Helper()
+	reqs := make([]store.EnqueueRequest, count)
+	for i := range reqs {
+		reqs[i].Notification = b.endpointNotification(t, fmt.Sprint(prefix, i), name)
+	}
+	res, err := b.store.EnqueueBatch(context.Background(), reqs)
+	require.NoError(t, err)
+	for _, r := range res {
+		require.NoError(t, r.Err)
+	}
+}
+
+func (b *testBundle) endpointNotification(t *testing.T, id, name string) *notify.Notification {
+	t.Helper()
 	n, err := b.policies.Resolve(&notify.Request{ID: id, Topic: "orders", Endpoint: name, Policy: "fast",
 		Payload: json.RawMessage(`{"order":1}`)}, time.Now(), 0)
 	require.NoError(t, err)
-	_, _, err = b.store.Enqueue(context.Background(), n, false)
-	require.NoError(t, err)
+	return n
 }
 
 func TestEndpointSigning(t *testing.T) {
