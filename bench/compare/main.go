@@ -141,6 +141,7 @@ func printTable(out io.Writer, a, h figures, reps, memCount, burstCount, hooks i
 	}
 	rows := [][]string{
 		{"enqueue /s, 8 producers, single calls", n0(a["enqueue"]), n0(h["enqueue"]) + ratio(h["enqueue"], a["enqueue"]), ">= 2x asynq", yes(h["enqueue"] >= 2*a["enqueue"])},
+		{"CPU per single-call enqueue: the client's (Go) + Redis's", cpuPair(a), cpuPair(h), "", ""},
 		{"enqueue /s, 8 producers, batches of 100", "", n0(h["enqueue_batch"]), ">= 150,000", yes(h["enqueue_batch"] >= 150_000)},
 		{"drain /s, no-op handler, concurrency 16", n0(a["drain"]), n0(h["drain"]) + ratio(h["drain"], a["drain"]), ">= 3x asynq", yes(h["drain"] >= 3*a["drain"])},
 		{"Redis CPU per job life (enqueue + one attempt; the enqueue's share)", fmt.Sprintf("%.1f us (%.1f)", a["cpu_us"], a["cpu_enqueue_us"]), fmt.Sprintf("%.1f us (%.1f)", h["cpu_us"], h["cpu_enqueue_us"]) + ratio(h["cpu_us"], a["cpu_us"]), "<= 1/3 asynq", yes(h["cpu_us"] <= a["cpu_us"]/3)},
@@ -158,6 +159,12 @@ func printTable(out io.Writer, a, h figures, reps, memCount, burstCount, hooks i
 	for _, r := range rows {
 		fmt.Fprintf(out, "| %s |\n", strings.Join(r, " | "))
 	}
+}
+
+// cpuPair formats a system's CPU per single-call enqueue, in its client and
+// in Redis.
+func cpuPair(f figures) string {
+	return fmt.Sprintf("%.1f + %.1f = %.1f us", f["go_enqueue_us"], f["cpu_enqueue_us"], f["go_enqueue_us"]+f["cpu_enqueue_us"])
 }
 
 // n0 formats v as a whole number with thousands separators.
