@@ -612,46 +612,47 @@ func (d *Dispatcher) send(ctx context.Context, n *notify.Notification) (resp not
 // then writes what it has, up to finishBatchMax, in one pipeline; what ends
 // during that write goes into the next. Each write costs Redis a script
 // call whatever it holds, so a batch of a hundred costs Redis little more
-// than a batch of a few; outcomes wait at most the linger longer to be recorded, and no
-// worker waits for them. A batch holding an attempt due again before the
-// linger would end (a retry with no backoff, a release) is written at once,
-// so that attempt does not start late.
+// than a batch of a few; outcomes wait at most the linger longer to be
+// recorded, and no worker waits for them. A batch holding an attempt due
+// again before the linger would end (a retry with no backoff, a release) is
+// written at once, so that attempt does not start late.
 func (d *Dispatcher) finishLoop() {
 	linger := time.NewTimer(time.Hour)
 	drainTimer(linger)
 	for f := range d.finishes {
-		batch := []pendingFinish{f}
-		urgent := d.urgent(&f)
-		linger.Reset(finishLinger)
-	collect:
-		for len(batch) < finishBatchMax {
-			select {
-			case f, ok := <-d.finishes:
-				if !ok {
-					break collect
-				}
-				batch = append(batch, f)
-				urgent = urgent || d.urgent(&f)
-				continue
-			default:
-			}
+		d.finishBatch(d.collectFinishes(f, linger))
+	}
+}
+
+// collectFinishes returns first with the outcomes queued behind it, and
+// those that come within the linger while the batch is neither urgent nor
+// full.
+func (d *Dispatcher) collectFinishes(first pendingFinish, linger *time.Timer) []pendingFinish {
+	batch, urgent := []pendingFinish{first}, d.urgent(&first)
+	linger.Reset(finishLinger)
+	defer drainTimer(linger)
+	for len(batch) < finishBatchMax {
+		var f pendingFinish
+		var ok bool
+		select {
+		case f, ok = <-d.finishes:
+		default:
 			if urgent || len(batch) >= finishLingerBatch {
-				break collect
+				return batch
 			}
 			select {
-			case f, ok := <-d.finishes:
-				if !ok {
-					break collect
-				}
-				batch = append(batch, f)
-				urgent = urgent || d.urgent(&f)
+			case f, ok = <-d.finishes:
 			case <-linger.C:
-				break collect
+				return batch
 			}
 		}
-		drainTimer(linger)
-		d.finishBatch(batch)
+		if !ok {
+			return batch
+		}
+		batch = append(batch, f)
+		urgent = urgent || d.urgent(&f)
 	}
+	return batch
 }
 
 // urgent reports whether f schedules an attempt due before a linger

@@ -77,6 +77,8 @@ func (b *testBundle) enqueueEndpointBatch(t *testing.T, prefix, name string, cou
 	}
 }
 
+// endpointNotification resolves id, addressed to endpoint name, under the
+// "fast" policy.
 func (b *testBundle) endpointNotification(t *testing.T, id, name string) *notify.Notification {
 	t.Helper()
 	n, err := b.policies.Resolve(&notify.Request{ID: id, Topic: "orders", Endpoint: name, Policy: "fast",
