@@ -23,7 +23,7 @@ func TestEnqueue(t *testing.T) {
 	t.Cleanup(func() { _ = rdb.Close() })
 	set, err := herald.NewPolicies(nil, map[string]herald.Topic{"texts": {Channel: herald.ChannelSMS}})
 	require.NoError(t, err)
-	c, err := herald.NewClient(rdb, &herald.ClientConfig{Namespace: "front-" + t.Name(), Policies: set})
+	c, err := herald.NewClient(rdb, &herald.ClientConfig{Namespace: redistest.Namespace(t), Policies: set})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 

@@ -131,8 +131,9 @@ func runLines(t *testing.T, newStore func() *store.Store) {
 
 func TestOrderedDelivery(t *testing.T) {
 	t.Parallel()
+	ns := redistest.Namespace(t)
 	runLines(t, func() *store.Store {
-		st, err := store.New(&store.Config{Client: server.Client(t), Namespace: "lines-" + t.Name(), Logger: heraldtest.Logger(t)})
+		st, err := store.New(&store.Config{Client: server.Client(t), Namespace: ns, Logger: heraldtest.Logger(t)})
 		require.NoError(t, err)
 		return st
 	})
