@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/heraldhq/herald/client"
+	"github.com/heraldhq/herald/endpoint"
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/policy"
 	"github.com/heraldhq/herald/schedule"
@@ -256,6 +257,11 @@ func Policy(name string) EnqueueOption { return func(r *notify.Request) { r.Poli
 // means webhook and a phone number sms.
 func Target(target string) EnqueueOption { return func(r *notify.Request) { r.Target = target } }
 
+// Endpoint names a registered endpoint (the policies file's endpoints:, or
+// PUT /v1/endpoints) as the receiver instead of a target: its URL, secrets,
+// limits and health apply. Without a channel it is a webhook.
+func Endpoint(name string) EnqueueOption { return func(r *notify.Request) { r.Endpoint = name } }
+
 // Channel sets the channel: ChannelWebhook, ChannelSMS, ChannelPoll or
 // ChannelPull. Without it the topic's channel applies; a topic with none is
 // pull (a Worker's handler takes it) unless Target says otherwise.
@@ -335,7 +341,8 @@ func (c *Client) EnqueueBatch(ctx context.Context, reqs []*Request) ([]BatchResu
 }
 
 // withDefaultChannel fills in the channel the front door infers when
-// neither the request nor its topic names one: the target's kind, or pull.
+// neither the request nor its topic names one: webhook for an endpoint,
+// the target's kind, or pull.
 func withDefaultChannel(r *notify.Request, set *Policies) *notify.Request {
 	if r.Channel != "" || set.Topics[r.Topic].Channel != "" {
 		return r
@@ -343,6 +350,8 @@ func withDefaultChannel(r *notify.Request, set *Policies) *notify.Request {
 	out := *r
 	target := cmp.Or(r.Target, set.Topics[r.Topic].Target)
 	switch {
+	case target == "" && cmp.Or(r.Endpoint, set.Topics[r.Topic].Endpoint) != "":
+		out.Channel = notify.ChannelWebhook
 	case target == "":
 		out.Channel = notify.ChannelPull
 	case notify.ValidE164(target):
@@ -508,8 +517,15 @@ func (w *Worker) Start(ctx context.Context) error {
 		Senders:      w.cfg.Senders,
 		Handlers:     w.handlers,
 		PoliciesFunc: func() *policy.Set { return set },
-		Concurrency:  w.cfg.Concurrency,
-		Logger:       w.cfg.Logger,
+		// An endpoint's max_in_flight, rate and health bind every
+		// dispatcher of the namespace: a library worker's as much as those
+		// of herald serve beside it.
+		Endpoints: endpoint.NewRegistry(&endpoint.RegistryConfig{
+			FileFunc: func() map[string]endpoint.Endpoint { return set.Endpoints },
+			Source:   st,
+		}),
+		Concurrency: w.cfg.Concurrency,
+		Logger:      w.cfg.Logger,
 	})
 	if err != nil {
 		return fmt.Errorf("herald: %w", err)

@@ -2,6 +2,10 @@ package herald_test
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,6 +14,7 @@ import (
 
 	"github.com/heraldhq/herald"
 	"github.com/heraldhq/herald/internal/redistest"
+	"github.com/heraldhq/herald/notify"
 )
 
 var server *redistest.Server
@@ -77,4 +82,62 @@ func TestEnqueue(t *testing.T) {
 		_, err = c.Get(ctx, "unknown")
 		require.ErrorIs(t, err, herald.ErrNotFound)
 	})
+}
+
+// TestWorkerKeepsEndpointLimits runs a library worker over notifications
+// naming an endpoint of max_in_flight 1: however many attempts the worker
+// may run, it sends them one at a time.
+func TestWorkerKeepsEndpointLimits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	file := filepath.Join(t.TempDir(), "policies.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(`
+policies:
+  default: {backoff: [0, 10ms, 10ms]}
+endpoints:
+  merchant:
+    url: https://merchant.example/notify
+    secrets: [{value: "whsec_c2VjcmV0LWZvci10aGUtbGlicmFyeS10ZXN0"}]
+    max_in_flight: 1
+`), 0o600))
+	set, err := herald.LoadPolicies(file)
+	require.NoError(t, err)
+	rdb := redis.NewClient(&redis.Options{Addr: server.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ns := redistest.Namespace(t)
+	c, err := herald.NewClient(rdb, &herald.ClientConfig{Namespace: ns, Policies: set})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+
+	const n = 12
+	var inFlight, most, sent atomic.Int32
+	send := notify.SenderFunc(func(_ context.Context, got *notify.Notification) (notify.Response, error) {
+		if got.Endpoint != "merchant" {
+			return notify.Response{}, herald.Permanent(fmt.Errorf("endpoint %q", got.Endpoint))
+		}
+		now := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for m := most.Load(); now > m && !most.CompareAndSwap(m, now); m = most.Load() {
+		}
+		time.Sleep(5 * time.Millisecond)
+		sent.Add(1)
+		return notify.Response{StatusCode: 200}, nil
+	})
+	w, err := herald.NewWorker(rdb, &herald.WorkerConfig{Namespace: ns, Policies: set, Concurrency: 8,
+		Senders: map[string]herald.Sender{herald.ChannelWebhook: send}})
+	require.NoError(t, err)
+	for i := range n {
+		res, err := c.Enqueue(ctx, "payments", map[string]int{"n": i}, herald.Endpoint("merchant"))
+		require.NoError(t, err)
+		require.Equal(t, herald.ChannelWebhook, res.Notification.Channel, "an endpoint is a webhook's")
+	}
+	require.NoError(t, w.Start(ctx))
+	t.Cleanup(w.Stop)
+	require.Eventually(t, func() bool { return sent.Load() == n }, 10*time.Second, 5*time.Millisecond)
+	require.Equal(t, int32(1), most.Load(), "attempts to the endpoint at once")
+
+	_, err = c.Enqueue(ctx, "payments", nil, herald.Endpoint("nobody"))
+	var fe *herald.FieldError
+	require.ErrorAs(t, err, &fe, "an endpoint that is not registered")
+	require.Equal(t, "endpoint", fe.Field)
 }
