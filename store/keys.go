@@ -21,7 +21,7 @@ import (
 //	herald:{3}:dead:T       ZSET  id -> time of death (ms), topic T: replay and purge by topic
 //	herald:{3}:finished     ZSET  id -> expiry time (ms) of a succeeded or cancelled record
 //	herald:{3}:stats        HASH  "T:scheduled", "T:reserved", "T:dead", "T:succeeded_total", "T:failed_attempts_total" -> count
-//	herald:{3}:act:M        HASH  "T|ok", "T|fail", "T|lat|B" -> attempts in minute M (Unix minutes), expiring
+//	herald:{3}:act:M        HASH  "T|ok", "T|fail", "T|lat|B", and "@E|..." the same for endpoint E -> attempts in minute M (Unix minutes), expiring
 //	herald:{3}:quarantine   HASH  id -> why, and the content that could not be decoded
 //	herald:{3}:order        HASH  "T|key" -> the last notification of order key key in topic T that has not ended
 //	herald:{3}:link         HASH  "n|id" -> the notification waiting right behind id; "p|id" -> the one id waits behind

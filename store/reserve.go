@@ -353,33 +353,43 @@ func (it *finishItem) prepare(f *Finish, now time.Time) error {
 }
 
 // counterGroup names an item's action and what it adds to the counters:
-// items of one topic, action and lateness bucket add alike.
+// items of one topic, endpoint, action and lateness bucket add alike.
 type counterGroup struct {
-	topic  string
-	action notify.Action
-	bucket int
+	topic, endpoint string
+	action          notify.Action
+	bucket          int
 }
 
 // fields returns the stats and act fields a finished item of g changes,
-// each with its change.
+// each with its change. An attempt to an endpoint counts in the act hash
+// for its endpoint as well as for its topic.
 func (g counterGroup) fields() (stats, act []any) {
 	t := g.topic
 	stats = []any{t + ":reserved", -1}
+	var outcome string
 	switch g.action {
 	case notify.ActionAck:
 		stats = append(stats, t+":succeeded_total", 1)
-		act = []any{t + "|ok", 1}
+		outcome = "ok"
 	case notify.ActionRetry:
 		stats = append(stats, t+":scheduled", 1, t+":failed_attempts_total", 1)
-		act = []any{t + "|fail", 1}
+		outcome = "fail"
 	case notify.ActionDead:
 		stats = append(stats, t+":failed_attempts_total", 1, t+":dead", 1)
-		act = []any{t + "|fail", 1}
+		outcome = "fail"
 	case notify.ActionRelease:
-		stats = append(stats, t+":scheduled", 1)
+		// Given back before it started: no attempt.
+		return append(stats, t+":scheduled", 1), nil
 	}
-	if g.bucket >= 0 && g.action != notify.ActionRelease {
-		act = append(act, t+"|lat|"+strconv.Itoa(g.bucket), 1)
+	whos := []string{t}
+	if g.endpoint != "" {
+		whos = append(whos, endpointActivity+g.endpoint)
+	}
+	for _, who := range whos {
+		act = append(act, who+"|"+outcome, 1)
+		if g.bucket >= 0 {
+			act = append(act, who+"|lat|"+strconv.Itoa(g.bucket), 1)
+		}
 	}
 	return stats, act
 }
@@ -421,7 +431,7 @@ func (s *Store) finishCall(groups []shardItems, items []finishItem, now time.Tim
 			case notify.ActionDead:
 				key = deads.of(k.dead(g.shard, n.Topic))
 			}
-			cg := counterGroup{topic: n.Topic, action: it.f.Action, bucket: it.bucket}
+			cg := counterGroup{topic: n.Topic, endpoint: n.Endpoint, action: it.f.Action, bucket: it.bucket}
 			c, ok := counters[cg]
 			if !ok {
 				c = len(counters) + 1

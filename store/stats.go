@@ -104,11 +104,17 @@ func latencyBucket(d time.Duration) int {
 	return i
 }
 
-// MinuteActivity is what one topic's attempts did in one minute, across
-// every dispatcher and pull consumer.
+// endpointActivity starts the act hash's names of endpoints, which no
+// topic starts with: "@E|ok" beside the topic's "T|ok".
+const endpointActivity = "@"
+
+// MinuteActivity is what one topic's attempts, or one endpoint's, did in
+// one minute, across every dispatcher and pull consumer.
 type MinuteActivity struct {
 	Minute time.Time
-	Topic  string
+	// Topic names the topic; Endpoint, set instead, names the endpoint,
+	// whose attempts their topics' rows count too.
+	Topic, Endpoint string
 	// Succeeded and Failed count finished attempts; released ones (given
 	// back at a shutdown) are not counted.
 	Succeeded, Failed int64
@@ -119,8 +125,9 @@ type MinuteActivity struct {
 	LatenessP99 time.Duration
 }
 
-// Activity returns the attempts of each topic and minute from since (at
-// most ActivityRetention ago) to now, oldest first, in one pipeline.
+// Activity returns the attempts of each topic, and of each endpoint, and
+// minute from since (at most ActivityRetention ago) to now, oldest first,
+// in one pipeline.
 func (s *Store) Activity(ctx context.Context, since time.Time) ([]MinuteActivity, error) {
 	if err := s.open(ctx); err != nil {
 		return nil, err
@@ -146,7 +153,7 @@ func (s *Store) Activity(ctx context.Context, since time.Time) ([]MinuteActivity
 	}
 	var out []MinuteActivity
 	for m := first; m <= last; m++ {
-		byTopic := map[string]*acc{}
+		byName := map[string]*acc{}
 		for shard := range s.keys.shards {
 			for field, v := range cmds[int(m-first)*s.keys.shards+shard].Val() {
 				parts := strings.Split(field, "|")
@@ -154,11 +161,14 @@ func (s *Store) Activity(ctx context.Context, since time.Time) ([]MinuteActivity
 				if err != nil || len(parts) < 2 {
 					continue
 				}
-				a := byTopic[parts[0]]
+				a := byName[parts[0]]
 				if a == nil {
 					a = &acc{MinuteActivity: MinuteActivity{Minute: time.Unix(m*60, 0).UTC(), Topic: parts[0]},
 						buckets: make([]int64, len(latencyBounds)+1)}
-					byTopic[parts[0]] = a
+					if e, ok := strings.CutPrefix(parts[0], endpointActivity); ok {
+						a.Topic, a.Endpoint = "", e
+					}
+					byName[parts[0]] = a
 				}
 				switch {
 				case parts[1] == "ok":
@@ -172,8 +182,8 @@ func (s *Store) Activity(ctx context.Context, since time.Time) ([]MinuteActivity
 				}
 			}
 		}
-		for _, t := range slices.Sorted(maps.Keys(byTopic)) {
-			a := byTopic[t]
+		for _, t := range slices.Sorted(maps.Keys(byName)) {
+			a := byName[t]
 			a.LatenessP99 = p99(a.buckets)
 			out = append(out, a.MinuteActivity)
 		}

@@ -28,6 +28,15 @@ const recentWindow = 5 * time.Minute
 type topicRow struct {
 	Topic string
 	store.TopicStats
+	activity
+	// PausedSince is when the topic was paused; zero when it is not.
+	PausedSince time.Time
+	Actions     []formAction
+}
+
+// activity is what an overview row shows of its attempts, a topic's or an
+// endpoint's.
+type activity struct {
 	// RecentOK and RecentFailed count the attempts of the last five
 	// minutes.
 	RecentOK, RecentFailed int64
@@ -36,9 +45,23 @@ type topicRow struct {
 	// LatenessP99 is the highest per-minute p99 of the last five minutes.
 	LatenessP99 time.Duration
 	Chart       chart
-	// PausedSince is when the topic was paused; zero when it is not.
-	PausedSince time.Time
-	Actions     []formAction
+}
+
+// newActivity sums the minutes of one topic or endpoint, as of now.
+func newActivity(minutes []store.MinuteActivity, now time.Time) activity {
+	var a activity
+	recent := now.Truncate(time.Minute).Add(-recentWindow + time.Minute)
+	for _, m := range minutes {
+		a.HourOK += m.Succeeded
+		a.HourFailed += m.Failed
+		if !m.Minute.Before(recent) {
+			a.RecentOK += m.Succeeded
+			a.RecentFailed += m.Failed
+			a.LatenessP99 = max(a.LatenessP99, m.LatenessP99)
+		}
+	}
+	a.Chart = newChart(minutes, now)
+	return a
 }
 
 type overviewData struct {
@@ -67,14 +90,18 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request, s *session) {
 		h.fail(w, r, s, err)
 		return
 	}
+	byTopic, byEndpoint := map[string][]store.MinuteActivity{}, map[string][]store.MinuteActivity{}
+	for _, a := range activity {
+		if a.Endpoint != "" {
+			byEndpoint[a.Endpoint] = append(byEndpoint[a.Endpoint], a)
+		} else {
+			byTopic[a.Topic] = append(byTopic[a.Topic], a)
+		}
+	}
 	var d overviewData
-	if d.Endpoints, err = h.endpointRows(ctx, paused); err != nil {
+	if d.Endpoints, err = h.endpointRows(ctx, paused, byEndpoint, now); err != nil {
 		h.fail(w, r, s, err)
 		return
-	}
-	byTopic := map[string][]store.MinuteActivity{}
-	for _, a := range activity {
-		byTopic[a.Topic] = append(byTopic[a.Topic], a)
 	}
 	// A paused topic is listed even with nothing stored, so that it can be
 	// resumed here.
@@ -88,20 +115,10 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request, s *session) {
 	}
 	slices.Sort(names)
 	names = slices.Compact(names)
-	recent := now.Truncate(time.Minute).Add(-recentWindow + time.Minute)
 	for _, t := range names {
 		since, isPaused := topicsPaused[t]
-		row := topicRow{Topic: t, TopicStats: stats[t], PausedSince: since, Actions: pauseActions(store.PauseTopic, t, isPaused)}
-		for _, a := range byTopic[t] {
-			row.HourOK += a.Succeeded
-			row.HourFailed += a.Failed
-			if !a.Minute.Before(recent) {
-				row.RecentOK += a.Succeeded
-				row.RecentFailed += a.Failed
-				row.LatenessP99 = max(row.LatenessP99, a.LatenessP99)
-			}
-		}
-		row.Chart = newChart(byTopic[t], now)
+		row := topicRow{Topic: t, TopicStats: stats[t], activity: newActivity(byTopic[t], now), PausedSince: since,
+			Actions: pauseActions(store.PauseTopic, t, isPaused)}
 		d.Topics = append(d.Topics, row)
 		d.Totals.Scheduled += row.Scheduled
 		d.Totals.Waiting += row.Waiting

@@ -136,6 +136,7 @@ func takeFlash(w http.ResponseWriter, r *http.Request) string {
 // never a secret's value.
 type endpointRow struct {
 	endpoint.View
+	activity
 	// Expired counts the secrets that no longer sign.
 	Expired int
 	// PausedSince is when the endpoint was paused; zero when it is not.
@@ -143,9 +144,11 @@ type endpointRow struct {
 	Actions     []formAction
 }
 
-// endpointRows lists the endpoints with their health and buttons; paused
-// is store.Paused's answer.
-func (h *Handler) endpointRows(ctx context.Context, paused map[string]time.Time) ([]endpointRow, error) {
+// endpointRows lists the endpoints with their health, attempts and
+// buttons; paused is store.Paused's answer, minutes the endpoints' activity
+// by name.
+func (h *Handler) endpointRows(ctx context.Context, paused map[string]time.Time, minutes map[string][]store.MinuteActivity,
+	now time.Time) ([]endpointRow, error) {
 	views, err := h.client.ListEndpoints(ctx)
 	if err != nil {
 		return nil, err
@@ -167,9 +170,10 @@ func (h *Handler) endpointRows(ctx context.Context, paused map[string]time.Time)
 				row.Expired++
 			}
 		}
-		// A shadowed endpoint shares its name, and so its pause and health,
-		// with the file's, listed just before it: its buttons are there.
+		// A shadowed endpoint shares its name, and so its pause, health and
+		// attempts, with the file's, listed just before it: they are there.
 		if !v.Shadowed {
+			row.activity = newActivity(minutes[v.Name], now)
 			row.Actions = pauseActions(store.PauseEndpoint, v.Name, v.Paused)
 			if v.Disabled || v.DisabledAt != nil {
 				row.Actions = append(row.Actions, formAction{URL: actionURL(store.PauseEndpoint, v.Name, actionEnable),

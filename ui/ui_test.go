@@ -476,6 +476,45 @@ func TestOverviewActivity(t *testing.T) {
 	require.Equal(t, 2, strings.Count(row, `<rect class="ok"`)+strings.Count(row, `<rect class="fail"`))
 }
 
+// TestOverviewEndpointActivity finishes attempts to an endpoint: its row
+// counts them, as its topic's row does.
+func TestOverviewEndpointActivity(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, testToken)
+	b.login(t)
+	for _, id := range []string{"e1", "e2", "e3"} {
+		n := heraldtest.Notification(t, id, b.clock.Now(), heraldtest.Topic("orders"), heraldtest.Endpoint("acme-shop"))
+		_, _, err := b.store.Enqueue(ctx, n, false)
+		require.NoError(t, err)
+	}
+	items, _, err := b.store.Reserve(ctx, store.QueuePush, []int{0, 1, 2, 3}, store.MaxReserve)
+	require.NoError(t, err)
+	require.Len(t, items, 3)
+	now := b.clock.Now()
+	var fs []store.Finish
+	for i, n := range items {
+		f := store.Finish{Notification: n, Action: notify.ActionAck,
+			Attempt: notify.Attempt{StartedAt: now, FinishedAt: now, Outcome: notify.OutcomeSuccess}}
+		if i == 0 {
+			f.Action, f.NextAt, f.Attempt.Outcome = notify.ActionRetry, now.Add(time.Hour), notify.OutcomeRetry
+		}
+		fs = append(fs, f)
+	}
+	errs, err := b.store.Finish(ctx, fs)
+	require.NoError(t, err)
+	for _, e := range errs {
+		require.NoError(t, e)
+	}
+
+	_, body := b.get(t, "/ui/")
+	for _, open := range []string{`<tr data-endpoint="acme-shop"`, `<tr data-topic="orders">`} {
+		r := row(t, body, open)
+		require.Contains(t, r, `<td class="n">2</td><td class="n bad">1</td>`, open)
+		require.Contains(t, r, "2 ok · 1 failed", open)
+	}
+}
+
 func TestPolicies(t *testing.T) {
 	t.Parallel()
 	b := setup(t, testToken)

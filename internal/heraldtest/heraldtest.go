@@ -89,6 +89,11 @@ func TTR(d time.Duration) NotificationOption {
 	return func(r *notify.Request) { v := notify.Duration(d); r.TTR = &v }
 }
 
+// Endpoint makes it a webhook to the named endpoint, instead of a target.
+func Endpoint(name string) NotificationOption {
+	return func(r *notify.Request) { r.Channel, r.Target, r.Endpoint = notify.ChannelWebhook, "", name }
+}
+
 // OrderKey sets its order key.
 func OrderKey(key string) NotificationOption { return func(r *notify.Request) { r.OrderKey = key } }
 
