@@ -70,8 +70,8 @@ type Observer interface {
 	Enqueued(n *notify.Notification, status store.EnqueueStatus)
 }
 
-// Tracer traces enqueues; the tracing package implements it with
-// OpenTelemetry. Calls come from many goroutines.
+// Tracer traces enqueues and consumers' attempts; the tracing package
+// implements it with OpenTelemetry. Calls come from many goroutines.
 type Tracer interface {
 	// StartEnqueue is called, with the caller's context, for each resolved
 	// notification before it is stored. It may add headers to n (a trace
@@ -79,6 +79,10 @@ type Tracer interface {
 	// part of the content that decides whether an enqueue repeats an
 	// earlier one. The returned function is called once with the outcome.
 	StartEnqueue(ctx context.Context, n *notify.Notification) func(status store.EnqueueStatus, err error)
+	// AttemptRecorded is called, with the ack's or nack's context, once a
+	// consumer's attempt has been recorded: f's attempt ran from its
+	// reservation to that answer, which came from another process.
+	AttemptRecorded(ctx context.Context, f *store.Finish)
 }
 
 // Config configures a Client.
@@ -96,8 +100,8 @@ type Config struct {
 	PollInterval time.Duration
 	// Observer is told about enqueues, attempts and store errors. Optional.
 	Observer Observer
-	// Tracer traces enqueues. Nil, the default, traces nothing and costs
-	// nothing.
+	// Tracer traces enqueues and consumers' attempts. Nil, the default,
+	// traces nothing and costs nothing.
 	Tracer Tracer
 	// StrictTopics refuses a request whose topic the policies do not name,
 	// with a *notify.FieldError for topic, so that callers cannot create

@@ -166,6 +166,9 @@ func (c *Client) finish(ctx context.Context, id, receipt string, cause error) er
 		lateness = started.Sub(*n.NextAttemptAt)
 	}
 	c.obs.AttemptFinished(n, f.Attempt, f.Action, lateness)
+	if c.cfg.Tracer != nil {
+		c.cfg.Tracer.AttemptRecorded(ctx, &f)
+	}
 	return nil
 }
 

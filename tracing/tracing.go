@@ -9,7 +9,9 @@
 // enqueue stores the enqueue span's context in the notification's
 // traceparent header, so each attempt, in whichever dispatcher runs it and
 // however much later, starts a child span of it, and the webhook sent by
-// that attempt carries the attempt span's traceparent.
+// that attempt carries the attempt span's traceparent. A pull consumer's
+// attempt is a child span too, from its reservation to its ack or nack,
+// recorded when that answer comes.
 //
 //	tp, err := tracing.NewOTLPProvider(ctx, "http://otel-collector:4318")
 //	defer tp.Shutdown(ctx)
@@ -130,28 +132,45 @@ func (t *Tracer) StartEnqueue(ctx context.Context, n *notify.Notification) func(
 // StartAttempt starts the span of n's attempt as a child of its enqueue
 // span, and sets the attempt span's traceparent on n for its sender.
 func (t *Tracer) StartAttempt(ctx context.Context, n *notify.Notification) (context.Context, func(*store.Finish)) {
+	ctx, span := t.startAttempt(ctx, n)
+	n.Headers = t.inject(ctx, n.Headers)
+	return ctx, func(f *store.Finish) { endAttempt(span, f) }
+}
+
+// AttemptRecorded records the span of a consumer's attempt (a pull
+// reservation acked or nacked), a child of its enqueue span, from the
+// attempt's start to its end: the consumer ran it in between, elsewhere.
+func (t *Tracer) AttemptRecorded(ctx context.Context, f *store.Finish) {
+	_, span := t.startAttempt(ctx, f.Notification, trace.WithTimestamp(f.Attempt.StartedAt))
+	endAttempt(span, f, trace.WithTimestamp(f.Attempt.FinishedAt))
+}
+
+// startAttempt starts the span of n's attempt as a child of its enqueue
+// span, named in n's headers.
+func (t *Tracer) startAttempt(ctx context.Context, n *notify.Notification, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
 	parent := t.extract(context.Background(), n.Headers)
-	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
-		AttrID.String(n.ID), AttrTopic.String(n.Topic), AttrChannel.String(n.Channel), AttrAttempt.Int(n.Attempts))}
+	opts = append(opts, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
+		AttrID.String(n.ID), AttrTopic.String(n.Topic), AttrChannel.String(n.Channel), AttrAttempt.Int(n.Attempts)))
 	if sc := trace.SpanContextFromContext(parent); sc.IsValid() {
 		ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
 	}
-	ctx, span := t.tracer.Start(ctx, SpanAttempt, opts...)
-	n.Headers = t.inject(ctx, n.Headers)
-	return ctx, func(f *store.Finish) {
-		a := f.Attempt
-		span.SetAttributes(AttrOutcome.String(string(a.Outcome)), AttrAction.String(string(f.Action)))
-		if a.StatusCode != 0 {
-			span.SetAttributes(AttrStatusCode.Int(a.StatusCode))
-		}
-		if f.Action == notify.ActionRetry {
-			span.SetAttributes(AttrNextAttemptAt.String(f.NextAt.UTC().Format(time.RFC3339Nano)))
-		}
-		if a.Outcome != notify.OutcomeSuccess && a.Outcome != notify.OutcomeReleased {
-			span.SetStatus(codes.Error, a.Error)
-		}
-		span.End()
+	return t.tracer.Start(ctx, SpanAttempt, opts...)
+}
+
+// endAttempt ends an attempt's span with its outcome and next step.
+func endAttempt(span trace.Span, f *store.Finish, opts ...trace.SpanEndOption) {
+	a := f.Attempt
+	span.SetAttributes(AttrOutcome.String(string(a.Outcome)), AttrAction.String(string(f.Action)))
+	if a.StatusCode != 0 {
+		span.SetAttributes(AttrStatusCode.Int(a.StatusCode))
 	}
+	if f.Action == notify.ActionRetry {
+		span.SetAttributes(AttrNextAttemptAt.String(f.NextAt.UTC().Format(time.RFC3339Nano)))
+	}
+	if a.Outcome != notify.OutcomeSuccess && a.Outcome != notify.OutcomeReleased {
+		span.SetStatus(codes.Error, a.Error)
+	}
+	span.End(opts...)
 }
 
 // extract returns ctx with the remote span context of headers, matched by

@@ -2,6 +2,8 @@ package tracing_test
 
 import (
 	"context"
+	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -70,7 +72,8 @@ func setup(t *testing.T) *testBundle {
 	require.NoError(t, err)
 	set, err := policy.NewSet(map[string]policy.Policy{
 		"quick": {Backoff: []notify.Duration{0, notify.Duration(10 * time.Millisecond), notify.Duration(10 * time.Millisecond)}},
-	}, map[string]policy.Topic{"orders": {Channel: notify.ChannelWebhook, Policy: "quick", Target: rcv.URL}})
+	}, map[string]policy.Topic{"orders": {Channel: notify.ChannelWebhook, Policy: "quick", Target: rcv.URL},
+		"jobs": {Channel: notify.ChannelPull, Policy: "quick"}})
 	require.NoError(t, err)
 	policies := func() *policy.Set { return set }
 	hook, err := webhook.New(&webhook.Config{Common: httpsend.Common{Rules: policy.CurrentRules(policies),
@@ -97,16 +100,25 @@ func setup(t *testing.T) *testBundle {
 // ("" for none) and returns the status code.
 func (b *testBundle) enqueue(t *testing.T, id, traceparent string) int {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, b.api.URL+"/v1/notifications",
-		strings.NewReader(`{"id":"`+id+`","topic":"orders","payload":{"order":1}}`))
+	status, _ := b.post(t, "/v1/notifications", `{"id":"`+id+`","topic":"orders","payload":{"order":1}}`, traceparent)
+	return status
+}
+
+// post posts body to the API with the given traceparent ("" for none) and
+// returns the status code and the answer.
+func (b *testBundle) post(t *testing.T, path, body, traceparent string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, b.api.URL+path, strings.NewReader(body))
 	require.NoError(t, err)
 	if traceparent != "" {
 		req.Header.Set("traceparent", traceparent)
 	}
 	res, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
-	res.Body.Close()
-	return res.StatusCode
+	defer res.Body.Close()
+	out, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	return res.StatusCode, out
 }
 
 // waitSucceeded waits until id has succeeded.
@@ -215,5 +227,54 @@ func TestTraceContextIsNotContent(t *testing.T) {
 	// The attempts belong to the trace that stored it.
 	for _, s := range b.ended(tracing.SpanAttempt) {
 		require.Equal(t, callerTrace, s.SpanContext().TraceID().String())
+	}
+}
+
+// TestPullAttempts runs a pull consumer over the API: it nacks its first
+// attempt and acks the second. Each is a child span of the enqueue, from
+// its reservation to its answer, though the consumer's requests carry
+// other traces.
+func TestPullAttempts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	status, _ := b.post(t, "/v1/notifications", `{"id":"job-1","topic":"jobs","payload":{"n":1}}`,
+		"00-"+callerTrace+"-"+callerSpan+"-01")
+	require.Equal(t, http.StatusCreated, status)
+	other := "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	var reserved []time.Time
+	for _, answer := range []string{"nack", "ack"} {
+		reserved = append(reserved, time.Now())
+		status, out := b.post(t, "/v1/topics/jobs/reserve?wait=5s", "", other)
+		require.Equal(t, http.StatusOK, status, "%s", out)
+		var res struct {
+			Notifications []struct{ Receipt string }
+		}
+		require.NoError(t, json.Unmarshal(out, &res))
+		require.Len(t, res.Notifications, 1)
+		time.Sleep(20 * time.Millisecond) // the consumer's work
+		body := `{"receipt":"` + res.Notifications[0].Receipt + `"}`
+		if answer == "nack" {
+			body = `{"receipt":"` + res.Notifications[0].Receipt + `","error":"busy"}`
+		}
+		status, out = b.post(t, "/v1/notifications/job-1/"+answer, body, other)
+		require.Equal(t, http.StatusNoContent, status, "%s", out)
+	}
+
+	enq := b.ended(tracing.SpanEnqueue)
+	require.Len(t, enq, 1)
+	attempts := b.ended(tracing.SpanAttempt)
+	require.Len(t, attempts, 2)
+	for i, want := range []struct {
+		outcome string
+		code    codes.Code
+	}{{"retry", codes.Error}, {"success", codes.Unset}} {
+		s := attempts[i]
+		require.Equal(t, callerTrace, s.SpanContext().TraceID().String(), "attempt %d", i)
+		require.Equal(t, enq[0].SpanContext().SpanID(), s.Parent().SpanID(), "attempt %d", i)
+		require.Equal(t, want.outcome, attrs(s)[tracing.AttrOutcome].AsString(), "attempt %d", i)
+		require.EqualValues(t, i, attrs(s)[tracing.AttrAttempt].AsInt64(), "attempt %d", i)
+		require.Equal(t, want.code, s.Status().Code, "attempt %d", i)
+		require.False(t, s.StartTime().Before(reserved[i].Truncate(time.Millisecond)), "attempt %d starts at its reservation", i)
+		require.GreaterOrEqual(t, s.EndTime().Sub(s.StartTime()), 20*time.Millisecond, "attempt %d lasts until its answer", i)
 	}
 }
