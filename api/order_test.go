@@ -36,6 +36,7 @@ func TestOrderKey(t *testing.T) {
 		refunded := must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications",
 			map[string]any{"id": "trade-42.refunded", "topic": "jobs", "order_key": "trade-42"})
 		require.Equal(t, "trade-42", refunded.OrderKey)
+		require.Equal(t, "trade-42.paid", refunded.WaitingFor, "the answer names what it waits behind")
 		got := must[notify.Notification](t, b, http.StatusOK, "GET", "/v1/notifications/trade-42.refunded", nil)
 		require.Equal(t, "trade-42.paid", got.WaitingFor)
 

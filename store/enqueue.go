@@ -149,6 +149,9 @@ func (s *Store) enqueueBatch(ctx context.Context, reqs []EnqueueRequest) ([]Enqu
 					again = append(again, it)
 				default:
 					it.code = codes[j]
+					if len(details[j]) == 1 {
+						it.waitingFor = replyString(details[j][0])
+					}
 				}
 			}
 		}
@@ -170,6 +173,9 @@ type enqueueItem struct {
 	// script asked for those keys.
 	oldQueue, oldTopic string
 	code               int
+	// waitingFor is the notification it waits behind in its order key's
+	// line, as the script answered; "" when it heads the line.
+	waitingFor string
 	// existing is set when the id is taken by another notification found
 	// while placing the stub: the enqueue is a conflict.
 	existing bool
@@ -315,6 +321,7 @@ func (s *Store) enqueueResults(ctx context.Context, items []*enqueueItem, result
 				r.Status = Replaced
 			}
 			r.Notification = stored(&it.req, now, it.due)
+			r.Notification.WaitingFor = it.waitingFor
 		case codeExists, codeConflict, codeReserved, codeOrdered:
 			existing = append(existing, it)
 		case codeNeedKeys:

@@ -325,8 +325,10 @@ func newScript(body string) *redis.Script {
 // there is none.
 //
 // Returns per item {code} (OK, EXISTS, CONFLICT, RESERVED, REPLACED,
-// ORDERED), or {NEED_KEYS, queue, topic} when a replace must clean keys not
-// passed. An id twice in one batch: the second is compared with the first.
+// ORDERED), {code, id} for one stored that waits behind id in its order
+// key's line, or {NEED_KEYS, queue, topic} when a replace must clean keys
+// not passed. An id twice in one batch: the second is compared with the
+// first.
 var enqueueScript = newScript(`
 local nq, nt, horizon = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local F, K = 13, 8
@@ -450,7 +452,10 @@ do
   if #jobs > 0 then redis.call('HSET', KEYS[1], unpack(jobs)) end
 end
 behind = join(KEYS[7], KEYS[8], joins)
-for _, j in ipairs(joins) do add(j.i) end
+for _, j in ipairs(joins) do
+  add(j.i)
+  if behind[j.id] then codes[j.i] = {codes[j.i][1], behind[j.id]} end
+end
 if #sts > 0 then redis.call('HSET', KEYS[2], unpack(sts)) end
 if #hist > 0 then redis.call('HSET', KEYS[3], unpack(hist)) end
 if #deadall > 0 then redis.call('ZADD', KEYS[6], unpack(deadall)) end
