@@ -244,9 +244,11 @@ func (it *enqueueItem) special() bool {
 // shard on a Cluster. It returns the items of each call in the order of its
 // results.
 func (s *Store) enqueueNewCalls(byShard map[int][]*enqueueItem, now time.Time) ([]*scriptCall, [][]*enqueueItem) {
-	// A group is the items of one shard, queue and topic: they share keys.
+	// A group is the items of one shard, queue and topic that are due
+	// already, or not: they share keys.
 	type group struct {
 		queue, topic string
+		ready        bool
 		items        []*enqueueItem
 	}
 	k := s.keys
@@ -268,10 +270,13 @@ func (s *Store) enqueueNewCalls(byShard map[int][]*enqueueItem, now time.Time) (
 		for _, it := range byShard[shard] {
 			n := it.req.Notification
 			queue := queueOf(n.Channel, n.Topic)
-			i := slices.IndexFunc(groups, func(g group) bool { return g.queue == queue && g.topic == n.Topic })
+			// Due within the millisecond: the reservation checks the
+			// content's due time, so that rounding up never starts one early.
+			ready := it.due <= ms(now)+1
+			i := slices.IndexFunc(groups, func(g group) bool { return g.queue == queue && g.topic == n.Topic && g.ready == ready })
 			if i < 0 {
 				i = len(groups)
-				groups = append(groups, group{queue: queue, topic: n.Topic})
+				groups = append(groups, group{queue: queue, topic: n.Topic, ready: ready})
 			}
 			groups[i].items = append(groups[i].items, it)
 		}
@@ -283,11 +288,13 @@ func (s *Store) enqueueNewCalls(byShard map[int][]*enqueueItem, now time.Time) (
 				earliest = min(earliest, it.due)
 				items = append(items, it.req.Notification.ID, it.content, it.due)
 			}
-			wake := ""
-			if earliest <= horizon {
+			wake, due := "", k.due(shard, g.queue)
+			switch {
+			case g.ready:
+				wake, due = "ready", k.ready(shard, g.queue)
+			case earliest <= horizon:
 				wake = strconv.FormatInt(earliest, 10)
 			}
-			due := k.due(shard, g.queue)
 			d := slices.Index(call.keys, due) + 1
 			if d == 0 {
 				call.keys = append(call.keys, due)

@@ -16,6 +16,7 @@ import (
 //	herald:{3}:hist         HASH  "id|n" -> attempt n's history entry (JSON), appended, never rewritten
 //	herald:{3}:due:push     ZSET  id -> due time (ms): work for the dispatchers
 //	herald:{3}:due:pull.T   ZSET  id -> due time (ms): work for topic T's consumers
+//	herald:{3}:ready:Q      LIST  ids of queue Q's notifications that were due when enqueued, oldest first; an entry whose notification has moved on is skipped
 //	herald:{3}:reserved     ZSET  id -> reservation deadline (ms)
 //	herald:{3}:dead         ZSET  id -> time of death (ms), every topic: the dead-letter listing
 //	herald:{3}:dead:T       ZSET  id -> time of death (ms), topic T: replay and purge by topic
@@ -91,6 +92,8 @@ func (k keys) order(shard int) string      { return k.prefix(shard) + "order" }
 func (k keys) link(shard int) string       { return k.prefix(shard) + "link" }
 
 func (k keys) due(shard int, queue string) string { return k.prefix(shard) + "due:" + queue }
+
+func (k keys) ready(shard int, queue string) string { return k.prefix(shard) + "ready:" + queue }
 
 func (k keys) dead(shard int, topic string) string { return k.prefix(shard) + "dead:" + topic }
 

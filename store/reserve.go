@@ -52,12 +52,12 @@ func (s *Store) Reserve(ctx context.Context, queue string, shards []int, limit i
 	calls := make([]*scriptCall, len(groups))
 	k := s.keys
 	for i, g := range groups {
-		keyList := make([]string, 1, 1+4*len(g))
+		keyList := make([]string, 1, 1+5*len(g))
 		keyList[0] = k.stats(s.counters(g[0].shard))
 		args := make([]any, 1, 1+2*len(g))
 		args[0] = now
 		for _, q := range g {
-			keyList = append(keyList, k.due(q.shard, queue), k.reserved(q.shard), k.job(q.shard), k.state(q.shard))
+			keyList = append(keyList, k.due(q.shard, queue), k.reserved(q.shard), k.job(q.shard), k.state(q.shard), k.ready(q.shard, queue))
 			args = append(args, q.max, receipt+strconv.Itoa(q.shard))
 		}
 		calls[i] = &scriptCall{script: reserveScript, keys: keyList, args: args}
@@ -182,17 +182,24 @@ func (s *Store) Heads(ctx context.Context, queue string) ([]Head, error) {
 	}
 	pipe := s.client.Pipeline()
 	cmds := make([]*redis.ZSliceCmd, s.keys.shards)
+	ready := make([]*redis.IntCmd, s.keys.shards)
 	for shard := range cmds {
 		cmds[shard] = pipe.ZRangeWithScores(ctx, s.keys.due(shard, queue), 0, 0)
+		ready[shard] = pipe.LLen(ctx, s.keys.ready(shard, queue))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("read heads of %s: %w", queue, err)
 	}
+	now := fromMS(ms(s.Now()))
 	heads := make([]Head, len(cmds))
 	for shard, c := range cmds {
 		heads[shard].Shard = shard
 		if zs := c.Val(); len(zs) > 0 {
 			heads[shard].Due = fromMS(int64(zs[0].Score))
+		}
+		// A ready list's entries were due when enqueued.
+		if ready[shard].Val() > 0 && (heads[shard].Due.IsZero() || heads[shard].Due.After(now)) {
+			heads[shard].Due = now
 		}
 	}
 	return heads, nil

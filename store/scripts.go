@@ -472,17 +472,21 @@ return codes
 // that the script reads no score and parses no time but to check it.
 //
 //	KEYS[1]   stats HASH that counts them
-//	KEYS[2..] the job HASHes and due ZSETs the groups name
+//	KEYS[2..] the job HASHes, due ZSETs and ready LISTs the groups name
 //	ARGV[1]   wake channel
 //	ARGV[2]   number of groups
 //	then      7 per group: its job key and due key (KEYS index), topic,
 //	          shard, queue, number of items, and the earliest due time of
 //	          its items ("" when that is later than the wake horizon: every
-//	          dispatcher polls more often, so none needs waking)
+//	          dispatcher polls more often, so none needs waking), or
+//	          "ready" when every item is due already: its due key is then
+//	          the queue's ready list
 //	then      3 per item, group by group: id, content, due (ms)
 //
 // A group's earliest becomes the queue's head, and wakes the dispatchers,
-// when nothing is due at or before it. Returns per item its code: OK,
+// when nothing is due at or before it. A ready group is appended to the
+// list, which costs far less than a due-set insert, and wakes the
+// dispatchers when the list was empty. Returns per item its code: OK,
 // EXISTS or CONFLICT. An id twice in one batch: the second is compared with
 // the first.
 var enqueueNewScript = newScript(`
@@ -496,7 +500,7 @@ for g = 0, G - 1 do
   local b = 2 + 7 * g
   local c = int_arg(ARGV[b + 6], 1, MAX_BATCH)
   if not KI[ARGV[b + 1]] or not KI[ARGV[b + 2]] or ARGV[b + 3] == '' or ARGV[b + 4] == '' or ARGV[b + 5] == '' or not c
-    or (ARGV[b + 7] ~= '' and not tonumber(ARGV[b + 7])) then
+    or (ARGV[b + 7] ~= '' and ARGV[b + 7] ~= 'ready' and not tonumber(ARGV[b + 7])) then
     return redis.error_reply('ERR herald enqueue new: bad group ' .. (g + 1))
   end
   total = total + c
@@ -531,10 +535,18 @@ for g = 0, G - 1 do
   end
   if nz > 0 then
     local due, earliest = KEYS[tonumber(ARGV[gb + 2])], ARGV[gb + 7]
-    local ahead = earliest == '' or #redis.call('ZRANGEBYSCORE', due, '-inf', earliest, 'LIMIT', '0', '1') > 0
-    redis.call('ZADD', due, unpack(zs))
-    if not ahead then
-      redis.call('PUBLISH', ARGV[1], ARGV[gb + 5] .. ' ' .. ARGV[gb + 4] .. ' ' .. earliest)
+    if earliest == 'ready' then
+      local ids = {}
+      for x = 2, nz, 2 do ids[#ids + 1] = zs[x] end
+      if redis.call('RPUSH', due, unpack(ids)) == #ids then
+        redis.call('PUBLISH', ARGV[1], ARGV[gb + 5] .. ' ' .. ARGV[gb + 4] .. ' ' .. zs[1])
+      end
+    else
+      local ahead = earliest == '' or #redis.call('ZRANGEBYSCORE', due, '-inf', earliest, 'LIMIT', '0', '1') > 0
+      redis.call('ZADD', due, unpack(zs))
+      if not ahead then
+        redis.call('PUBLISH', ARGV[1], ARGV[gb + 5] .. ' ' .. ARGV[gb + 4] .. ' ' .. earliest)
+      end
     end
     redis.call('HINCRBY', KEYS[1], ARGV[gb + 3] .. ':scheduled', string.format('%d', nz / 2))
   end
@@ -547,23 +559,35 @@ return codes
 // every shard that has due work on a single Redis, so that a reservation
 // costs one script there, not one per shard.
 //
-//	KEYS[1]         stats HASH that counts the moves
-//	KEYS[4g-2..4g+1] shard g's due ZSET of the queue, reserved ZSET, job
-//	                HASH and st HASH (g from 1)
-//	ARGV[1]         now (ms): nothing due later is taken
-//	ARGV[2g, 2g+1]  shard g's limit, and the receipt of its reservations,
-//	                unique to this call and shard: with the id, it names one
-//	                reservation
+//	KEYS[1]           stats HASH that counts the moves
+//	KEYS[5g-3..5g+1]  shard g's due ZSET of the queue, reserved ZSET, job
+//	                  HASH, st HASH and ready LIST of the queue (g from 1)
+//	ARGV[1]           now (ms): nothing due later is taken
+//	ARGV[2g, 2g+1]    shard g's limit, and the receipt of its reservations,
+//	                  unique to this call and shard: with the id, it names
+//	                  one reservation
+//
+// The ready list fills what the due set's due ones leave of the limit: it
+// holds, oldest first, the notifications that were due when they were
+// enqueued (enqueueNewScript), which costs far less than a due-set entry
+// per notification at enqueue and at reservation. An entry is
+// only a hint: one whose notification has a state line since (cancelled,
+// replaced and attempted, reserved through its due-set entry) is dropped,
+// and one whose content is not due yet (a replace moved it later, or "now"
+// was rounded up) goes to the due set at its time, so that nothing starts
+// early or twice. A due-set entry whose state is not scheduled is dropped
+// too, for the same reason.
 //
 // Returns per shard {head, ids, contents, lines}: the queue's earliest due
-// time left in it ("" when empty), and the ids taken with their contents
-// and new state lines (reserved, receipt, deadline now+ttr); an id whose
-// content is gone has false for both, and is not reserved. The line keeps the due time of a notification that had a state
-// line; one that had none is due at its content's first due time, which
-// Go reads, so that no score is read or formatted per notification.
+// time left in it (now while its ready list holds more; "" when empty), and
+// the ids taken with their contents and new state lines (reserved, receipt,
+// deadline now+ttr); an id not reserved has false for both. The line keeps
+// the due time of a notification that had a state line; one that had none
+// is due at its content's first due time, which Go reads, so that no score
+// is read or formatted per notification.
 var reserveScript = newScript(`
 local now, G = tonumber(ARGV[1]), (#ARGV - 1) / 2
-if not now or G < 1 or G % 1 ~= 0 or #KEYS ~= 1 + 4 * G then
+if not now or G < 1 or G % 1 ~= 0 or #KEYS ~= 1 + 5 * G then
   return redis.error_reply('ERR herald reserve: bad arguments')
 end
 local total = 0
@@ -580,20 +604,32 @@ if total > MAX_BATCH then return redis.error_reply('ERR herald reserve: bad argu
 -- topic share one, so each is parsed once per call.
 local res, routes, counts = {}, {}, {}
 for g = 1, G do
-  local due, reserved, jobs, st = KEYS[4 * g - 2], KEYS[4 * g - 1], KEYS[4 * g], KEYS[4 * g + 1]
-  local receipt = ARGV[2 * g + 1]
+  local due, reserved, jobs, st, ready = KEYS[5 * g - 3], KEYS[5 * g - 2], KEYS[5 * g - 1], KEYS[5 * g], KEYS[5 * g + 1]
+  local receipt, limit = ARGV[2 * g + 1], tonumber(ARGV[2 * g])
+  local rq = string.match(ready, ':ready:(.*)$')
+  -- The due set first: what it holds was due before anything enqueued
+  -- since, so that a flood of new notifications never holds back a
+  -- scheduled one or a retry.
   local ids = redis.call('ZRANGEBYSCORE', due, '-inf', ARGV[1], 'LIMIT', '0', ARGV[2 * g])
+  -- zn came from the due set, the first ones; the rest from the list.
+  local zn = #ids
+  if zn > 0 then
+    -- The due ones are the first by rank.
+    redis.call('ZREMRANGEBYRANK', due, '0', string.format('%d', zn - 1))
+  end
+  local more = zn < limit and redis.call('LPOP', ready, limit - zn) or {}
+  for _, id in ipairs(more) do ids[#ids + 1] = id end
+  -- The list may hold more unless it gave less than asked.
+  local drained = zn < limit and #more < limit - zn
   local m, contents, lines = #ids, {}, {}
   if m > 0 then
-    -- The due ones are the first m by rank.
-    redis.call('ZREMRANGEBYRANK', due, '0', string.format('%d', m - 1))
     contents = redis.call('HMGET', jobs, unpack(ids))
     local states = redis.call('HMGET', st, unpack(ids))
-    local sts, zs, n = {}, {}, 0
+    local sts, zs, later, seen, n = {}, {}, {}, {}, 0
     for i = 1, m do
-      local c, id = contents[i], ids[i]
+      local c, id, old = contents[i], ids[i], states[i]
       local line = false
-      if c then
+      if c and not seen[id] and (not old or (i <= zn and string.sub(old, 1, 1) == 'S')) then
         local sp = string.find(c, ' ', 1, true) or 0
         local key = string.sub(c, sp + 1, (string.find(c, '\n', sp + 1, true) or 1) - 1)
         local r = routes[key]
@@ -602,28 +638,39 @@ for g = 1, G do
           r = {ch or 'w', string.format('%d', now + (tonumber(ttr) or 0)), topic or ''}
           routes[key] = r
         end
-        local old = states[i]
-        if old then
-          local _, a, h, cl, _, _, na, _, x = st_split(old)
-          line = st_join('R', a or '0', h or '0', cl or r[1], receipt, r[2], na or '', ARGV[1], x or '')
+        local at = i > zn and tonumber(string.match(c, '^[^:%s]*:(%d+) '))
+        if i > zn and queue_of(r[1], r[3]) ~= rq then
+          -- Replaced into another queue: its entry there is the live one.
+        elseif at and at > now then
+          later[#later + 1] = string.format('%d', at)
+          later[#later + 1] = id
         else
-          -- A first attempt: none made, due at its content's first due
-          -- time. st_join's format, written out: the call costs every
-          -- first reservation 1,500 instructions (callgrind).
-          line = 'R|0|0|' .. r[1] .. '|' .. receipt .. '|' .. r[2] .. '||' .. ARGV[1] .. '|'
+          seen[id] = true
+          if old then
+            local _, a, h, cl, _, _, na, _, x = st_split(old)
+            line = st_join('R', a or '0', h or '0', cl or r[1], receipt, r[2], na or '', ARGV[1], x or '')
+          else
+            -- A first attempt: none made, due at its content's first due
+            -- time. st_join's format, written out: the call costs every
+            -- first reservation 1,500 instructions (callgrind).
+            line = 'R|0|0|' .. r[1] .. '|' .. receipt .. '|' .. r[2] .. '||' .. ARGV[1] .. '|'
+          end
+          sts[n + 1], sts[n + 2], zs[n + 1], zs[n + 2] = id, line, r[2], id
+          n = n + 2
+          counts[r[3]] = (counts[r[3]] or 0) + 1
         end
-        sts[n + 1], sts[n + 2], zs[n + 1], zs[n + 2] = id, line, r[2], id
-        n = n + 2
-        counts[r[3]] = (counts[r[3]] or 0) + 1
       end
+      if not line then contents[i] = false end
       lines[i] = line
     end
     if n > 0 then
       redis.call('HSET', st, unpack(sts))
       redis.call('ZADD', reserved, unpack(zs))
     end
+    if #later > 0 then redis.call('ZADD', due, unpack(later)) end
   end
   local head = redis.call('ZRANGE', due, '0', '0', 'WITHSCORES')
+  if not drained and (not head[2] or tonumber(head[2]) > now) then head[2] = ARGV[1] end
   res[g] = {head[2] or '', ids, contents, lines}
 end
 -- Every one reserved was scheduled.

@@ -35,7 +35,7 @@ func TestRunScriptsRunsEachCallOnce(t *testing.T) {
 
 	k := st.keys
 	reserve := &scriptCall{script: reserveScript,
-		keys: []string{k.stats(0), k.due(0, PullQueue("jobs")), k.reserved(0), k.job(0), k.state(0)},
+		keys: []string{k.stats(0), k.due(0, PullQueue("jobs")), k.reserved(0), k.job(0), k.state(0), k.ready(0, PullQueue("jobs"))},
 		args: []any{ms(time.Now()), 1, "r."}}
 	sweep := &scriptCall{script: sweepScript,
 		keys: []string{k.finished(0), k.job(0), k.state(0), k.hist(0)}, args: []any{ms(time.Now()), 10}}

@@ -234,6 +234,11 @@ func (s *Store) Recount(ctx context.Context) (map[string]TopicStats, error) {
 			if err != nil {
 				return nil, fmt.Errorf("recount: %w", err)
 			}
+			ready, err := s.readyLive(ctx, shard, PullQueue(t))
+			if err != nil {
+				return nil, fmt.Errorf("recount: %w", err)
+			}
+			pull += int64(len(ready))
 			dead, err := s.client.ZCard(ctx, s.keys.dead(shard, t)).Result()
 			if err != nil {
 				return nil, fmt.Errorf("recount: %w", err)
@@ -256,6 +261,13 @@ func (s *Store) Recount(ctx context.Context) (map[string]TopicStats, error) {
 				}
 			}
 			return nil
+		}
+		ready, err := s.readyLive(ctx, shard, QueuePush)
+		if err == nil {
+			err = count(ready, func(ts *TopicStats) { ts.Scheduled++ })
+		}
+		if err != nil {
+			return nil, fmt.Errorf("recount: %w", err)
 		}
 		for _, set := range []struct {
 			key string
@@ -283,7 +295,7 @@ func (s *Store) Recount(ctx context.Context) (map[string]TopicStats, error) {
 				waiting = append(waiting, id)
 			}
 		}
-		err := iter.Err()
+		err = iter.Err()
 		if err == nil {
 			err = count(waiting, func(ts *TopicStats) { ts.Waiting++ })
 		}
@@ -292,4 +304,35 @@ func (s *Store) Recount(ctx context.Context) (map[string]TopicStats, error) {
 		}
 	}
 	return out, nil
+}
+
+// readyLive returns the entries of a shard's ready list for queue that
+// stand for a scheduled notification, each once, as the reservation script
+// decides: its record is there, still of queue, with no state line since,
+// and it is not in the due set too.
+func (s *Store) readyLive(ctx context.Context, shard int, queue string) ([]string, error) {
+	ids, err := s.client.LRange(ctx, s.keys.ready(shard, queue), 0, -1).Result()
+	if err != nil {
+		return nil, err
+	}
+	var live []string
+	seen := map[string]bool{}
+	for chunk := range slices.Chunk(ids, maxScriptBatch) {
+		pipe := s.client.Pipeline()
+		contents := pipe.HMGet(ctx, s.keys.job(shard), chunk...)
+		states := pipe.HMGet(ctx, s.keys.state(shard), chunk...)
+		scores := pipe.ZMScore(ctx, s.keys.due(shard, queue), chunk...)
+		if _, err := pipe.Exec(ctx); err != nil {
+			return nil, err
+		}
+		for i, id := range chunk {
+			c, _ := contents.Val()[i].(string)
+			h, _, err := parseHeader(c)
+			if err == nil && queueOf(h.channel, h.topic) == queue && states.Val()[i] == nil && scores.Val()[i] == 0 && !seen[id] {
+				seen[id] = true
+				live = append(live, id)
+			}
+		}
+	}
+	return live, nil
 }
