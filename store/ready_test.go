@@ -52,6 +52,7 @@ func TestReadyList(t *testing.T) {
 		b := setup(t, store.Config{})
 		b.enqueue(t, b.newNotification(t, "a", 0))
 		replace(t, b, heraldtest.Notification(t, "a", b.clock.Now(), heraldtest.Payload(`{"n":2}`)))
+		heraldtest.RequireStatsMatch(t, b.store) // in the list and the due set, counted once
 		got := b.reserveAll(t)
 		require.Equal(t, []string{"a"}, ids(got))
 		require.JSONEq(t, `{"n":2}`, string(got[0].Payload))

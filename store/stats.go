@@ -321,14 +321,24 @@ func (s *Store) readyLive(ctx context.Context, shard int, queue string) ([]strin
 		pipe := s.client.Pipeline()
 		contents := pipe.HMGet(ctx, s.keys.job(shard), chunk...)
 		states := pipe.HMGet(ctx, s.keys.state(shard), chunk...)
-		scores := pipe.ZMScore(ctx, s.keys.due(shard, queue), chunk...)
+		// ZMSCORE through Do, whose answer keeps a missing member nil:
+		// ZMScore's reads it as 0, a due time a notification can have.
+		zargs := []any{"ZMSCORE", s.keys.due(shard, queue)}
+		for _, id := range chunk {
+			zargs = append(zargs, id)
+		}
+		scores := pipe.Do(ctx, zargs...)
 		if _, err := pipe.Exec(ctx); err != nil {
 			return nil, err
+		}
+		inDue, err := scores.Slice()
+		if err != nil || len(inDue) != len(chunk) {
+			return nil, fmt.Errorf("ready list %s: ZMSCORE answered %d of %d (%v)", queue, len(inDue), len(chunk), err)
 		}
 		for i, id := range chunk {
 			c, _ := contents.Val()[i].(string)
 			h, _, err := parseHeader(c)
-			if err == nil && queueOf(h.channel, h.topic) == queue && states.Val()[i] == nil && scores.Val()[i] == 0 && !seen[id] {
+			if err == nil && queueOf(h.channel, h.topic) == queue && states.Val()[i] == nil && inDue[i] == nil && !seen[id] {
 				seen[id] = true
 				live = append(live, id)
 			}
