@@ -522,28 +522,33 @@ local codes, i = {}, 0
 for g = 0, G - 1 do
   local gb = 2 + 7 * g
   local job = KEYS[tonumber(ARGV[gb + 1])]
-  local zs, nz = {}, 0
+  -- A ready group's entries are ids, another's (due, id) pairs for ZADD;
+  -- n counts the notifications stored, first is the first one's due time.
+  local ready, zs, n, first = ARGV[gb + 7] == 'ready', {}, 0, nil
   for _ = 1, tonumber(ARGV[gb + 6]) do
     local b = B + 3 * i
     i = i + 1
     local id, content = ARGV[b + 1], ARGV[b + 2]
     if redis.call('HSETNX', job, id, content) == 1 then
       codes[i] = OK
-      zs[nz + 1], zs[nz + 2] = ARGV[b + 3], id
-      nz = nz + 2
+      n = n + 1
+      first = first or ARGV[b + 3]
+      if ready then
+        zs[n] = id
+      else
+        zs[2 * n - 1], zs[2 * n] = ARGV[b + 3], id
+      end
     elseif header(redis.call('HGET', job, id)) == header(content) then
       codes[i] = EXISTS
     else
       codes[i] = CONFLICT
     end
   end
-  if nz > 0 then
+  if n > 0 then
     local due, earliest = KEYS[tonumber(ARGV[gb + 2])], ARGV[gb + 7]
-    if earliest == 'ready' then
-      local ids = {}
-      for x = 2, nz, 2 do ids[#ids + 1] = zs[x] end
-      if redis.call('RPUSH', due, unpack(ids)) == #ids then
-        redis.call('PUBLISH', ARGV[1], ARGV[gb + 5] .. ' ' .. ARGV[gb + 4] .. ' ' .. zs[1])
+    if ready then
+      if redis.call('RPUSH', due, unpack(zs)) == n then
+        redis.call('PUBLISH', ARGV[1], ARGV[gb + 5] .. ' ' .. ARGV[gb + 4] .. ' ' .. first)
       end
     else
       local ahead = earliest == '' or #redis.call('ZRANGEBYSCORE', due, '-inf', earliest, 'LIMIT', '0', '1') > 0
@@ -552,7 +557,7 @@ for g = 0, G - 1 do
         redis.call('PUBLISH', ARGV[1], ARGV[gb + 5] .. ' ' .. ARGV[gb + 4] .. ' ' .. earliest)
       end
     end
-    redis.call('HINCRBY', KEYS[1], ARGV[gb + 3] .. ':scheduled', string.format('%d', nz / 2))
+    redis.call('HINCRBY', KEYS[1], ARGV[gb + 3] .. ':scheduled', string.format('%d', n))
   end
 end
 return codes
