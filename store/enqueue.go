@@ -286,12 +286,16 @@ func (s *Store) enqueueNewCalls(byShard map[int][]*enqueueItem, now time.Time) (
 			earliest := g.items[0].due
 			for _, it := range g.items {
 				earliest = min(earliest, it.due)
-				items = append(items, it.req.Notification.ID, it.content, it.due)
+				if g.ready {
+					items = append(items, it.req.Notification.ID, it.content)
+				} else {
+					items = append(items, it.req.Notification.ID, it.content, it.due)
+				}
 			}
-			wake, due := "", k.due(shard, g.queue)
+			wake, due, ready := "", k.due(shard, g.queue), ""
 			switch {
 			case g.ready:
-				wake, due = "ready", k.ready(shard, g.queue)
+				wake, due, ready = strconv.FormatInt(earliest, 10), k.ready(shard, g.queue), "ready"
 			case earliest <= horizon:
 				wake = strconv.FormatInt(earliest, 10)
 			}
@@ -300,7 +304,7 @@ func (s *Store) enqueueNewCalls(byShard map[int][]*enqueueItem, now time.Time) (
 				call.keys = append(call.keys, due)
 				d = len(call.keys)
 			}
-			call.args = append(call.args, job, d, g.topic, shard, g.queue, len(g.items), wake)
+			call.args = append(call.args, job, d, g.topic, shard, g.queue, len(g.items), wake, ready)
 			call.args[1] = call.args[1].(int) + 1
 			order[len(order)-1] = append(order[len(order)-1], g.items...)
 		}

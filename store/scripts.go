@@ -258,7 +258,7 @@ local function join(order, link, joins)
 end`},
 	{"int_arg", `local function int_arg(v, lo, hi)
   local n = tonumber(v)
-  if not n or n ~= math.floor(n) or n < lo or n > hi then return nil end
+  if not n or n % 1 ~= 0 or n < lo or n > hi then return nil end
   return n
 end`},
 }
@@ -479,76 +479,83 @@ return codes
 //	KEYS[2..] the job HASHes, due ZSETs and ready LISTs the groups name
 //	ARGV[1]   wake channel
 //	ARGV[2]   number of groups
-//	then      7 per group: its job key and due key (KEYS index), topic,
-//	          shard, queue, number of items, and the earliest due time of
-//	          its items ("" when that is later than the wake horizon: every
-//	          dispatcher polls more often, so none needs waking), or
-//	          "ready" when every item is due already: its due key is then
-//	          the queue's ready list
-//	then      3 per item, group by group: id, content, due (ms)
+//	then      8 per group: its job key and due key (KEYS index), topic,
+//	          shard, queue, number of items, the earliest due time of its
+//	          items ("" when that is later than the wake horizon: every
+//	          dispatcher polls more often, so none needs waking), and
+//	          "ready" when every item is due already ("" otherwise): its
+//	          due key is then the queue's ready list
+//	then      per item, group by group: id, content, and but in a ready
+//	          group its due time (ms)
 //
 // A group's earliest becomes the queue's head, and wakes the dispatchers,
 // when nothing is due at or before it. A ready group is appended to the
 // list, which costs far less than a due-set insert, and wakes the
-// dispatchers when the list was empty. Returns per item its code: OK,
-// EXISTS or CONFLICT. An id twice in one batch: the second is compared with
-// the first.
+// dispatchers when the list was empty; its items carry no due time, as
+// the reservation reads each one's from its content, and parsing one costs
+// more than storing the item. Returns per item its code: OK, EXISTS or
+// CONFLICT. An id twice in one batch: the second is compared with the
+// first.
 var enqueueNewScript = newScript(`
 local G = int_arg(ARGV[2], 1, MAX_BATCH)
 if not G or ARGV[1] == '' then return redis.error_reply('ERR herald enqueue new: bad arguments') end
-local B = 2 + 7 * G
-local KI = {}
-for j = 2, #KEYS do KI[tostring(j)] = true end
-local total = 0
-for g = 0, G - 1 do
-  local b = 2 + 7 * g
-  local c = int_arg(ARGV[b + 6], 1, MAX_BATCH)
-  if not KI[ARGV[b + 1]] or not KI[ARGV[b + 2]] or ARGV[b + 3] == '' or ARGV[b + 4] == '' or ARGV[b + 5] == '' or not c
-    or (ARGV[b + 7] ~= '' and ARGV[b + 7] ~= 'ready' and not tonumber(ARGV[b + 7])) then
-    return redis.error_reply('ERR herald enqueue new: bad group ' .. (g + 1))
+local NK = #KEYS
+-- Each group's keys, count and width, checked and parsed once: a number
+-- parsed costs more than the rest of a group's checks.
+local jobs, dues, counts, widths, total = {}, {}, {}, {}, 0
+for g = 1, G do
+  local b = 8 * g - 6
+  local j, d, c, w, r = int_arg(ARGV[b + 1], 2, NK), int_arg(ARGV[b + 2], 2, NK), int_arg(ARGV[b + 6], 1, MAX_BATCH), ARGV[b + 7], ARGV[b + 8]
+  if not j or not d or ARGV[b + 3] == '' or ARGV[b + 4] == '' or ARGV[b + 5] == '' or not c
+    or (w ~= '' and not tonumber(w)) or (r ~= '' and (r ~= 'ready' or w == '')) then
+    return redis.error_reply('ERR herald enqueue new: bad group ' .. g)
   end
+  jobs[g], dues[g], counts[g], widths[g] = KEYS[j], KEYS[d], c, r == '' and 3 or 2
   total = total + c
 end
-if total > MAX_BATCH or #ARGV ~= B + 3 * total then
-  return redis.error_reply('ERR herald enqueue new: bad arguments')
-end
-for i = 0, total - 1 do
-  local b = B + 3 * i
-  if ARGV[b + 1] == '' or not tonumber(ARGV[b + 3]) then
-    return redis.error_reply('ERR herald enqueue new: bad item ' .. (i + 1))
+if total > MAX_BATCH then return redis.error_reply('ERR herald enqueue new: bad arguments') end
+local at, i = 2 + 8 * G, 0
+for g = 1, G do
+  local wd = widths[g]
+  for _ = 1, counts[g] do
+    i = i + 1
+    if not ARGV[at + wd] or ARGV[at + 1] == '' or (wd == 3 and not tonumber(ARGV[at + 3])) then
+      return redis.error_reply('ERR herald enqueue new: bad item ' .. i)
+    end
+    at = at + wd
   end
 end
-local codes, i = {}, 0
-for g = 0, G - 1 do
-  local gb = 2 + 7 * g
-  local job = KEYS[tonumber(ARGV[gb + 1])]
+if #ARGV ~= at then return redis.error_reply('ERR herald enqueue new: bad arguments') end
+local codes
+codes, i, at = {}, 0, 2 + 8 * G
+for g = 1, G do
+  local gb, job, c, wd = 8 * g - 6, jobs[g], counts[g], widths[g]
   -- A ready group's entries are ids, another's (due, id) pairs for ZADD;
-  -- n counts the notifications stored, first is the first one's due time.
-  local ready, zs, n, first = ARGV[gb + 7] == 'ready', {}, 0, nil
-  for _ = 1, tonumber(ARGV[gb + 6]) do
-    local b = B + 3 * i
+  -- n counts the notifications stored.
+  local zs, n = {}, 0
+  for _ = 1, c do
+    local id, content = ARGV[at + 1], ARGV[at + 2]
     i = i + 1
-    local id, content = ARGV[b + 1], ARGV[b + 2]
     if redis.call('HSETNX', job, id, content) == 1 then
       codes[i] = OK
       n = n + 1
-      first = first or ARGV[b + 3]
-      if ready then
+      if wd == 2 then
         zs[n] = id
       else
-        zs[2 * n - 1], zs[2 * n] = ARGV[b + 3], id
+        zs[2 * n - 1], zs[2 * n] = ARGV[at + 3], id
       end
     elseif header(redis.call('HGET', job, id)) == header(content) then
       codes[i] = EXISTS
     else
       codes[i] = CONFLICT
     end
+    at = at + wd
   end
   if n > 0 then
-    local due, earliest = KEYS[tonumber(ARGV[gb + 2])], ARGV[gb + 7]
-    if ready then
+    local due, earliest = dues[g], ARGV[gb + 7]
+    if wd == 2 then
       if redis.call('RPUSH', due, unpack(zs)) == n then
-        redis.call('PUBLISH', ARGV[1], ARGV[gb + 5] .. ' ' .. ARGV[gb + 4] .. ' ' .. first)
+        redis.call('PUBLISH', ARGV[1], ARGV[gb + 5] .. ' ' .. ARGV[gb + 4] .. ' ' .. earliest)
       end
     else
       local ahead = earliest == '' or #redis.call('ZRANGEBYSCORE', due, '-inf', earliest, 'LIMIT', '0', '1') > 0
@@ -557,7 +564,9 @@ for g = 0, G - 1 do
         redis.call('PUBLISH', ARGV[1], ARGV[gb + 5] .. ' ' .. ARGV[gb + 4] .. ' ' .. earliest)
       end
     end
-    redis.call('HINCRBY', KEYS[1], ARGV[gb + 3] .. ':scheduled', string.format('%d', n))
+    -- The count as Go wrote it when every one was stored: formatting a
+    -- number costs more than the command.
+    redis.call('HINCRBY', KEYS[1], ARGV[gb + 3] .. ':scheduled', n == c and ARGV[gb + 6] or string.format('%d', n))
   end
 end
 return codes

@@ -102,15 +102,15 @@ func TestRejectedCallChangesNothing(t *testing.T) {
 		return args
 	}
 	valid := finishArgs(func([]any) {}) // sets finishKeys
-	// enqueueNewArgs is a valid enqueue of two new ones, d and e, changed by
-	// bad.
+	// enqueueNewArgs is a valid enqueue of two new ones, d and e, due at
+	// due, changed by bad.
 	var newKeys []string
-	enqueueNewArgs := func(bad func(args []any)) []any {
+	enqueueNewArgs := func(due time.Time, bad func(args []any)) []any {
 		var items []*enqueueItem
 		for _, id := range []string{"d", "e"} {
 			n := *good
 			n.ID = id
-			items = append(items, &enqueueItem{req: EnqueueRequest{Notification: &n}, due: ms(now), content: encodeContent(&n, now, ms(now))})
+			items = append(items, &enqueueItem{req: EnqueueRequest{Notification: &n}, due: ms(due), content: encodeContent(&n, now, ms(due))})
 		}
 		calls, _ := st.enqueueNewCalls(map[int][]*enqueueItem{0: items}, now)
 		require.Len(t, calls, 1)
@@ -119,7 +119,7 @@ func TestRejectedCallChangesNothing(t *testing.T) {
 		bad(args)
 		return args
 	}
-	enqueueNewArgs(func([]any) {}) // sets newKeys
+	enqueueNewArgs(now, func([]any) {}) // sets newKeys
 	tests := []struct {
 		name   string
 		script *redis.Script
@@ -132,10 +132,12 @@ func TestRejectedCallChangesNothing(t *testing.T) {
 		{"EnqueueBadKeyIndex", enqueueScript, enqueueKeys, []any{ms(now), k.wake(), 0, 1, 1, 5000,
 			"d", encodeContent(good, now, ms(now)), ms(now), 0, 1, 1, "jobs", "pull.jobs", 0, 0, 0, "", "",
 			"e", encodeContent(good, now, ms(now)), ms(now), 0, 2, 1, "jobs", "pull.jobs", 0, 0, 0, "", ""}},
-		{"EnqueueNewBadDue", enqueueNewScript, newKeys, enqueueNewArgs(func(a []any) { a[len(a)-1] = "soon" })},
-		{"EnqueueNewBadKeyIndex", enqueueNewScript, newKeys, enqueueNewArgs(func(a []any) { a[2] = 9 })},
-		{"EnqueueNewBadEarliest", enqueueNewScript, newKeys, enqueueNewArgs(func(a []any) { a[8] = "soon" })},
-		{"EnqueueNewCountsDisagree", enqueueNewScript, newKeys, enqueueNewArgs(func(a []any) { a[7] = 3 })},
+		{"EnqueueNewBadDue", enqueueNewScript, newKeys, enqueueNewArgs(now.Add(time.Hour), func(a []any) { a[len(a)-1] = "soon" })},
+		{"EnqueueNewBadKeyIndex", enqueueNewScript, newKeys, enqueueNewArgs(now, func(a []any) { a[2] = 9 })},
+		{"EnqueueNewBadEarliest", enqueueNewScript, newKeys, enqueueNewArgs(now, func(a []any) { a[8] = "soon" })},
+		{"EnqueueNewBadReady", enqueueNewScript, newKeys, enqueueNewArgs(now, func(a []any) { a[9] = "soon" })},
+		{"EnqueueNewReadyWithoutWake", enqueueNewScript, newKeys, enqueueNewArgs(now, func(a []any) { a[8] = "" })},
+		{"EnqueueNewCountsDisagree", enqueueNewScript, newKeys, enqueueNewArgs(now, func(a []any) { a[7] = 3 })},
 		{"ReserveBadLimit", reserveScript, []string{k.stats(0), k.due(0, PullQueue("jobs")), k.reserved(0), k.job(0), k.state(0),
 			k.due(0, PullQueue("jobs")), k.reserved(0), k.job(0), k.state(0)}, []any{ms(time.Now()), 1, "r.", 0, "s."}},
 		{"FinishBadGroup", finishScript, finishKeys, finishArgs(func(a []any) { a[len(a)-3] = 9 })},
@@ -153,7 +155,7 @@ func TestRejectedCallChangesNothing(t *testing.T) {
 	v, err := st.runScript(ctx, finishScript, finishKeys, valid...)
 	require.NoError(t, err)
 	require.Equal(t, []any{int64(codeOK), int64(codeOK)}, v)
-	v, err = st.runScript(ctx, enqueueNewScript, newKeys, enqueueNewArgs(func([]any) {})...)
+	v, err = st.runScript(ctx, enqueueNewScript, newKeys, enqueueNewArgs(now, func([]any) {})...)
 	require.NoError(t, err)
 	require.Equal(t, []any{int64(codeOK), int64(codeOK)}, v)
 }
