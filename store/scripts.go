@@ -620,7 +620,7 @@ if total > MAX_BATCH then return redis.error_reply('ERR herald reserve: bad argu
 -- routes caches, by the header line after its digest, what a reservation
 -- needs of it: {channel letter, deadline, topic}. The notifications of a
 -- topic share one, so each is parsed once per call.
-local res, routes, counts = {}, {}, {}
+local res, routes, counts, nowlen = {}, {}, {}, #ARGV[1]
 for g = 1, G do
   local due, reserved, jobs, st, ready = KEYS[5 * g - 3], KEYS[5 * g - 2], KEYS[5 * g - 1], KEYS[5 * g], KEYS[5 * g + 1]
   local receipt, limit = ARGV[2 * g + 1], tonumber(ARGV[2 * g])
@@ -654,12 +654,24 @@ for g = 1, G do
         if not r then
           local ch, ttr, topic = string.match(key, '^(%l) (%d+) (.+)$')
           r = {ch or 'w', string.format('%d', now + (tonumber(ttr) or 0)), topic or ''}
+          r[4] = queue_of(r[1], r[3])
           routes[key] = r
         end
-        local at = i > zn and tonumber(string.match(c, '^[^:%s]*:(%d+) '))
-        if i > zn and queue_of(r[1], r[3]) ~= rq then
+        -- A list entry's due time, from its content's header, when that is
+        -- later than now. Due times are integers without leading zeros, so
+        -- that comparing lengths and then strings compares them without
+        -- parsing either (a parse costs more than the rest of the check).
+        local at
+        if i > zn then
+          local colon = string.find(c, ':', 1, true)
+          if colon and colon < sp then
+            local d = string.sub(c, colon + 1, sp - 1)
+            if #d > nowlen or (#d == nowlen and d > ARGV[1]) then at = tonumber(d) end
+          end
+        end
+        if i > zn and r[4] ~= rq then
           -- Replaced into another queue: its entry there is the live one.
-        elseif at and at > now then
+        elseif at then
           later[#later + 1] = string.format('%d', at)
           later[#later + 1] = id
         else
