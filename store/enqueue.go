@@ -293,10 +293,10 @@ func (s *Store) enqueueNewCalls(byShard map[int][]*enqueueItem, now time.Time) (
 				}
 			}
 			wake, due, ready := "", k.due(shard, g.queue), ""
-			switch {
-			case g.ready:
-				wake, due, ready = strconv.FormatInt(earliest, 10), k.ready(shard, g.queue), "ready"
-			case earliest <= horizon:
+			if g.ready {
+				due, ready = k.ready(shard, g.queue), "ready"
+			}
+			if g.ready || earliest <= horizon {
 				wake = strconv.FormatInt(earliest, 10)
 			}
 			d := slices.Index(call.keys, due) + 1

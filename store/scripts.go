@@ -485,8 +485,8 @@ return codes
 //	          dispatcher polls more often, so none needs waking), and
 //	          "ready" when every item is due already ("" otherwise): its
 //	          due key is then the queue's ready list
-//	then      per item, group by group: id, content, and but in a ready
-//	          group its due time (ms)
+//	then      per item, group by group: id, content and, except in a
+//	          ready group, its due time (ms)
 //
 // A group's earliest becomes the queue's head, and wakes the dispatchers,
 // when nothing is due at or before it. A ready group is appended to the
@@ -526,8 +526,8 @@ for g = 1, G do
   end
 end
 if #ARGV ~= at then return redis.error_reply('ERR herald enqueue new: bad arguments') end
-local codes
-codes, i, at = {}, 0, 2 + 8 * G
+local codes = {}
+i, at = 0, 2 + 8 * G
 for g = 1, G do
   local gb, job, c, wd = 8 * g - 6, jobs[g], counts[g], widths[g]
   -- A ready group's entries are ids, another's (due, id) pairs for ZADD;

@@ -119,7 +119,9 @@ func TestRejectedCallChangesNothing(t *testing.T) {
 		bad(args)
 		return args
 	}
-	enqueueNewArgs(now, func([]any) {}) // sets newKeys
+	enqueueNewArgs(now.Add(time.Hour), func([]any) {}) // sets newKeys: a due set
+	scheduledKeys := newKeys
+	enqueueNewArgs(now, func([]any) {}) // sets newKeys: a ready list
 	tests := []struct {
 		name   string
 		script *redis.Script
@@ -132,7 +134,7 @@ func TestRejectedCallChangesNothing(t *testing.T) {
 		{"EnqueueBadKeyIndex", enqueueScript, enqueueKeys, []any{ms(now), k.wake(), 0, 1, 1, 5000,
 			"d", encodeContent(good, now, ms(now)), ms(now), 0, 1, 1, "jobs", "pull.jobs", 0, 0, 0, "", "",
 			"e", encodeContent(good, now, ms(now)), ms(now), 0, 2, 1, "jobs", "pull.jobs", 0, 0, 0, "", ""}},
-		{"EnqueueNewBadDue", enqueueNewScript, newKeys, enqueueNewArgs(now.Add(time.Hour), func(a []any) { a[len(a)-1] = "soon" })},
+		{"EnqueueNewBadDue", enqueueNewScript, scheduledKeys, enqueueNewArgs(now.Add(time.Hour), func(a []any) { a[len(a)-1] = "soon" })},
 		{"EnqueueNewBadKeyIndex", enqueueNewScript, newKeys, enqueueNewArgs(now, func(a []any) { a[2] = 9 })},
 		{"EnqueueNewBadEarliest", enqueueNewScript, newKeys, enqueueNewArgs(now, func(a []any) { a[8] = "soon" })},
 		{"EnqueueNewBadReady", enqueueNewScript, newKeys, enqueueNewArgs(now, func(a []any) { a[9] = "soon" })},
