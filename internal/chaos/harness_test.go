@@ -109,7 +109,9 @@ func startHerald(t *testing.T, name, config, role string) *proc {
 	t.Helper()
 	logs, err := os.Create(filepath.Join(t.TempDir(), name+".log"))
 	require.NoError(t, err)
-	p := &proc{name: name, listen: freeAddr(t), logs: logs}
+	port, err := redistest.FreePort()
+	require.NoError(t, err)
+	p := &proc{name: name, listen: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), logs: logs}
 	p.args = []string{"--config", config, "serve", "--role", role, "--listen", p.listen}
 	t.Cleanup(func() {
 		p.stop()
@@ -187,16 +189,6 @@ func (p *proc) end(sig syscall.Signal) {
 		_ = cmd.Process.Kill()
 		<-done
 	}
-}
-
-// freeAddr returns a free loopback host:port.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
-	return addr
 }
 
 // delivery is one request the receiver answered.

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -149,19 +150,52 @@ func StartDir(dir string, opts Options) (*Server, error) {
 }
 
 // FreePort returns a loopback port nothing listens on now (never 6379).
+//
+// It picks below the kernel's ephemeral range when there is room: a port
+// from that range, once probed and released, can be taken by any outgoing
+// connection before the server binds it, and the tests make thousands. The
+// band ends 10,000 below the range so that a cluster node's bus port (its
+// port + 10,000) stays out of it too.
 func FreePort() (int, error) {
-	for range 20 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, fmt.Errorf("find a free port: %w", err)
+	lo, hi := portBand()
+	for range 100 {
+		port := 0
+		if hi > lo {
+			port = lo + rand.IntN(hi-lo)
 		}
-		port := l.Addr().(*net.TCPAddr).Port
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			if port == 0 {
+				return 0, fmt.Errorf("find a free port: %w", err)
+			}
+			continue
+		}
+		port = l.Addr().(*net.TCPAddr).Port
 		_ = l.Close()
 		if port != 6379 {
 			return port, nil
 		}
 	}
 	return 0, errors.New("no free port")
+}
+
+// portBand is the range of ports FreePort draws from, [lo, hi), or an empty
+// one when the ephemeral range leaves no room below it, and the kernel then
+// picks.
+func portBand() (lo, hi int) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0
+	}
+	fields := strings.Fields(string(b))
+	if len(fields) != 2 {
+		return 0, 0
+	}
+	ephemeral, err := strconv.Atoi(fields[0])
+	if err != nil || ephemeral < 21024 {
+		return 0, 0
+	}
+	return ephemeral - 20000, ephemeral - 10000
 }
 
 func (s *Server) launch() error {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -215,11 +216,10 @@ func startSentinel(t *testing.T, name, addr string) string {
 	t.Helper()
 	host, port, err := net.SplitHostPort(addr)
 	require.NoError(t, err)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	free, err := redistest.FreePort()
 	require.NoError(t, err)
-	sentinelAddr := l.Addr().String()
-	_, sentinelPort, _ := net.SplitHostPort(sentinelAddr)
-	require.NoError(t, l.Close())
+	sentinelPort := strconv.Itoa(free)
+	sentinelAddr := net.JoinHostPort("127.0.0.1", sentinelPort)
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "sentinel.conf")
 	require.NoError(t, os.WriteFile(conf, fmt.Appendf(nil, "port %s\nbind 127.0.0.1\ndir %s\nsentinel monitor %s %s %s 1\n",
