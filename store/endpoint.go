@@ -17,7 +17,7 @@ import (
 // Cluster needs no hash tag for them.
 //
 //	herald:endpoints        HASH  name -> the endpoint as JSON (endpoint.Endpoint, secrets included)
-func (k keys) endpoints() string { return k.ns + ":endpoints" }
+func (k *keys) endpoints() string { return k.ns + ":endpoints" }
 
 var _ endpoint.Lookup = (*Store)(nil)
 

@@ -18,7 +18,7 @@ const PauseDisabled = "disabled"
 // An endpoint's health, for disable_after:
 //
 //	herald:{ep:NAME}:health  HASH  "failing_since" -> first failure (ms) since the last success; "disabled_at" -> ms
-func (k keys) health(name string) string { return k.ns + ":{ep:" + name + "}:health" }
+func (k *keys) health(name string) string { return k.ns + ":{ep:" + name + "}:health" }
 
 // Health is an endpoint's health as its record shows it.
 type Health struct {

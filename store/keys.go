@@ -55,55 +55,55 @@ func PullQueue(topic string) string { return "pull." + topic }
 
 // shardOf is the shard an id belongs to: where its record is, or, for a
 // notification with an order key, where a stub points to its key's shard.
-func (k keys) shardOf(id string) int { return k.hash(id) }
+func (k *keys) shardOf(id string) int { return k.hash(id) }
 
 // shardFor is the shard a notification lives in: its key's, for one with an
 // order key, so that the notifications of one key, and their line, share a
 // slot; its id's otherwise.
-func (k keys) shardFor(n *notify.Notification) int {
+func (k *keys) shardFor(n *notify.Notification) int {
 	if n.OrderKey != "" {
 		return k.hash(n.Topic + "\x00" + n.OrderKey)
 	}
 	return k.hash(n.ID)
 }
 
-func (k keys) hash(s string) int {
+func (k *keys) hash(s string) int {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(s))
 	return int(h.Sum32() % uint32(k.shards))
 }
 
-func (k keys) prefix(shard int) string {
+func (k *keys) prefix(shard int) string {
 	if shard < len(k.prefixes) {
 		return k.prefixes[shard]
 	}
 	return k.ns + ":{" + strconv.Itoa(shard) + "}:"
 }
 
-func (k keys) job(shard int) string        { return k.prefix(shard) + "job" }
-func (k keys) state(shard int) string      { return k.prefix(shard) + "st" }
-func (k keys) hist(shard int) string       { return k.prefix(shard) + "hist" }
-func (k keys) reserved(shard int) string   { return k.prefix(shard) + "reserved" }
-func (k keys) deadAll(shard int) string    { return k.prefix(shard) + "dead" }
-func (k keys) finished(shard int) string   { return k.prefix(shard) + "finished" }
-func (k keys) stats(shard int) string      { return k.prefix(shard) + "stats" }
-func (k keys) quarantine(shard int) string { return k.prefix(shard) + "quarantine" }
-func (k keys) order(shard int) string      { return k.prefix(shard) + "order" }
-func (k keys) link(shard int) string       { return k.prefix(shard) + "link" }
+func (k *keys) job(shard int) string        { return k.prefix(shard) + "job" }
+func (k *keys) state(shard int) string      { return k.prefix(shard) + "st" }
+func (k *keys) hist(shard int) string       { return k.prefix(shard) + "hist" }
+func (k *keys) reserved(shard int) string   { return k.prefix(shard) + "reserved" }
+func (k *keys) deadAll(shard int) string    { return k.prefix(shard) + "dead" }
+func (k *keys) finished(shard int) string   { return k.prefix(shard) + "finished" }
+func (k *keys) stats(shard int) string      { return k.prefix(shard) + "stats" }
+func (k *keys) quarantine(shard int) string { return k.prefix(shard) + "quarantine" }
+func (k *keys) order(shard int) string      { return k.prefix(shard) + "order" }
+func (k *keys) link(shard int) string       { return k.prefix(shard) + "link" }
 
-func (k keys) due(shard int, queue string) string { return k.prefix(shard) + "due:" + queue }
+func (k *keys) due(shard int, queue string) string { return k.prefix(shard) + "due:" + queue }
 
-func (k keys) ready(shard int, queue string) string { return k.prefix(shard) + "ready:" + queue }
+func (k *keys) ready(shard int, queue string) string { return k.prefix(shard) + "ready:" + queue }
 
-func (k keys) dead(shard int, topic string) string { return k.prefix(shard) + "dead:" + topic }
+func (k *keys) dead(shard int, topic string) string { return k.prefix(shard) + "dead:" + topic }
 
-func (k keys) activity(shard int, minute int64) string {
+func (k *keys) activity(shard int, minute int64) string {
 	return k.prefix(shard) + "act:" + strconv.FormatInt(minute, 10)
 }
 
-func (k keys) wake() string { return k.ns + ":wake" }
+func (k *keys) wake() string { return k.ns + ":wake" }
 
-func (k keys) meta() string { return k.ns + ":meta" }
+func (k *keys) meta() string { return k.ns + ":meta" }
 
 // histField names attempt n's entry of id's history; "|" cannot occur in an
 // id, so the field is unambiguous.

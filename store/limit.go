@@ -18,8 +18,8 @@ import (
 // A lease is taken when an attempt starts and dropped when it ends; one
 // whose dispatcher died (a SIGKILL) holds its place only until it expires.
 // The scripts read Redis's clock, so dispatchers' clocks need not agree.
-func (k keys) inflight(name string) string { return k.ns + ":{ep:" + name + "}:inflight" }
-func (k keys) rate(name string) string     { return k.ns + ":{ep:" + name + "}:rate" }
+func (k *keys) inflight(name string) string { return k.ns + ":{ep:" + name + "}:inflight" }
+func (k *keys) rate(name string) string     { return k.ns + ":{ep:" + name + "}:rate" }
 
 // rateSlack is how late a rate slot may be taken and still count on its
 // grid (see acquireScript): the burst an endpoint can get after a pause

@@ -38,7 +38,7 @@ const (
 	parkBands  = 1 << 31
 )
 
-func (k keys) paused() string { return k.ns + ":paused" }
+func (k *keys) paused() string { return k.ns + ":paused" }
 
 func pauseField(kind, name string) string { return kind + "|" + name }
 
