@@ -154,7 +154,7 @@ func (s *Store) Replay(ctx context.Context, f DeadFilter, opts DeadOptions) (mat
 		return 0, 0, err
 	}
 	now := ms(s.Now())
-	k := s.keys
+	k := &s.keys
 	return s.eachDead(ctx, f, opts, func(shard int, topic string, ids []string) *scriptCall {
 		args := []any{now, boolArg(opts.Reset), k.wake(), shard, topic}
 		for _, id := range ids {
@@ -175,7 +175,7 @@ func (s *Store) Purge(ctx context.Context, f DeadFilter, opts DeadOptions) (matc
 	if err := s.open(ctx); err != nil {
 		return 0, 0, err
 	}
-	k := s.keys
+	k := &s.keys
 	return s.eachDead(ctx, f, opts, func(shard int, topic string, ids []string) *scriptCall {
 		args := []any{topic}
 		for _, id := range ids {

@@ -193,7 +193,7 @@ func (s *Store) enqueueCalls(items []*enqueueItem, now time.Time) ([]*scriptCall
 	if !slices.ContainsFunc(items, (*enqueueItem).special) {
 		return s.enqueueNewCalls(byShard, now)
 	}
-	k := s.keys
+	k := &s.keys
 	var calls []*scriptCall
 	var groups [][]*enqueueItem
 	for _, shard := range sortedKeys(byShard) {
@@ -251,7 +251,7 @@ func (s *Store) enqueueNewCalls(byShard map[int][]*enqueueItem, now time.Time) (
 		ready        bool
 		items        []*enqueueItem
 	}
-	k := s.keys
+	k := &s.keys
 	horizon := ms(now) + s.cfg.WakeHorizon.Milliseconds()
 	var calls []*scriptCall
 	var order [][]*enqueueItem

@@ -72,7 +72,7 @@ func (s *Store) Expired(ctx context.Context, grace time.Duration, limit int) ([]
 // (see Quarantined). An operator finds it in the shard's quarantine hash
 // with the reason.
 func (s *Store) quarantine(ctx context.Context, shard int, id, content string, why error) {
-	k := s.keys
+	k := &s.keys
 	h, _, _ := parseHeader(content) // the topic, when the header survived
 	_, err := s.runScript(ctx, quarantineScript,
 		[]string{k.job(shard), k.state(shard), k.quarantine(shard), k.reserved(shard), k.stats(shard),
@@ -100,7 +100,7 @@ func (s *Store) Sweep(ctx context.Context, limit int) (int, error) {
 	limit = min(max(limit, 1), maxScriptBatch)
 	now := ms(s.Now())
 	calls := make([]*scriptCall, s.keys.shards)
-	k := s.keys
+	k := &s.keys
 	for shard := range calls {
 		calls[shard] = &scriptCall{
 			script: sweepScript,

@@ -178,7 +178,7 @@ func (s *Store) Cancel(ctx context.Context, id string) (*notify.Notification, er
 	}
 	shard := s.keys.shardOf(id)
 	topic := "" // the script names the record's topic, whose keys it needs
-	k := s.keys
+	k := &s.keys
 	for range 4 {
 		v, err := s.runAckedScript(ctx, cancelScript,
 			[]string{k.job(shard), k.state(shard), k.due(shard, QueuePush), k.due(shard, PullQueue(topic)),

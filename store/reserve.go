@@ -50,7 +50,7 @@ func (s *Store) Reserve(ctx context.Context, queue string, shards []int, limit i
 	quotas := splitQuotas(shards, limit, int(s.rotate.Add(1)))
 	groups := scriptGroups(s.oneNode, quotas, func(q quota) int { return q.max })
 	calls := make([]*scriptCall, len(groups))
-	k := s.keys
+	k := &s.keys
 	for i, g := range groups {
 		keyList := make([]string, 1, 1+5*len(g))
 		keyList[0] = k.stats(s.counters(g[0].shard))
@@ -409,7 +409,7 @@ type shardItems struct {
 
 // finishCall builds the script call that finishes the items of groups.
 func (s *Store) finishCall(groups []shardItems, items []finishItem, now time.Time, minute int64) *scriptCall {
-	k := s.keys
+	k := &s.keys
 	counter := s.counters(groups[0].shard)
 	var dues, deads keyIndex
 	counters := map[counterGroup]int{}
