@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
+	"sync"
 	"testing"
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/heraldtest"
@@ -45,21 +48,32 @@ func TestStandardWebhooksVerifies(t *testing.T) {
 				Logger:        heraldtest.Logger(t),
 			}}})
 			require.NoError(t, err)
-			_, err = sender.Send(context.Background(), &notify.Notification{
-				ID:       "evt_2KWPBgLlAfxdpx2AI54pPJ85f4W",
-				Topic:    "order-notify",
-				Channel:  notify.ChannelWebhook,
-				Target:   rec.URL() + "/hooks",
-				Attempts: 2,
-				Payload:  json.RawMessage(`{"out_trade_no":"T-1","trade_status":"TRADE_SUCCESS","note":"caf\u00e9 \u2603"}`),
-			})
-			require.NoError(t, err)
+			// Several sends, at once, from one sender: each is signed on
+			// its own, whatever the sender reuses between them.
+			const sends = 4
+			var wg sync.WaitGroup
+			for i := range sends {
+				wg.Go(func() {
+					_, err := sender.Send(context.Background(), &notify.Notification{
+						ID:       fmt.Sprintf("evt_2KWPBgLlAfxdpx2AI54pPJ85f4W%d", i),
+						Topic:    "order-notify",
+						Channel:  notify.ChannelWebhook,
+						Target:   rec.URL() + "/hooks",
+						Attempts: 2,
+						Payload:  json.RawMessage(fmt.Sprintf(`{"out_trade_no":"T-%d","trade_status":"TRADE_SUCCESS","note":"caf\u00e9 \u2603"}`, i)),
+					})
+					assert.NoError(t, err)
+				})
+			}
+			wg.Wait()
 
 			reqs := rec.Requests()
-			require.Len(t, reqs, 1)
+			require.Len(t, reqs, sends)
 			wh, err := tt.verifier(tt.secret)
 			require.NoError(t, err)
-			require.NoError(t, wh.Verify(reqs[0].Body, reqs[0].Header), "the official library refuses Herald's signature")
+			for _, req := range reqs {
+				require.NoError(t, wh.Verify(req.Body, req.Header), "the official library refuses Herald's signature")
+			}
 
 			tampered := append([]byte(nil), reqs[0].Body...)
 			tampered[len(tampered)-2] ^= 1

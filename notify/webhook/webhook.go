@@ -96,7 +96,8 @@ type Config struct {
 // connections alive between attempts.
 type Sender struct {
 	*httpsend.Base
-	key       []byte
+	// hmac signs with the configured secret; nil when there is none.
+	hmac      *endpoint.HMAC
 	endpoints endpoint.Lookup
 }
 
@@ -116,7 +117,11 @@ func New(cfg *Config) (*Sender, error) {
 	if err != nil {
 		return nil, fmt.Errorf("webhook: %w", err)
 	}
-	return &Sender{Base: base, key: key, endpoints: cfg.Endpoints}, nil
+	s := &Sender{Base: base, endpoints: cfg.Endpoints}
+	if len(key) > 0 {
+		s.hmac = endpoint.NewHMAC(key)
+	}
+	return s, nil
 }
 
 // ParseSecret returns the signing key of a secret: the base64-decoded rest
@@ -164,8 +169,8 @@ func (s *Sender) Send(ctx context.Context, n *notify.Notification) (notify.Respo
 		if sig := ep.Sign(now, n.ID, timestamp, body); sig != "" {
 			req.Header[HeaderSignature] = []string{sig}
 		}
-	case len(s.key) > 0:
-		req.Header[HeaderSignature] = []string{endpoint.SignHMAC(s.key, endpoint.Content(n.ID, timestamp, body))}
+	case s.hmac != nil:
+		req.Header[HeaderSignature] = []string{s.hmac.Sign(n.ID, timestamp, body)}
 	}
 
 	res, err := s.Client.Do(ctx, req)

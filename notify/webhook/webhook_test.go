@@ -385,7 +385,7 @@ func TestNew(t *testing.T) {
 
 	s, err := New(&Config{Common: httpsend.Common{HTTP: httpsend.Config{Logger: slog.New(slog.NewTextHandler(t.Output(), nil))}}})
 	require.NoError(t, err)
-	require.Empty(t, s.key)
+	require.Nil(t, s.hmac, "no secret: requests go out unsigned")
 }
 
 // dialLog is a DialFunc that records every address the guard let through,
