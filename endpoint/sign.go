@@ -1,6 +1,7 @@
 package endpoint
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -95,8 +96,9 @@ func (e *Endpoint) Sign(now time.Time, id, timestamp string, body []byte) string
 // concurrent use.
 type HMAC struct{ macs sync.Pool }
 
-// NewHMAC returns a signer for key.
+// NewHMAC returns a signer for key, which it copies.
 func NewHMAC(key []byte) *HMAC {
+	key = bytes.Clone(key)
 	h := &HMAC{}
 	h.macs.New = func() any { return hmac.New(sha256.New, key) }
 	return h
