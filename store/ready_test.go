@@ -131,6 +131,16 @@ func TestReadyList(t *testing.T) {
 		require.Len(t, b.reserveAll(t), 3)
 	})
 
+	t.Run("RecountSeesBothLists", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, store.Config{})
+		b.enqueue(t, b.newNotification(t, "pulled", 0))
+		b.enqueue(t, heraldtest.Notification(t, "pushed", b.clock.Now(), heraldtest.Channel(notify.ChannelWebhook, "https://example.test/hook")))
+		counted, err := b.store.Recount(ctx)
+		require.NoError(t, err)
+		require.Equal(t, int64(2), counted["jobs"].Scheduled, "one on the pull queue's list, one on the push queue's")
+	})
+
 	t.Run("HeadsSeeTheList", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, store.Config{})

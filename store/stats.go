@@ -234,11 +234,11 @@ func (s *Store) Recount(ctx context.Context) (map[string]TopicStats, error) {
 			if err != nil {
 				return nil, fmt.Errorf("recount: %w", err)
 			}
-			ready, err := s.readyLive(ctx, shard, PullQueue(t))
+			ready, err := s.readyCounts(ctx, shard, PullQueue(t))
 			if err != nil {
 				return nil, fmt.Errorf("recount: %w", err)
 			}
-			pull += int64(len(ready))
+			pull += ready[t]
 			dead, err := s.client.ZCard(ctx, s.keys.dead(shard, t)).Result()
 			if err != nil {
 				return nil, fmt.Errorf("recount: %w", err)
@@ -262,12 +262,12 @@ func (s *Store) Recount(ctx context.Context) (map[string]TopicStats, error) {
 			}
 			return nil
 		}
-		ready, err := s.readyLive(ctx, shard, QueuePush)
-		if err == nil {
-			err = count(ready, func(ts *TopicStats) { ts.Scheduled++ })
-		}
+		ready, err := s.readyCounts(ctx, shard, QueuePush)
 		if err != nil {
 			return nil, fmt.Errorf("recount: %w", err)
+		}
+		for t, n := range ready {
+			add(t, func(ts *TopicStats) { ts.Scheduled += n })
 		}
 		for _, set := range []struct {
 			key string
@@ -306,16 +306,17 @@ func (s *Store) Recount(ctx context.Context) (map[string]TopicStats, error) {
 	return out, nil
 }
 
-// readyLive returns the entries of a shard's ready list for queue that
-// stand for a scheduled notification, each once, as the reservation script
-// decides: its record is there, still of queue, with no state line since,
-// and it is not in the due set too.
-func (s *Store) readyLive(ctx context.Context, shard int, queue string) ([]string, error) {
+// readyCounts counts, by topic, the entries of a shard's ready list for
+// queue that stand for a scheduled notification, each once, as the
+// reservation script decides: its record is there, still of queue, with no
+// state line since, and it is not in the due set too. The topic comes from
+// the header it reads for that check.
+func (s *Store) readyCounts(ctx context.Context, shard int, queue string) (map[string]int64, error) {
 	ids, err := s.client.LRange(ctx, s.keys.ready(shard, queue), 0, -1).Result()
 	if err != nil {
 		return nil, err
 	}
-	var live []string
+	live := map[string]int64{}
 	seen := map[string]bool{}
 	for chunk := range slices.Chunk(ids, maxScriptBatch) {
 		pipe := s.client.Pipeline()
@@ -340,7 +341,7 @@ func (s *Store) readyLive(ctx context.Context, shard int, queue string) ([]strin
 			h, _, err := parseHeader(c)
 			if err == nil && queueOf(h.channel, h.topic) == queue && states.Val()[i] == nil && inDue[i] == nil && !seen[id] {
 				seen[id] = true
-				live = append(live, id)
+				live[h.topic]++
 			}
 		}
 	}
