@@ -4,7 +4,12 @@ import (
 	"context"
 	"runtime"
 	"sync"
+	"time"
 )
+
+// lingerMax bounds how long a writer waits for the callers it expects
+// (batcher.expect) before it writes without them.
+const lingerMax = 50 * time.Microsecond
 
 // batcher writes enqueues made at the same time together (a group commit):
 // a caller that finds no write under way writes its own request at once;
@@ -25,6 +30,10 @@ type batcher struct {
 	writing bool
 	// waiting holds the requests that arrived during the write.
 	waiting []*waiter
+	// expect is how many callers the next batch is likely to hold: those
+	// the last batch answered, who are about to enqueue again, and those
+	// that waited for it.
+	expect int
 }
 
 // waiter is one caller's request and, once written, its result.
@@ -75,8 +84,22 @@ func (b *batcher) write(ctx context.Context, lead *waiter) {
 	// this raised the rate by 15% and cut Redis CPU per enqueue by 13%
 	// (docs/benchmarks.md). It does not wait: with nothing else runnable
 	// it returns at once.
+	//
+	// Then, while fewer have come than expected, keep yielding, up to
+	// lingerMax: Redis is idle meanwhile, and on this kind of machine a
+	// request that wakes it costs its CPU more than the items in it. With 8
+	// producers of single calls it raised a script's batch from 6.7 to 7.5
+	// and cut Redis CPU per enqueue by 8% at the same rate
+	// (docs/benchmarks.md). A lone caller expects no one and never waits.
 	runtime.Gosched()
 	b.mu.Lock()
+	if len(b.waiting)+1 < b.expect {
+		for end := time.Now().Add(lingerMax); len(b.waiting)+1 < b.expect && time.Now().Before(end); {
+			b.mu.Unlock()
+			runtime.Gosched()
+			b.mu.Lock()
+		}
+	}
 	n := min(len(b.waiting), MaxBatch-1)
 	batch := append([]*waiter{lead}, b.waiting[:n]...)
 	b.waiting = b.waiting[n:]
@@ -95,14 +118,18 @@ func (b *batcher) write(ctx context.Context, lead *waiter) {
 		}
 		close(w.done)
 	}
-	b.handOff()
+	b.handOff(len(batch))
 }
 
 // handOff makes the first waiting request the writer, taking it out of the
-// queue, or ends the writing.
-func (b *batcher) handOff() {
+// queue, or ends the writing. answered is how many callers the batch just
+// written answered (0 when no batch was).
+func (b *batcher) handOff(answered int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if answered > 0 {
+		b.expect = answered + len(b.waiting)
+	}
 	if len(b.waiting) == 0 {
 		b.writing = false
 		return
@@ -126,7 +153,7 @@ func (b *batcher) abandon(w *waiter) {
 	b.mu.Unlock()
 	select {
 	case <-w.lead:
-		b.handOff()
+		b.handOff(0)
 	default:
 		// w was taken into a batch already: the batch's writer answers it.
 	}

@@ -146,6 +146,51 @@ func TestConcurrentEnqueuesShareScripts(t *testing.T) {
 	t.Logf("%d concurrent enqueues ran %d scripts", n, evals)
 }
 
+// TestSteadyProducersShareScripts has 8 producers each making single
+// enqueues one after another, as an API under steady load does: their
+// enqueues keep sharing scripts. Then one caller alone makes as many: each
+// of its enqueues is written at once, one script each.
+func TestSteadyProducersShareScripts(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	client := srv.Client(t)
+	st, err := store.New(&store.Config{Client: client})
+	require.NoError(t, err)
+	ctx := context.Background()
+	scripts := func() int64 {
+		info := client.Info(ctx, "commandstats").Val()
+		return commandCalls(t, info, "evalsha") + commandCalls(t, info, "eval")
+	}
+	// The first enqueue loads the scripts; count from after it.
+	_, _, err = st.Enqueue(ctx, heraldtest.Notification(t, "first", time.Now()), false)
+	require.NoError(t, err)
+
+	const producers, each = 8, 100
+	before := scripts()
+	var wg sync.WaitGroup
+	for p := range producers {
+		wg.Go(func() {
+			for i := range each {
+				_, status, err := st.Enqueue(ctx, heraldtest.Notification(t, fmt.Sprintf("p%d-%d", p, i), time.Now()), false)
+				require.NoError(t, err)
+				require.Equal(t, store.Created, status)
+			}
+		})
+	}
+	wg.Wait()
+	shared := scripts() - before
+	require.Less(t, shared, int64(producers*each/2), "steady producers write at least 2 to a script on average")
+
+	before = scripts()
+	for i := range each {
+		_, status, err := st.Enqueue(ctx, heraldtest.Notification(t, fmt.Sprintf("alone-%d", i), time.Now()), false)
+		require.NoError(t, err)
+		require.Equal(t, store.Created, status)
+	}
+	require.Equal(t, int64(each), scripts()-before, "a lone caller's enqueues are written one by one")
+	t.Logf("%d enqueues of %d steady producers ran %d scripts", producers*each, producers, shared)
+}
+
 // commandCalls reads a command's call count from INFO commandstats.
 func commandCalls(t *testing.T, info, cmd string) int64 {
 	t.Helper()
