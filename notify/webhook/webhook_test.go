@@ -21,6 +21,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldhq/herald/internal/redistest"
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/notify/httpsend"
 	"github.com/heraldhq/herald/notify/httpsend/httpsendtest"
@@ -118,12 +119,12 @@ func TestSendClassification(t *testing.T) {
 
 	sender := newSender(t, Config{Common: httpsend.Common{HTTP: loopback}})
 
+	// A port nothing listens on, from below the ephemeral range so that no
+	// outgoing connection of a parallel test takes it meanwhile.
 	refusedPort := func(t *testing.T) string {
-		l, err := net.Listen("tcp4", "127.0.0.1:0")
+		port, err := redistest.FreePort()
 		require.NoError(t, err)
-		addr := l.Addr().String()
-		require.NoError(t, l.Close())
-		return addr
+		return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	}
 
 	for _, tt := range []struct {
