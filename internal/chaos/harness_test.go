@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -109,9 +108,9 @@ func startHerald(t *testing.T, name, config, role string) *proc {
 	t.Helper()
 	logs, err := os.Create(filepath.Join(t.TempDir(), name+".log"))
 	require.NoError(t, err)
-	port, err := redistest.FreePort()
+	listen, err := redistest.FreeAddr()
 	require.NoError(t, err)
-	p := &proc{name: name, listen: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), logs: logs}
+	p := &proc{name: name, listen: listen, logs: logs}
 	p.args = []string{"--config", config, "serve", "--role", role, "--listen", p.listen}
 	t.Cleanup(func() {
 		p.stop()

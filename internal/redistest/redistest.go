@@ -179,6 +179,16 @@ func FreePort() (int, error) {
 	return 0, errors.New("no free port")
 }
 
+// FreeAddr is FreePort as a loopback host:port, for a server other than
+// redis-server that a test starts.
+func FreeAddr() (string, error) {
+	port, err := FreePort()
+	if err != nil {
+		return "", err
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), nil
+}
+
 // portBand is the range of ports FreePort draws from, [lo, hi), or an empty
 // one when the ephemeral range leaves no room below it, and the kernel then
 // picks.

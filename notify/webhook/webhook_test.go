@@ -122,9 +122,9 @@ func TestSendClassification(t *testing.T) {
 	// A port nothing listens on, from below the ephemeral range so that no
 	// outgoing connection of a parallel test takes it meanwhile.
 	refusedPort := func(t *testing.T) string {
-		port, err := redistest.FreePort()
+		addr, err := redistest.FreeAddr()
 		require.NoError(t, err)
-		return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		return addr
 	}
 
 	for _, tt := range []struct {

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -216,10 +215,9 @@ func startSentinel(t *testing.T, name, addr string) string {
 	t.Helper()
 	host, port, err := net.SplitHostPort(addr)
 	require.NoError(t, err)
-	free, err := redistest.FreePort()
+	sentinelAddr, err := redistest.FreeAddr()
 	require.NoError(t, err)
-	sentinelPort := strconv.Itoa(free)
-	sentinelAddr := net.JoinHostPort("127.0.0.1", sentinelPort)
+	_, sentinelPort, _ := net.SplitHostPort(sentinelAddr)
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "sentinel.conf")
 	require.NoError(t, os.WriteFile(conf, fmt.Appendf(nil, "port %s\nbind 127.0.0.1\ndir %s\nsentinel monitor %s %s %s 1\n",
