@@ -166,6 +166,17 @@ func TestSign(t *testing.T) {
 
 		other := endpoint.Endpoint{Signing: endpoint.SigningEd25519, Secrets: []endpoint.Secret{{Value: ed25519Secret(t)}}}
 		require.False(t, verifyEd25519(t, other.PublicKey(other.Secrets[0]), "msg-3", ts, sig, body), "another key verified")
+
+		// During a rotation both keys sign, and each signature verifies
+		// with its own published key.
+		rotating := endpoint.Endpoint{URL: "https://m.example", Signing: endpoint.SigningEd25519,
+			Secrets: []endpoint.Secret{{Value: ed25519Secret(t)}, {Value: ed25519Secret(t)}}}
+		require.NoError(t, rotating.Validate())
+		both := rotating.Sign(now, "msg-5", ts, body)
+		require.Len(t, strings.Split(both, " "), 2)
+		for _, sec := range rotating.Secrets {
+			require.True(t, verifyEd25519(t, rotating.PublicKey(sec), "msg-5", ts, both, body))
+		}
 	})
 
 	t.Run("NoValidSecretNoSignature", func(t *testing.T) {

@@ -75,14 +75,19 @@ func parseKey(signing, value string) ([]byte, error) {
 // secret is valid. e must have passed Validate.
 func (e *Endpoint) Sign(now time.Time, id, timestamp string, body []byte) string {
 	var sigs []string
+	// msg is "id.timestamp.body" whole, which ed25519 needs; built once,
+	// however many secrets a rotation leaves valid.
+	var msg []byte
 	for _, s := range e.Valid(now) {
 		key, err := parseKey(e.signing(), s.Value)
 		if err != nil {
 			continue // refused by Validate; never signs
 		}
 		if e.signing() == SigningEd25519 {
-			msg := make([]byte, 0, len(id)+len(timestamp)+2+len(body))
-			msg = append(append(append(append(append(msg, id...), '.'), timestamp...), '.'), body...)
+			if msg == nil {
+				msg = make([]byte, 0, len(id)+len(timestamp)+2+len(body))
+				msg = append(append(append(append(append(msg, id...), '.'), timestamp...), '.'), body...)
+			}
 			sigs = append(sigs, "v1a,"+base64.StdEncoding.EncodeToString(ed25519.Sign(key, msg)))
 			continue
 		}
