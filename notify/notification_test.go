@@ -108,6 +108,11 @@ func FuzzDigest(f *testing.F) {
 	f.Add("order-notify", "https://m.example/n?a=1&b=<2>", `{"a": "x\u2028y", "b": [1, 2]}`, "X-Tag", "v\t1", "delay:30s", "", int64(1500), true)
 	f.Add("t", "", "not json \x00\xff\"\\", "", "", "", "key-1", int64(0), false)
 	f.Add("t", "\b\f\n\r\u2029é", "", "k", "", "at:2026", "k", int64(-1), true)
+	// Whole seconds, which appendDuration writes without time's formatting.
+	for _, d := range []time.Duration{time.Second, 59 * time.Second, time.Minute, 90 * time.Second, time.Hour,
+		26*time.Hour + 3*time.Minute + 7*time.Second, 100 * 365 * 24 * time.Hour, -time.Minute} {
+		f.Add("t", "", "{}", "", "", "now", "", int64(d), true)
+	}
 	f.Fuzz(func(t *testing.T, topic, target, payload, hk, hv, schedule, orderKey string, d int64, backoff bool) {
 		n := &Notification{Topic: topic, Channel: ChannelWebhook, Target: target, Template: target, Policy: hv,
 			Payload: json.RawMessage(payload), TTR: Duration(d), OrderKey: orderKey, Endpoint: hk}
