@@ -20,7 +20,7 @@ import (
 //	herald:{3}:reserved     ZSET  id -> reservation deadline (ms)
 //	herald:{3}:dead         ZSET  id -> time of death (ms), every topic: the dead-letter listing
 //	herald:{3}:dead:T       ZSET  id -> time of death (ms), topic T: replay and purge by topic
-//	herald:{3}:finished     ZSET  id -> expiry time (ms) of a succeeded or cancelled record
+//	herald:{3}:finished     ZSET  "ua|id id ..." -> expiry time (ms): the succeeded records of one finish call (or one cancelled record), ua its time
 //	herald:{3}:stats        HASH  "T:scheduled", "T:reserved", "T:dead", "T:succeeded_total", "T:failed_attempts_total" -> count
 //	herald:{3}:act:M        HASH  "T|ok", "T|fail", "T|lat|B", and "@E|..." the same for endpoint E -> attempts in minute M (Unix minutes), expiring
 //	herald:{3}:quarantine   HASH  id -> why, and the content that could not be decoded

@@ -427,6 +427,9 @@ do
             if pt == topic then key = KEYS[K + nq + t] elseif tonumber(ARGV[b + 10]) > 0 then key = KEYS[K + nq + tonumber(ARGV[b + 10])] end
             if key then push(rm, KEYS[6], id) end
           else
+            -- Succeeded or cancelled: its finished entry, if written before
+            -- entries held batches, is its bare id. A batch's entry stays:
+            -- the sweep skips a record whose state line has changed since.
             key = KEYS[5]
           end
           if not key then
@@ -859,8 +862,8 @@ for g = 1, G do
       counts[c] = (counts[c] or 0) + 1
       if action == 'ack' then
         if expires ~= '' then
-          fin[nf + 1], fin[nf + 2] = expires, id
-          nf = nf + 2
+          nf = nf + 1
+          fin[nf] = id
         end
       elseif action == 'dead' then
         deadall[nd + 1], deadall[nd + 2] = ARGV[1], id
@@ -881,7 +884,7 @@ for g = 1, G do
     redis.call('ZREM', KEYS[k + 2], unpack(unres))
     if nh > 0 then redis.call('HSET', KEYS[k + 3], unpack(hist)) end
     redis.call('HSET', stkey, unpack(sts))
-    if nf > 0 then redis.call('ZADD', KEYS[k + 4], unpack(fin)) end
+    if nf > 0 then redis.call('ZADD', KEYS[k + 4], expires, ARGV[1] .. '|' .. table.concat(fin, ' ')) end
     if nd > 0 then redis.call('ZADD', KEYS[k + 5], unpack(deadall)) end
   end
   first = last + 1
@@ -980,7 +983,7 @@ sts[#sts + 1] = id
 sts[#sts + 1] = line
 redis.call('HSET', KEYS[2], unpack(sts))
 due_flush(adds, ARGV[5])
-if retention > 0 then redis.call('ZADD', KEYS[6], string.format('%d', now + retention), id) end
+if retention > 0 then redis.call('ZADD', KEYS[6], string.format('%d', now + retention), ARGV[2] .. '|' .. id) end
 flush(KEYS[7], deltas)
 return {OK, line}
 `)
@@ -1101,28 +1104,58 @@ return {#gone, unpack(keyed)}
 //	ARGV[1]  now (ms)
 //	ARGV[2]  limit
 //
+// A finished entry is "ua|id id ...": the notifications a finish call
+// acknowledged together in the shard (or one a cancel ended), ua the time
+// of that finish, which their state lines hold. One whose line no longer
+// does was replaced and finished again, or is waiting again: a later entry
+// sweeps it, or none. An entry written before entries held batches is a
+// bare id, deleted as it is (enqueue's replace removes those). The entries
+// due are taken until they hold limit ids, so that a call deletes fewer
+// than limit plus a finish batch (MAX_BATCH).
+//
 // Returns {how many were deleted, ids with an order key among them...}: the
 // caller deletes their stubs.
 var sweepScript = newScript(`
-if not int_arg(ARGV[1], 0, 9007199254740991) or not int_arg(ARGV[2], 1, MAX_BATCH) then
+local limit = int_arg(ARGV[2], 1, MAX_BATCH)
+if not int_arg(ARGV[1], 0, 9007199254740991) or not limit then
   return redis.error_reply('ERR herald sweep: bad arguments')
 end
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+local entries = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, limit)
+if #entries == 0 then return {0} end
+local ids, uas, taken = {}, {}, 0
+for _, e in ipairs(entries) do
+  taken = taken + 1
+  local ua, list = string.match(e, '^(%d+)|(.*)$')
+  if ua then
+    for id in string.gmatch(list, '%S+') do
+      ids[#ids + 1] = id
+      uas[#ids] = ua
+    end
+  else
+    ids[#ids + 1] = e
+    uas[#ids] = false
+  end
+  if #ids >= limit then break end
+end
+redis.call('ZREMRANGEBYRANK', KEYS[1], 0, taken - 1)
 if #ids == 0 then return {0} end
 local states = redis.call('HMGET', KEYS[3], unpack(ids))
-local hist, keyed = {}, {}
+local gone, hist, keyed = {}, {}, {}
 for i, id in ipairs(ids) do
   local o = st_parse(states[i])
-  if o then
-    hist_fields(hist, id, o.h)
-    if o.x ~= '' then keyed[#keyed + 1] = id end
+  if not uas[i] or (o and o.ua == uas[i] and (o.s == 'K' or o.s == 'C')) then
+    gone[#gone + 1] = id
+    if o then
+      hist_fields(hist, id, o.h)
+      if o.x ~= '' then keyed[#keyed + 1] = id end
+    end
   end
 end
-redis.call('ZREMRANGEBYRANK', KEYS[1], 0, #ids - 1)
-redis.call('HDEL', KEYS[2], unpack(ids))
-redis.call('HDEL', KEYS[3], unpack(ids))
+if #gone == 0 then return {0} end
+redis.call('HDEL', KEYS[2], unpack(gone))
+redis.call('HDEL', KEYS[3], unpack(gone))
 if #hist > 0 then chunked('HDEL', KEYS[4], hist) end
-return {#ids, unpack(keyed)}
+return {#gone, unpack(keyed)}
 `)
 
 // quarantineScript moves a reserved notification whose content cannot be

@@ -3,8 +3,13 @@ package store_test
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -589,6 +594,95 @@ func TestRetention(t *testing.T) {
 	}
 	_, err = b.store.Get(ctx, "dead")
 	require.NoError(t, err, "dead records stay until replayed or purged")
+}
+
+// TestRetentionOfChangedRecords: the records one finish call acknowledged
+// expire together, but one replaced since is kept at that time: while it
+// waits again, and, once it has succeeded again, until its own retention
+// has passed. A record finished before finished entries held batches (an
+// entry that is a bare id) expires as it did.
+func TestRetentionOfChangedRecords(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, store.Config{Retention: 50 * time.Millisecond})
+	ack := func(want int) {
+		t.Helper()
+		var fs []store.Finish
+		for _, n := range b.reserveAll(t) {
+			fs = append(fs, b.finish(notify.ActionAck, n, time.Time{}))
+		}
+		require.Len(t, fs, want)
+		errs, err := b.store.Finish(ctx, fs)
+		require.NoError(t, err)
+		for _, err := range errs {
+			require.NoError(t, err)
+		}
+	}
+	for _, id := range []string{"a", "b", "c", "d", "old"} {
+		b.enqueue(t, b.newNotification(t, id, 0, 0))
+	}
+	ack(5)
+	// "old" as an earlier version wrote it: its own entry, its bare id.
+	client := server.Client(t)
+	var moved bool
+	for shard := range 4 {
+		key := b.store.Namespace() + ":{" + strconv.Itoa(shard) + "}:finished"
+		entries, err := client.ZRangeWithScores(ctx, key, 0, -1).Result()
+		require.NoError(t, err)
+		for _, e := range entries {
+			ua, ids, _ := strings.Cut(e.Member.(string), "|")
+			require.NotEmpty(t, ua, "an entry names its finish's time")
+			if rest := strings.Fields(ids); slices.Contains(rest, "old") {
+				rest = slices.DeleteFunc(rest, func(id string) bool { return id == "old" })
+				require.NoError(t, client.ZRem(ctx, key, e.Member).Err())
+				entry := []redis.Z{{Score: e.Score, Member: "old"}}
+				if len(rest) > 0 {
+					entry = append(entry, redis.Z{Score: e.Score, Member: ua + "|" + strings.Join(rest, " ")})
+				}
+				require.NoError(t, client.ZAdd(ctx, key, entry...).Err())
+				moved = true
+			}
+		}
+	}
+	require.True(t, moved)
+
+	b.clock.Advance(10 * time.Millisecond)
+	_, status, err := b.store.Enqueue(ctx, b.newNotification(t, "b", time.Hour, 0), true)
+	require.NoError(t, err)
+	require.Equal(t, store.Replaced, status, "b waits again, an hour")
+	_, status, err = b.store.Enqueue(ctx, b.newNotification(t, "c", 0, 0, time.Second), true)
+	require.NoError(t, err)
+	require.Equal(t, store.Replaced, status)
+	b.clock.Advance(10 * time.Millisecond)
+	ack(1) // c succeeds again
+
+	b.clock.Advance(30 * time.Millisecond) // the first finish's retention has passed
+	deleted, err := b.store.Sweep(ctx, 100)
+	require.NoError(t, err)
+	require.Equal(t, 3, deleted, "a, d and old")
+	for _, id := range []string{"a", "d", "old"} {
+		_, err = b.store.Get(ctx, id)
+		require.ErrorIs(t, err, notify.ErrNotFound, id)
+	}
+	got, err := b.store.Get(ctx, "b")
+	require.NoError(t, err)
+	require.Equal(t, notify.StateScheduled, got.State)
+	got, err = b.store.Get(ctx, "c")
+	require.NoError(t, err)
+	require.Equal(t, notify.StateSucceeded, got.State, "kept until its own retention")
+
+	b.clock.Advance(19 * time.Millisecond)
+	deleted, err = b.store.Sweep(ctx, 100)
+	require.NoError(t, err)
+	require.Zero(t, deleted)
+	b.clock.Advance(time.Millisecond)
+	deleted, err = b.store.Sweep(ctx, 100)
+	require.NoError(t, err)
+	require.Equal(t, 1, deleted)
+	_, err = b.store.Get(ctx, "c")
+	require.ErrorIs(t, err, notify.ErrNotFound)
+	_, err = b.store.Get(ctx, "b")
+	require.NoError(t, err, "b still waits")
 }
 
 // TestShardCount opens namespaces on a single Redis: a new one records one
