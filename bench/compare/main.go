@@ -69,6 +69,7 @@ func run(out io.Writer, only string, reps, count, batchCount, memCount, burstCou
 		}
 		if isHerald {
 			s = append(s,
+				step{"bare enqueue", func(f figures) error { return bareEnqueue(count, f) }},
 				step{"batch enqueue", func(f figures) error { return enqueueBatched(mk, batchCount, f) }},
 				step{"burst", func(f figures) error { return burst(mk, burstCount, f) }},
 				step{"webhooks", func(f figures) error { return webhooks(hooks, f) }})
@@ -142,6 +143,7 @@ func printTable(out io.Writer, a, h figures, reps, memCount, burstCount, hooks i
 	rows := [][]string{
 		{"enqueue /s, 8 producers, single calls", n0(a["enqueue"]), n0(h["enqueue"]) + ratio(h["enqueue"], a["enqueue"]), ">= 2x asynq", yes(h["enqueue"] >= 2*a["enqueue"])},
 		{"CPU per single-call enqueue: the client's (Go) + Redis's", cpuPair(a), cpuPair(h), "", ""},
+		{"for scale: enqueue /s, 8 producers, single calls of one bare RPUSH each (no record, no script)", "", "bare RPUSH: " + n0(h["enqueue_bare"]) + ratio(h["enqueue_bare"], a["enqueue"]), "", ""},
 		{"enqueue /s, 8 producers, batches of 100", "", n0(h["enqueue_batch"]), ">= 150,000", yes(h["enqueue_batch"] >= 150_000)},
 		{"drain /s, no-op handler, concurrency 16", n0(a["drain"]), n0(h["drain"]) + ratio(h["drain"], a["drain"]), ">= 3x asynq", yes(h["drain"] >= 3*a["drain"])},
 		{"Redis CPU per job life (enqueue + one attempt; the enqueue's share)", fmt.Sprintf("%.1f us (%.1f)", a["cpu_us"], a["cpu_enqueue_us"]), fmt.Sprintf("%.1f us (%.1f)", h["cpu_us"], h["cpu_enqueue_us"]) + ratio(h["cpu_us"], a["cpu_us"]), "<= 1/3 asynq", yes(h["cpu_us"] <= a["cpu_us"]/3)},

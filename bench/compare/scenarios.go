@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/heraldhq/herald"
 	"github.com/heraldhq/herald/notify/httpsend"
 	"github.com/heraldhq/herald/notify/webhook"
@@ -208,6 +210,27 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// bareEnqueue is the scale for the single-call figures: 8 producers each
+// making n/8 calls of one RPUSH of the payload, the least a client can do
+// per call in one round trip: no record, no index, no script. Its rate is
+// what this machine allows any queue whose enqueue is a Redis call.
+func bareEnqueue(n int, f figures) error {
+	srv, err := startServer()
+	if err != nil {
+		return err
+	}
+	defer srv.stop()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.addr})
+	defer func() { _ = rdb.Close() }()
+	ctx := context.Background()
+	start := time.Now()
+	if err := produce(n, producers, func(int) error { return rdb.RPush(ctx, "bare", payload(time.Time{})).Err() }); err != nil {
+		return err
+	}
+	f["enqueue_bare"] = float64(n) / time.Since(start).Seconds()
+	return nil
 }
 
 // enqueueBatched is Herald's batch enqueue: 8 producers, 100 a call.
