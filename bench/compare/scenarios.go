@@ -212,10 +212,11 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// bareEnqueue is the scale for the single-call figures: 8 producers each
-// making n/8 calls of one RPUSH of the payload, the least a client can do
-// per call in one round trip: no record, no index, no script. Its rate is
-// what this machine allows any queue whose enqueue is a Redis call.
+// bareEnqueue is the scale for the single-call figures: 8 producers making
+// n single calls between them, each one RPUSH of the payload, the least a
+// client can do per call in one round trip: no record, no index, no
+// script. Its rate is the most a queue making one Redis call per enqueue
+// can reach on this machine.
 func bareEnqueue(n int, f figures) error {
 	srv, err := startServer()
 	if err != nil {
