@@ -75,6 +75,6 @@ func TestRedisCluster(t *testing.T) {
 	b.enqueue(t, "later", ms(0), time.Hour)
 	_, err = b.store.Cancel(ctx, "later")
 	require.NoError(t, err)
-	_, err = b.store.Sweep(ctx, 100)
+	_, _, err = b.store.Sweep(ctx, 100)
 	require.NoError(t, err)
 }

@@ -74,7 +74,7 @@ type Store interface {
 	Reserve(ctx context.Context, queue string, shards []int, limit int) ([]*notify.Notification, []store.Head, error)
 	Finish(ctx context.Context, items []store.Finish) ([]error, error)
 	Expired(ctx context.Context, grace time.Duration, limit int) ([]*notify.Notification, error)
-	Sweep(ctx context.Context, limit int) (int, error)
+	Sweep(ctx context.Context, limit int) (deleted int, more bool, err error)
 	Subscribe(ctx context.Context) (<-chan store.Wake, <-chan struct{})
 }
 
@@ -771,7 +771,7 @@ func (d *Dispatcher) reap(ctx context.Context) {
 
 func (d *Dispatcher) sweep(ctx context.Context) {
 	for ctx.Err() == nil {
-		n, err := d.store.Sweep(ctx, d.cfg.Batch)
+		_, more, err := d.store.Sweep(ctx, d.cfg.Batch)
 		if err != nil {
 			if ctx.Err() == nil {
 				d.cfg.Observer.StoreError("sweep", err)
@@ -779,7 +779,7 @@ func (d *Dispatcher) sweep(ctx context.Context) {
 			}
 			return
 		}
-		if n < d.cfg.Batch {
+		if !more {
 			return
 		}
 	}

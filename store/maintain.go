@@ -91,11 +91,13 @@ func (s *Store) quarantine(ctx context.Context, shard int, id, content string, w
 // quarantine because their record could not be decoded.
 func (s *Store) Quarantined() int64 { return s.quarantined.Load() }
 
-// Sweep deletes up to limit records per shard whose retention has passed,
-// and returns how many it deleted.
-func (s *Store) Sweep(ctx context.Context, limit int) (int, error) {
+// Sweep deletes about limit records per shard whose retention has passed,
+// and returns how many it deleted and whether any shard may hold more that
+// have: the count alone cannot tell, as records replaced since they were
+// finished are kept.
+func (s *Store) Sweep(ctx context.Context, limit int) (deleted int, more bool, err error) {
 	if err := s.open(ctx); err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	limit = min(max(limit, 1), maxScriptBatch)
 	now := ms(s.Now())
@@ -109,25 +111,39 @@ func (s *Store) Sweep(ctx context.Context, limit int) (int, error) {
 		}
 	}
 	if err := s.runScripts(ctx, calls); err != nil {
-		return 0, fmt.Errorf("sweep: %w", err)
+		return 0, false, fmt.Errorf("sweep: %w", err)
 	}
-	total := 0
 	var firstErr error
 	for shard, c := range calls {
-		v, err := c.cmd.Result()
-		n, keyed, rerr := 0, []string(nil), err
-		if err == nil {
-			n, keyed, rerr = replyDeleted(v)
-		}
-		if rerr != nil {
-			firstErr = errors.Join(firstErr, rerr)
+		n, left, keyed, err := replySwept(c.cmd.Result())
+		if err != nil {
+			firstErr = errors.Join(firstErr, err)
 			continue
 		}
-		total += n
+		deleted += n
+		more = more || left
 		s.dropStubs(ctx, shard, keyed)
 	}
 	if firstErr != nil {
-		return total, fmt.Errorf("sweep: %w", firstErr)
+		return deleted, more, fmt.Errorf("sweep: %w", firstErr)
 	}
-	return total, nil
+	return deleted, more, nil
+}
+
+// replySwept reads a sweep script's reply: how many it deleted, whether due
+// entries may be left, and the deleted ids with an order key.
+func replySwept(v any, err error) (int, bool, []string, error) {
+	if err != nil {
+		return 0, false, nil, err
+	}
+	l, err := replyList(v, 2)
+	if err != nil {
+		return 0, false, nil, err
+	}
+	more, err := replyInt(l[0])
+	if err != nil {
+		return 0, false, nil, err
+	}
+	n, keyed, err := replyDeleted(l[1:])
+	return n, more == 1, keyed, err
 }

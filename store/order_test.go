@@ -168,9 +168,9 @@ func TestOrderKey(t *testing.T) {
 		require.Equal(t, want, order)
 		b.clock.Advance(2 * time.Minute)
 		for {
-			n, err := b.store.Sweep(ctx, 100)
+			_, more, err := b.store.Sweep(ctx, 100)
 			require.NoError(t, err)
-			if n == 0 {
+			if !more {
 				break
 			}
 		}

@@ -1113,15 +1113,17 @@ return {#gone, unpack(keyed)}
 // due are taken until they hold limit ids, so that a call deletes fewer
 // than limit plus a finish batch (MAX_BATCH).
 //
-// Returns {how many were deleted, ids with an order key among them...}: the
-// caller deletes their stubs.
+// Returns {more, how many were deleted, ids with an order key among
+// them...}: more is 1 when due entries may be left, whatever was deleted
+// (the entries taken may all name records changed since); the caller
+// deletes the stubs.
 var sweepScript = newScript(`
 local limit = int_arg(ARGV[2], 1, MAX_BATCH)
 if not int_arg(ARGV[1], 0, 9007199254740991) or not limit then
   return redis.error_reply('ERR herald sweep: bad arguments')
 end
 local entries = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, limit)
-if #entries == 0 then return {0} end
+if #entries == 0 then return {0, 0} end
 local ids, uas, taken = {}, {}, 0
 for _, e in ipairs(entries) do
   taken = taken + 1
@@ -1138,7 +1140,8 @@ for _, e in ipairs(entries) do
   if #ids >= limit then break end
 end
 redis.call('ZREMRANGEBYRANK', KEYS[1], 0, taken - 1)
-if #ids == 0 then return {0} end
+local more = (taken < #entries or #entries == limit) and 1 or 0
+if #ids == 0 then return {more, 0} end
 local states = redis.call('HMGET', KEYS[3], unpack(ids))
 local gone, hist, keyed = {}, {}, {}
 for i, id in ipairs(ids) do
@@ -1151,11 +1154,11 @@ for i, id in ipairs(ids) do
     end
   end
 end
-if #gone == 0 then return {0} end
+if #gone == 0 then return {more, 0} end
 redis.call('HDEL', KEYS[2], unpack(gone))
 redis.call('HDEL', KEYS[3], unpack(gone))
 if #hist > 0 then chunked('HDEL', KEYS[4], hist) end
-return {#gone, unpack(keyed)}
+return {more, #gone, unpack(keyed)}
 `)
 
 // quarantineScript moves a reserved notification whose content cannot be

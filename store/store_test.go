@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -35,7 +36,7 @@ func setup(t *testing.T, cfg store.Config) *testBundle {
 	clock := heraldtest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	cfg.Client = server.Client(t)
 	cfg.Namespace = redistest.Namespace(t)
-	cfg.Shards = max(cfg.Shards, 4)
+	cfg.Shards = cmp.Or(cfg.Shards, 4)
 	cfg.TimeNowFunc = clock.Now
 	cfg.Logger = heraldtest.Logger(t)
 	st, err := store.New(&cfg)
@@ -579,11 +580,11 @@ func TestRetention(t *testing.T) {
 	require.NoError(t, err)
 
 	b.clock.Advance(49 * time.Millisecond)
-	deleted, err := b.store.Sweep(ctx, 100)
+	deleted, _, err := b.store.Sweep(ctx, 100)
 	require.NoError(t, err)
 	require.Zero(t, deleted, "kept while within retention")
 	b.clock.Advance(time.Millisecond)
-	deleted, err = b.store.Sweep(ctx, 100)
+	deleted, _, err = b.store.Sweep(ctx, 100)
 	require.NoError(t, err)
 	require.Equal(t, 2, deleted)
 	for _, id := range []string{"done", "gone"} {
@@ -657,7 +658,7 @@ func TestRetentionOfChangedRecords(t *testing.T) {
 	ack(1) // c succeeds again
 
 	b.clock.Advance(30 * time.Millisecond) // the first finish's retention has passed
-	deleted, err := b.store.Sweep(ctx, 100)
+	deleted, _, err := b.store.Sweep(ctx, 100)
 	require.NoError(t, err)
 	require.Equal(t, 3, deleted, "a, d and old")
 	for _, id := range []string{"a", "d", "old"} {
@@ -672,17 +673,59 @@ func TestRetentionOfChangedRecords(t *testing.T) {
 	require.Equal(t, notify.StateSucceeded, got.State, "kept until its own retention")
 
 	b.clock.Advance(19 * time.Millisecond)
-	deleted, err = b.store.Sweep(ctx, 100)
+	deleted, _, err = b.store.Sweep(ctx, 100)
 	require.NoError(t, err)
 	require.Zero(t, deleted)
 	b.clock.Advance(time.Millisecond)
-	deleted, err = b.store.Sweep(ctx, 100)
+	deleted, _, err = b.store.Sweep(ctx, 100)
 	require.NoError(t, err)
 	require.Equal(t, 1, deleted)
 	_, err = b.store.Get(ctx, "c")
 	require.ErrorIs(t, err, notify.ErrNotFound)
 	_, err = b.store.Get(ctx, "b")
 	require.NoError(t, err, "b still waits")
+}
+
+// TestSweepGoesOnPastChangedRecords: a sweep whose entries all name
+// records replaced since deletes nothing, yet says more may be due, so that
+// the dispatcher's sweep does not stop before the records behind them.
+func TestSweepGoesOnPastChangedRecords(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	// One shard, so that both entries are due in the same sweep call.
+	b := setup(t, store.Config{Shards: 1, Retention: 50 * time.Millisecond})
+	ack := func(id string) {
+		t.Helper()
+		b.enqueue(t, b.newNotification(t, id, 0, 0))
+		got := b.reserveAll(t)
+		require.Len(t, got, 1)
+		b.finishOne(t, b.finish(notify.ActionAck, got[0], time.Time{}))
+	}
+	ack("x")
+	b.clock.Advance(10 * time.Millisecond)
+	_, status, err := b.store.Enqueue(ctx, b.newNotification(t, "x", time.Hour, 0), true)
+	require.NoError(t, err)
+	require.Equal(t, store.Replaced, status, "x waits again, an hour")
+	ack("y")
+	b.clock.Advance(time.Minute) // both finished entries are due
+
+	deleted, more, err := b.store.Sweep(ctx, 1)
+	require.NoError(t, err)
+	require.Zero(t, deleted, "x's entry: x was replaced since")
+	require.True(t, more, "y's entry is due behind it")
+	deleted, more, err = b.store.Sweep(ctx, 1)
+	require.NoError(t, err)
+	require.Equal(t, 1, deleted)
+	deleted, more, err = b.store.Sweep(ctx, 1)
+	require.NoError(t, err)
+	require.Zero(t, deleted)
+	require.False(t, more)
+
+	_, err = b.store.Get(ctx, "y")
+	require.ErrorIs(t, err, notify.ErrNotFound)
+	got, err := b.store.Get(ctx, "x")
+	require.NoError(t, err)
+	require.Equal(t, notify.StateScheduled, got.State)
 }
 
 // TestShardCount opens namespaces on a single Redis: a new one records one

@@ -120,7 +120,7 @@ func TestEmbeddedStore(t *testing.T) {
 	expired, err := st.Expired(ctx, 0, 10)
 	require.NoError(t, err)
 	require.Len(t, expired, 1)
-	swept, err := st.Sweep(ctx, 10)
+	swept, _, err := st.Sweep(ctx, 10)
 	require.NoError(t, err)
 	require.Equal(t, 2, swept, "b succeeded and c was cancelled an hour ago")
 
