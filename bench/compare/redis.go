@@ -2,26 +2,24 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/heraldhq/herald/internal/redistest"
 )
 
 // server is a redis-server of the comparison's own, on a free loopback port
 // (never 6379), without persistence, so that every scenario of every system
-// starts from an empty Redis whose counters it alone moves.
+// starts from an empty Redis whose counters it alone moves. The tests'
+// helper starts it, so that it goes with a comparison stopped by a signal
+// and its start is not slowed by go-redis's dial retries.
 type server struct {
-	addr string
-	dir  string
-	cmd  *exec.Cmd
+	*redistest.Server
+	dir string
 	// rdb is the comparison's own connection, for INFO and SLOWLOG; the
 	// systems under test open theirs.
 	rdb *redis.Client
@@ -29,58 +27,21 @@ type server struct {
 
 // startServer starts a redis-server and waits until it answers PING.
 func startServer() (*server, error) {
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		return nil, errors.New("redis-server not found on PATH: install Redis 6.2+ (apt-get install redis-server)")
-	}
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
 	dir, err := os.MkdirTemp("", "herald-compare")
 	if err != nil {
 		return nil, err
 	}
-	s := &server{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir}
-	s.cmd = exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", dir, "--loglevel", "warning")
-	// A comparison stopped by a signal runs no deferred stop: the server
-	// goes with it rather than outliving it.
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := s.cmd.Start(); err != nil {
+	rs, err := redistest.StartDir(dir, redistest.Options{Args: []string{"--loglevel", "warning"}})
+	if err != nil {
 		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("redis-server: %w", err)
+		return nil, err
 	}
-	s.rdb = redis.NewClient(&redis.Options{Addr: s.addr})
-	for end := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if s.rdb.Ping(context.Background()).Err() == nil {
-			return s, nil
-		}
-		if time.Now().After(end) {
-			s.stop()
-			return nil, fmt.Errorf("redis-server on %s did not answer PING in 10s", s.addr)
-		}
-	}
-}
-
-// freePort asks the kernel for a free loopback port, refusing 6379.
-func freePort() (int, error) {
-	for {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		_ = l.Close()
-		if port != 6379 {
-			return port, nil
-		}
-	}
+	return &server{Server: rs, dir: dir, rdb: redis.NewClient(&redis.Options{Addr: rs.Addr})}, nil
 }
 
 func (s *server) stop() {
 	_ = s.rdb.Close()
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	_ = s.cmd.Wait()
+	s.Stop()
 	_ = os.RemoveAll(s.dir)
 }
 

@@ -148,7 +148,7 @@ func withServer(mk newSubject, retry time.Duration, fn func(srv *server, sub sub
 		return err
 	}
 	defer srv.stop()
-	sub, err := mk(srv.addr, retry)
+	sub, err := mk(srv.Addr, retry)
 	if err != nil {
 		return err
 	}
@@ -223,7 +223,7 @@ func bareEnqueue(n int, f figures) error {
 		return err
 	}
 	defer srv.stop()
-	rdb := redis.NewClient(&redis.Options{Addr: srv.addr})
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer func() { _ = rdb.Close() }()
 	ctx := context.Background()
 	start := time.Now()

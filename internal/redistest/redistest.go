@@ -1,6 +1,7 @@
 // Package redistest starts real redis-server processes for tests, each on a
-// free loopback port, and stops them when the test ends. It is test-only:
-// production packages must not import it.
+// free loopback port, and stops them when the test ends. It is for tests
+// and the comparison under bench/ only: production packages must not import
+// it.
 //
 // It never touches port 6379, and a missing redis-server is a test failure
 // that says how to install one, never a skip.
