@@ -34,7 +34,8 @@ const (
 // EnqueueRequest is one notification to store.
 type EnqueueRequest struct {
 	// Notification is resolved and validated (policy.Set.Resolve), with its
-	// Digest set.
+	// Digest set. The store takes it over: a new one is completed in place
+	// as the stored record and returned in EnqueueResult.Notification.
 	Notification *notify.Notification
 	// Replace reschedules an existing notification of the same id and other
 	// content, unless it is reserved.
@@ -107,6 +108,9 @@ func (s *Store) enqueueBatch(ctx context.Context, reqs []EnqueueRequest) ([]Enqu
 	}
 	now := s.Now()
 	results := make([]EnqueueResult, len(reqs))
+	// The items live in one array: a batch of 100 then costs one
+	// allocation instead of 100.
+	backing := make([]enqueueItem, 0, len(reqs))
 	items := make([]*enqueueItem, 0, len(reqs))
 	for i, req := range reqs {
 		n := req.Notification
@@ -124,7 +128,8 @@ func (s *Store) enqueueBatch(ctx context.Context, reqs []EnqueueRequest) ([]Enqu
 			continue
 		}
 		first := dueMS(due)
-		items = append(items, &enqueueItem{index: i, req: req, due: first, content: encodeContent(n, now, first)})
+		backing = append(backing, enqueueItem{index: i, req: req, due: first, content: encodeContent(n, now, first)})
+		items = append(items, &backing[len(backing)-1])
 	}
 	pending, err := s.placeStubs(ctx, items)
 	if err != nil {
@@ -371,10 +376,13 @@ func (s *Store) enqueueResults(ctx context.Context, items []*enqueueItem, result
 	return nil
 }
 
-// stored returns the record req became when stored at now, first due at
-// due (ms): what Get would read back.
+// stored makes req's notification the record it became when stored at now,
+// first due at due (ms), what Get would read back, and returns it. It
+// completes the notification in place rather than copy it: the caller
+// handed it over (EnqueueRequest), and a copy was a sixth of the bytes a
+// batch enqueue allocates.
 func stored(req *EnqueueRequest, now time.Time, due int64) *notify.Notification {
-	out := *req.Notification
+	out := req.Notification
 	out.State, out.Attempts = notify.StateScheduled, req.Attempts
 	out.CreatedAt = fromMS(ms(now))
 	out.UpdatedAt = out.CreatedAt
@@ -386,7 +394,7 @@ func stored(req *EnqueueRequest, now time.Time, due int64) *notify.Notification 
 		out.State, out.NextAttemptAt = notify.StateDead, nil
 		out.History = []notify.Attempt{*req.Dead}
 	}
-	return &out
+	return out
 }
 
 // keyIndex numbers the distinct queues or topics of a script call: the
