@@ -31,10 +31,17 @@ const producers = 8
 // payload returns a 100-byte JSON payload carrying at, the time the
 // producer asks the job to start at, in Unix nanoseconds: the handler
 // measures lateness against it, not against what the system stored.
+//
+// It is built in one allocation: the producers make one per job, and in the
+// batch scenario the four allocations of a Sprintf-built one took 6% of the
+// process's CPU, which is the comparison's, not the systems'.
 func payload(at time.Time) []byte {
-	head := fmt.Sprintf(`{"at":%d,"pad":"`, at.UnixNano())
-	pad := bytes.Repeat([]byte("x"), payloadSize-len(head)-2)
-	return append(append([]byte(head), pad...), `"}`...)
+	b := strconv.AppendInt(append(make([]byte, 0, payloadSize), `{"at":`...), at.UnixNano(), 10)
+	b = append(b, `,"pad":"`...)
+	for len(b) < payloadSize-2 {
+		b = append(b, 'x')
+	}
+	return append(b, `"}`...)
 }
 
 // requested reads the time a payload asks for.
@@ -128,8 +135,7 @@ func produce(n, workers int, fn func(i int) error) error {
 func enqueueAll(sub subject, n, batch, workers int, at func(i int) time.Time) error {
 	ctx := context.Background()
 	return produce((n+batch-1)/batch, workers, func(b int) error {
-		var ps [][]byte
-		var ats []time.Time
+		ps, ats := make([][]byte, 0, batch), make([]time.Time, 0, batch)
 		for i := b * batch; i < min((b+1)*batch, n); i++ {
 			t := at(i)
 			ps, ats = append(ps, payload(t)), append(ats, t)
