@@ -80,11 +80,18 @@ func (b *Base) Rules(n *notify.Notification) notify.Rules { return b.rules(n) }
 func (b *Base) Now() time.Time { return b.nowFunc() }
 
 // Begin bounds an attempt under rules r: ctx ends at r's timeout, or at the
-// configured cap when that is shorter.
+// configured cap when that is shorter. A ctx that ends no later already
+// bounds it, as the dispatcher's does (it ends at the policy's timeout or
+// the reservation's deadline), and is returned as it is: a context derived
+// from it would cost every attempt an allocation and a registration with
+// its parent for nothing.
 func (b *Base) Begin(ctx context.Context, r *notify.Rules) (context.Context, context.CancelFunc) {
 	timeout := b.timeout
 	if pt := r.Timeout; pt > 0 && pt < timeout {
 		timeout = pt
+	}
+	if dl, ok := ctx.Deadline(); ok && !dl.After(time.Now().Add(timeout)) {
+		return ctx, func() {}
 	}
 	return context.WithTimeout(ctx, timeout)
 }

@@ -35,3 +35,28 @@ func TestBeginCapsThePolicyTimeout(t *testing.T) {
 		})
 	}
 }
+
+func TestBeginKeepsAnEarlierDeadline(t *testing.T) {
+	t.Parallel()
+	base, err := NewBase(&Common{Timeout: time.Minute})
+	require.NoError(t, err)
+	start := time.Now()
+	parent, cancelParent := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancelParent()
+
+	ctx, cancel := base.Begin(parent, &notify.Rules{Timeout: 5 * time.Second})
+	defer cancel()
+	deadline, ok := ctx.Deadline()
+	require.True(t, ok)
+	require.WithinDuration(t, start.Add(2*time.Second), deadline, time.Second)
+	cancelParent()
+	require.ErrorIs(t, ctx.Err(), context.Canceled, "the attempt ends with its parent")
+
+	later, cancelLater := context.WithTimeout(context.Background(), time.Hour)
+	defer cancelLater()
+	ctx, cancel = base.Begin(later, &notify.Rules{Timeout: 5 * time.Second})
+	defer cancel()
+	deadline, ok = ctx.Deadline()
+	require.True(t, ok)
+	require.WithinDuration(t, time.Now().Add(5*time.Second), deadline, time.Second)
+}
