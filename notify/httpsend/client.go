@@ -19,6 +19,7 @@
 package httpsend
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -129,7 +130,8 @@ type Request struct {
 	// Header holds the request's headers. Set canonicalizes names; assign
 	// Header[name] directly to send a name as it is spelt ("webhook-id").
 	Header http.Header
-	// Body is sent as it is; nil sends none.
+	// Body is sent as it is; nil sends none. Without a Content-Type header,
+	// the body's type is sniffed (http.DetectContentType).
 	Body []byte
 }
 
@@ -185,7 +187,15 @@ func (c *Client) Do(ctx context.Context, req *Request) (*Result, error) {
 		rr.Header[k] = vs
 	}
 	if req.Body != nil {
-		rr.SetBody(req.Body)
+		// A reader, not the bytes: resty copies a []byte body three times
+		// (into its buffer, into the request, and again for GetBody), while
+		// net/http sizes a *bytes.Reader and rewinds it itself. Resty would
+		// call any reader JSON, so the sniffing it does for bytes is done
+		// here.
+		if rr.Header.Get("Content-Type") == "" {
+			rr.Header.Set("Content-Type", http.DetectContentType(req.Body))
+		}
+		rr.SetBody(bytes.NewReader(req.Body))
 	}
 	resp, err := rr.Execute(req.Method, req.URL)
 	if err != nil {
