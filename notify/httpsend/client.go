@@ -196,6 +196,10 @@ func (c *Client) Do(ctx context.Context, req *Request) (*Result, error) {
 			rr.Header.Set("Content-Type", http.DetectContentType(req.Body))
 		}
 		rr.SetBody(bytes.NewReader(req.Body))
+	} else if req.Method != http.MethodGet && req.Method != http.MethodHead {
+		// Resty sends an empty body chunked unless told its length; some
+		// receivers refuse a chunked request (411 Length Required).
+		rr.SetContentLength(true)
 	}
 	resp, err := rr.Execute(req.Method, req.URL)
 	if err != nil {

@@ -13,16 +13,19 @@ import (
 
 // TestDoSendsTheBody checks what a receiver gets of a request's body: the
 // bytes, their length, and the content type the sender set, or the sniffed
-// one when it set none.
+// one when it set none; a request without a body gets no Content-Type and
+// is not chunked.
 func TestDoSendsTheBody(t *testing.T) {
+	type framing struct {
+		length  int64
+		chunked bool
+	}
 	var mu sync.Mutex
-	var lengths []int64
+	framings := map[string]framing{}
 	rcv := httpsendtest.NewReceiver(t, "tcp4", func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/none" {
-			mu.Lock()
-			lengths = append(lengths, r.ContentLength)
-			mu.Unlock()
-		}
+		mu.Lock()
+		framings[r.URL.Path] = framing{r.ContentLength, len(r.TransferEncoding) > 0}
+		mu.Unlock()
 		w.WriteHeader(http.StatusNoContent)
 	})
 	c, err := NewClient(&Config{AllowNetworks: []string{"127.0.0.0/8"}})
@@ -35,24 +38,33 @@ func TestDoSendsTheBody(t *testing.T) {
 	plain := NewRequest(http.MethodPost, rcv.URL()+"/plain")
 	plain.Body = []byte("hello")
 	none := NewRequest(http.MethodPost, rcv.URL()+"/none")
-	for _, req := range []*Request{json, plain, none} {
+	get := NewRequest(http.MethodGet, rcv.URL()+"/get")
+	for _, req := range []*Request{json, plain, none, get} {
 		res, err := c.Do(context.Background(), req)
 		require.NoError(t, err)
 		require.Equal(t, http.StatusNoContent, res.StatusCode)
 	}
-	// The caller's slice is sent, not kept: changing it later changes
+	// The caller's slice is sent, not kept: changing it now changes
 	// nothing sent.
 	body[2] = 'X'
 
 	got := rcv.Requests()
-	require.Len(t, got, 3)
+	require.Len(t, got, 4)
 	require.Equal(t, `{"order":42}`, string(got[0].Body))
 	require.Equal(t, "application/json", got[0].Header.Get("Content-Type"))
 	require.Equal(t, "hello", string(got[1].Body))
 	require.Equal(t, "text/plain; charset=utf-8", got[1].Header.Get("Content-Type"))
-	require.Empty(t, got[2].Body)
-	require.Empty(t, got[2].Header.Get("Content-Type"))
+	for _, r := range got[2:] {
+		require.Empty(t, r.Body, r.Method)
+		require.Empty(t, r.Header.Get("Content-Type"), r.Method)
+	}
 	mu.Lock()
 	defer mu.Unlock()
-	require.Equal(t, []int64{12, 5}, lengths, "the bodies' Content-Length")
+	require.Equal(t, map[string]framing{
+		"/json":  {12, false},
+		"/plain": {5, false},
+		"/none":  {0, false},
+		"/get":   {0, false},
+	}, framings)
+	require.Empty(t, got[3].Header.Get("Content-Length"), "a GET has no Content-Length")
 }
