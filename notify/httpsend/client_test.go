@@ -39,7 +39,9 @@ func TestDoSendsTheBody(t *testing.T) {
 	plain.Body = []byte("hello")
 	none := NewRequest(http.MethodPost, rcv.URL()+"/none")
 	get := NewRequest(http.MethodGet, rcv.URL()+"/get")
-	for _, req := range []*Request{json, plain, none, get} {
+	del := NewRequest(http.MethodDelete, rcv.URL()+"/delete")
+	options := NewRequest(http.MethodOptions, rcv.URL()+"/options")
+	for _, req := range []*Request{json, plain, none, get, del, options} {
 		res, err := c.Do(context.Background(), req)
 		require.NoError(t, err)
 		require.Equal(t, http.StatusNoContent, res.StatusCode)
@@ -49,7 +51,7 @@ func TestDoSendsTheBody(t *testing.T) {
 	body[2] = 'X'
 
 	got := rcv.Requests()
-	require.Len(t, got, 4)
+	require.Len(t, got, 6)
 	require.Equal(t, `{"order":42}`, string(got[0].Body))
 	require.Equal(t, "application/json", got[0].Header.Get("Content-Type"))
 	require.Equal(t, "hello", string(got[1].Body))
@@ -61,10 +63,12 @@ func TestDoSendsTheBody(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.Equal(t, map[string]framing{
-		"/json":  {12, false},
-		"/plain": {5, false},
-		"/none":  {0, false},
-		"/get":   {0, false},
+		"/json":    {12, false},
+		"/plain":   {5, false},
+		"/none":    {0, false},
+		"/get":     {0, false},
+		"/delete":  {0, false},
+		"/options": {0, false},
 	}, framings)
 	require.Empty(t, got[3].Header.Get("Content-Length"), "a GET has no Content-Length")
 }
