@@ -713,7 +713,7 @@ func TestSweepGoesOnPastChangedRecords(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, deleted, "x's entry: x was replaced since")
 	require.True(t, more, "y's entry is due behind it")
-	deleted, more, err = b.store.Sweep(ctx, 1)
+	deleted, _, err = b.store.Sweep(ctx, 1)
 	require.NoError(t, err)
 	require.Equal(t, 1, deleted)
 	deleted, more, err = b.store.Sweep(ctx, 1)
