@@ -12,6 +12,8 @@
 //     the guard), no cookie jar (cookies must not travel between
 //     notifications), no redirects followed, and keep-alive connections
 //     reused across attempts;
+//   - "Accept: */*" unless the sender asks for a type, whatever the body's
+//     type;
 //   - a response read capped at ReadLimit;
 //   - one classification of outcomes under a notification's notify.Rules:
 //     ClassifyError for transport failures and ClassifyStatus for HTTP
@@ -185,6 +187,13 @@ func (c *Client) Do(ctx context.Context, req *Request) (*Result, error) {
 			}
 		}
 		rr.Header[k] = vs
+	}
+	if rr.Header.Get("Accept") == "" {
+		// Any answer will do: receivers acknowledge in text as often as in
+		// JSON. Without this, resty would copy a JSON or XML Content-Type
+		// here, and a receiver that cannot answer in that type may refuse
+		// the request (406 Not Acceptable).
+		rr.Header.Set("Accept", "*/*")
 	}
 	if req.Body != nil {
 		// A reader, not the bytes: resty copies a []byte body three times

@@ -72,3 +72,30 @@ func TestDoSendsTheBody(t *testing.T) {
 	}, framings)
 	require.Empty(t, got[3].Header.Get("Content-Length"), "a GET has no Content-Length")
 }
+
+// TestDoAcceptsAnyAnswer checks that a request accepts any type of answer,
+// whatever its body's type, unless its sender asked for one.
+func TestDoAcceptsAnyAnswer(t *testing.T) {
+	rcv := httpsendtest.NewReceiver(t, "tcp4", httpsendtest.Answer(http.StatusOK, "success"))
+	c, err := NewClient(&Config{AllowNetworks: []string{"127.0.0.0/8"}})
+	require.NoError(t, err)
+
+	json := NewRequest(http.MethodPost, rcv.URL())
+	json.Header.Set("Content-Type", "application/json")
+	json.Body = []byte(`{"order":42}`)
+	xml := NewRequest(http.MethodPost, rcv.URL())
+	xml.Header.Set("Content-Type", "application/xml")
+	xml.Body = []byte(`<order>42</order>`)
+	get := NewRequest(http.MethodGet, rcv.URL())
+	asks := NewRequest(http.MethodGet, rcv.URL())
+	asks.Header.Set("Accept", "application/json")
+	for _, req := range []*Request{json, xml, get, asks} {
+		_, err := c.Do(context.Background(), req)
+		require.NoError(t, err)
+	}
+	got := rcv.Requests()
+	require.Len(t, got, 4)
+	for i, want := range []string{"*/*", "*/*", "*/*", "application/json"} {
+		require.Equal(t, []string{want}, got[i].Header.Values("Accept"), "request %d", i)
+	}
+}
