@@ -131,15 +131,20 @@ type Request struct {
 	URL string
 	// Header holds the request's headers. Set canonicalizes names; assign
 	// Header[name] directly to send a name as it is spelt ("webhook-id").
+	// Do adds the client's own (User-Agent, Accept, Content-Type) to it.
 	Header http.Header
 	// Body is sent as it is; nil sends none. Without a Content-Type header,
 	// the body's type is sniffed (http.DetectContentType).
 	Body []byte
 }
 
+// headerRoom is how many headers a new request has room for, a signed
+// webhook's and the client's own: the most a map holds in one allocation.
+const headerRoom = 8
+
 // NewRequest returns a request of method to url with no headers and no body.
 func NewRequest(method, url string) *Request {
-	return &Request{Method: method, URL: url, Header: http.Header{}}
+	return &Request{Method: method, URL: url, Header: make(http.Header, headerRoom)}
 }
 
 // clientHeaders are the headers the client sets itself or that would break
@@ -177,7 +182,6 @@ func (c *Client) Do(ctx context.Context, req *Request) (*Result, error) {
 	if !notify.ValidHTTPURL(req.URL) {
 		return nil, notify.Permanent(fmt.Errorf("target %q is not an http or https URL", req.URL))
 	}
-	rr := c.rc.R().SetContext(ctx)
 	for k, vs := range req.Header {
 		for _, v := range vs {
 			if !notify.ValidHeaderName(k) || !notify.ValidHeaderValue(v) {
@@ -186,8 +190,14 @@ func (c *Client) Do(ctx context.Context, req *Request) (*Result, error) {
 				return nil, notify.Permanent(fmt.Errorf("header %q: invalid name or value (control characters)", k))
 			}
 		}
-		rr.Header[k] = vs
 	}
+	if req.Header == nil {
+		req.Header = make(http.Header, headerRoom)
+	}
+	rr := c.rc.R().SetContext(ctx)
+	// The request's own map, not a copy: resty clones it into the HTTP
+	// request anyway.
+	rr.Header = req.Header
 	if rr.Header.Get("Accept") == "" {
 		// Any answer will do: receivers acknowledge in text as often as in
 		// JSON. Without this, resty would copy a JSON or XML Content-Type
@@ -219,7 +229,13 @@ func (c *Client) Do(ctx context.Context, req *Request) (*Result, error) {
 	}
 	raw := resp.RawBody()
 	defer raw.Close()
-	body, err := io.ReadAll(io.LimitReader(raw, ReadLimit))
+	length := resp.RawResponse.ContentLength
+	if raw == http.NoBody {
+		// The answer to a HEAD announces the length of a body it does
+		// not carry.
+		length = 0
+	}
+	body, err := readBody(raw, length)
 	if err != nil {
 		return nil, fmt.Errorf("read response: %w", err)
 	}
@@ -227,6 +243,19 @@ func (c *Client) Do(ctx context.Context, req *Request) (*Result, error) {
 	// one is cheaper to drop with the connection.
 	_, _ = io.CopyN(io.Discard, raw, 4<<10)
 	return &Result{StatusCode: resp.StatusCode(), Header: resp.Header(), Body: body}, nil
+}
+
+// readBody reads the first ReadLimit bytes of a response body of length
+// bytes (-1: unknown). A known length is read into a buffer of its size,
+// where io.ReadAll would start at 512 bytes for answers that are mostly a
+// word.
+func readBody(r io.Reader, length int64) ([]byte, error) {
+	if length < 0 || length > ReadLimit {
+		return io.ReadAll(io.LimitReader(r, ReadLimit))
+	}
+	b := make([]byte, length)
+	_, err := io.ReadFull(r, b)
+	return b, err
 }
 
 // Response returns what the history keeps of r: the status and the body cut

@@ -2,7 +2,10 @@ package httpsend
 
 import (
 	"context"
+	"io"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -98,4 +101,47 @@ func TestDoAcceptsAnyAnswer(t *testing.T) {
 	for i, want := range []string{"*/*", "*/*", "*/*", "application/json"} {
 		require.Equal(t, []string{want}, got[i].Header.Values("Accept"), "request %d", i)
 	}
+}
+
+// TestDoReadsTheAnswer checks that Do returns a receiver's answer up to
+// ReadLimit bytes, whether its length is announced or not (and none for a
+// HEAD), and that a request built without NewRequest's header map is sent
+// all the same.
+func TestDoReadsTheAnswer(t *testing.T) {
+	long := strings.Repeat("x", ReadLimit+10)
+	rcv := httpsendtest.NewReceiver(t, "tcp4", func(w http.ResponseWriter, r *http.Request) {
+		answer := "success"
+		if strings.HasPrefix(r.URL.Path, "/long") {
+			answer = long
+		}
+		if strings.HasSuffix(r.URL.Path, "/chunked") {
+			// Two writes with a flush between: sent chunked, of no
+			// announced length.
+			_, _ = io.WriteString(w, answer[:3])
+			w.(http.Flusher).Flush()
+			_, _ = io.WriteString(w, answer[3:])
+			return
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(len(answer)))
+		_, _ = io.WriteString(w, answer)
+	})
+	c, err := NewClient(&Config{AllowNetworks: []string{"127.0.0.0/8"}})
+	require.NoError(t, err)
+	for path, want := range map[string]string{
+		"/short":         "success",
+		"/short/chunked": "success",
+		"/long":          long[:ReadLimit],
+		"/long/chunked":  long[:ReadLimit],
+	} {
+		res, err := c.Do(context.Background(), NewRequest(http.MethodGet, rcv.URL()+path))
+		require.NoError(t, err, path)
+		require.Equal(t, want, string(res.Body), path)
+	}
+	res, err := c.Do(context.Background(), &Request{Method: http.MethodGet, URL: rcv.URL() + "/short"})
+	require.NoError(t, err)
+	require.Equal(t, "success", string(res.Body))
+	// A HEAD's answer announces a length and carries no body.
+	res, err = c.Do(context.Background(), NewRequest(http.MethodHead, rcv.URL()+"/short"))
+	require.NoError(t, err)
+	require.Empty(t, res.Body)
 }
