@@ -8,9 +8,11 @@
 package redistest
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -263,20 +265,32 @@ func lastLines(s string, n int) string {
 	return strings.Join(lines, " | ")
 }
 
-// ping reports whether a server answers at addr. It dials first by hand:
-// go-redis retries a refused dial 5 times, 100 ms apart, and logs it, which
-// made every wait for a server to start or stop 400 ms longer than it is.
+// ping reports whether a server answers PING at addr, on one connection
+// of its own. It does not use go-redis: a pool whose dial is refused, as
+// when a stopping server closes its listener, retries 5 times 100 ms apart
+// and logs it, which made a wait for a server to start or stop 400 ms
+// longer than it is.
 func ping(addr string) error {
 	conn, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
 		return err
 	}
-	_ = conn.Close()
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	return c.Ping(ctx).Err()
+	defer conn.Close()
+	if err := conn.SetDeadline(time.Now().Add(time.Second)); err != nil {
+		return err
+	}
+	if _, err := io.WriteString(conn, "PING\r\n"); err != nil {
+		return err
+	}
+	reply, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if reply != "+PONG\r\n" {
+		// A server loading its data answers -LOADING.
+		return fmt.Errorf("PING: %s", strings.TrimSpace(reply))
+	}
+	return nil
 }
 
 // Client returns a new client of the server, closed at tb's cleanup.
