@@ -31,8 +31,7 @@ func TestDoSendsTheBody(t *testing.T) {
 		mu.Unlock()
 		w.WriteHeader(http.StatusNoContent)
 	})
-	c, err := NewClient(&Config{AllowNetworks: []string{"127.0.0.0/8"}})
-	require.NoError(t, err)
+	c := loopbackClient(t)
 
 	body := []byte(`{"order":42}`)
 	json := NewRequest(http.MethodPost, rcv.URL()+"/json")
@@ -80,8 +79,7 @@ func TestDoSendsTheBody(t *testing.T) {
 // whatever its body's type, unless its sender asked for one.
 func TestDoAcceptsAnyAnswer(t *testing.T) {
 	rcv := httpsendtest.NewReceiver(t, "tcp4", httpsendtest.Answer(http.StatusOK, "success"))
-	c, err := NewClient(&Config{AllowNetworks: []string{"127.0.0.0/8"}})
-	require.NoError(t, err)
+	c := loopbackClient(t)
 
 	json := NewRequest(http.MethodPost, rcv.URL())
 	json.Header.Set("Content-Type", "application/json")
@@ -125,8 +123,7 @@ func TestDoReadsTheAnswer(t *testing.T) {
 		w.Header().Set("Content-Length", strconv.Itoa(len(answer)))
 		_, _ = io.WriteString(w, answer)
 	})
-	c, err := NewClient(&Config{AllowNetworks: []string{"127.0.0.0/8"}})
-	require.NoError(t, err)
+	c := loopbackClient(t)
 	for path, want := range map[string]string{
 		"/short":         "success",
 		"/short/chunked": "success",
@@ -144,4 +141,13 @@ func TestDoReadsTheAnswer(t *testing.T) {
 	res, err = c.Do(context.Background(), NewRequest(http.MethodHead, rcv.URL()+"/short"))
 	require.NoError(t, err)
 	require.Empty(t, res.Body)
+}
+
+// loopbackClient returns a client allowed to reach the loopback receivers
+// of these tests.
+func loopbackClient(t *testing.T) *Client {
+	t.Helper()
+	c, err := NewClient(&Config{AllowNetworks: []string{"127.0.0.0/8"}})
+	require.NoError(t, err)
+	return c
 }
