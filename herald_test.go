@@ -2,9 +2,11 @@ package herald_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,16 +23,25 @@ var server *redistest.Server
 
 func TestMain(m *testing.M) { redistest.RunMain(m, &server) }
 
+// connect opens a Redis client, and a Herald client over set in a
+// namespace of the test's own.
+func connect(t *testing.T, set *herald.Policies) (*redis.Client, string, *herald.Client) {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: server.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ns := redistest.Namespace(t)
+	c, err := herald.NewClient(rdb, &herald.ClientConfig{Namespace: ns, Policies: set})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return rdb, ns, c
+}
+
 func TestEnqueue(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: server.Addr})
-	t.Cleanup(func() { _ = rdb.Close() })
 	set, err := herald.NewPolicies(nil, map[string]herald.Topic{"texts": {Channel: herald.ChannelSMS}})
 	require.NoError(t, err)
-	c, err := herald.NewClient(rdb, &herald.ClientConfig{Namespace: redistest.Namespace(t), Policies: set})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
+	_, _, c := connect(t, set)
 
 	t.Run("ChannelFromTarget", func(t *testing.T) {
 		for _, tc := range []struct {
@@ -73,6 +84,29 @@ func TestEnqueue(t *testing.T) {
 		require.Equal(t, "payload", fe.Field)
 	})
 
+	t.Run("OptionsAreStored", func(t *testing.T) {
+		res, err := c.Enqueue(ctx, "hooks", map[string]int{"n": 1}, herald.ID("every-option"),
+			herald.Channel(herald.ChannelWebhook), herald.Target("https://merchant.example/notify"),
+			herald.Policy("default"), herald.TTR(45*time.Second), herald.Template("receipt.tmpl"),
+			herald.Headers(map[string]string{"X-Shop": "42"}), herald.OrderKey("order-7"), herald.Delay(time.Hour))
+		require.NoError(t, err)
+		got, err := c.Get(ctx, "every-option")
+		require.NoError(t, err)
+		for _, n := range []*herald.Notification{res.Notification, got} {
+			require.Equal(t, herald.ChannelWebhook, n.Channel)
+			require.Equal(t, "https://merchant.example/notify", n.Target)
+			require.Equal(t, "default", n.Policy)
+			require.Equal(t, notify.Duration(45*time.Second), n.TTR)
+			require.Equal(t, "receipt.tmpl", n.Template)
+			require.Equal(t, map[string]string{"X-Shop": "42"}, n.Headers)
+			require.Equal(t, "order-7", n.OrderKey)
+		}
+		_, err = c.Enqueue(ctx, "hooks", nil, herald.Policy("nowhere"))
+		var fe *herald.FieldError
+		require.ErrorAs(t, err, &fe, "a policy that is not in the set")
+		require.Equal(t, "policy", fe.Field)
+	})
+
 	t.Run("Cancel", func(t *testing.T) {
 		_, err := c.Enqueue(ctx, "jobs", nil, herald.ID("to-cancel"), herald.Delay(time.Hour))
 		require.NoError(t, err)
@@ -102,12 +136,7 @@ endpoints:
 `), 0o600))
 	set, err := herald.LoadPolicies(file)
 	require.NoError(t, err)
-	rdb := redis.NewClient(&redis.Options{Addr: server.Addr})
-	t.Cleanup(func() { _ = rdb.Close() })
-	ns := redistest.Namespace(t)
-	c, err := herald.NewClient(rdb, &herald.ClientConfig{Namespace: ns, Policies: set})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
+	rdb, ns, c := connect(t, set)
 
 	const n = 12
 	var inFlight, most, sent atomic.Int32
@@ -140,4 +169,53 @@ endpoints:
 	var fe *herald.FieldError
 	require.ErrorAs(t, err, &fe, "an endpoint that is not registered")
 	require.Equal(t, "endpoint", fe.Field)
+}
+
+// TestRetryAfter: a handler's RetryAfter moves the next attempt at least
+// that far out when the policy honours it, no further than the policy's
+// max_retry_after, and not at all when the policy does not honour it.
+func TestRetryAfter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	backoff := []notify.Duration{0, notify.Duration(time.Millisecond)}
+	set, err := herald.NewPolicies(map[string]herald.RetryPolicy{
+		"honours": {Backoff: backoff, HonorRetryAfter: true},
+		"capped":  {Backoff: backoff, HonorRetryAfter: true, MaxRetryAfter: notify.Duration(50 * time.Millisecond)},
+		"ignores": {Backoff: backoff},
+	}, nil)
+	require.NoError(t, err)
+	rdb, ns, c := connect(t, set)
+
+	// Each job asks for its own wait; the handler notes when its first
+	// attempt gave up and when its second started.
+	waits := map[string]time.Duration{"honours": 300 * time.Millisecond, "capped": time.Hour, "ignores": time.Hour}
+	var mu sync.Mutex
+	failed, retried := map[string]time.Time{}, map[string]time.Time{}
+	w, err := herald.NewWorker(rdb, &herald.WorkerConfig{Namespace: ns, Policies: set})
+	require.NoError(t, err)
+	w.HandleFunc("retries", func(_ context.Context, job *herald.Job) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if job.Attempt == 0 {
+			failed[job.ID] = time.Now()
+			return herald.RetryAfter(errors.New("busy"), waits[job.ID])
+		}
+		retried[job.ID] = time.Now()
+		return nil
+	})
+	require.NoError(t, w.Start(ctx))
+	t.Cleanup(w.Stop)
+	for name := range waits {
+		_, err := c.Enqueue(ctx, "retries", nil, herald.ID(name), herald.Policy(name))
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(retried) == len(waits)
+	}, 10*time.Second, 5*time.Millisecond, "every job retried, none an hour later")
+	mu.Lock()
+	defer mu.Unlock()
+	require.GreaterOrEqual(t, retried["honours"].Sub(failed["honours"]), 300*time.Millisecond, "honoured: not before the wait asked for")
+	require.GreaterOrEqual(t, retried["capped"].Sub(failed["capped"]), 50*time.Millisecond, "capped: not before the cap")
 }

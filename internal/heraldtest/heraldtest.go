@@ -84,11 +84,6 @@ func SendAt(t time.Time) NotificationOption {
 	return func(r *notify.Request) { r.Delay, r.SendAt = nil, &t }
 }
 
-// TTR sets its reservation time.
-func TTR(d time.Duration) NotificationOption {
-	return func(r *notify.Request) { v := notify.Duration(d); r.TTR = &v }
-}
-
 // Endpoint makes it a webhook to the named endpoint, instead of a target.
 func Endpoint(name string) NotificationOption {
 	return func(r *notify.Request) { r.Channel, r.Target, r.Endpoint = notify.ChannelWebhook, "", name }
