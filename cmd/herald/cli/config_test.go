@@ -360,6 +360,7 @@ func TestSecretsNeverShown(t *testing.T) {
 	shown.Write(b)
 	slog.New(slog.NewTextHandler(&shown, nil)).Info("config", "config", cfg, "ptr", &cfg, "password", cfg.Redis.Password)
 	slog.New(slog.NewJSONHandler(&shown, nil)).Info("config", "config", cfg, "password", cfg.Redis.Password)
+	shown.WriteString(cfg.Redis.Password.String()) // a caller asking for its String
 
 	require.Contains(t, shown.String(), "[redacted]")
 	for _, s := range []string{password, token, secret, authToken} {
