@@ -86,12 +86,11 @@ type testBundle struct {
 
 func setup(t *testing.T) *testBundle {
 	t.Helper()
-	return setupOn(t, server, redistest.Namespace(t))
+	return setupOn(t, server.Client(t), redistest.Namespace(t))
 }
 
-func setupOn(t *testing.T, srv *redistest.Server, namespace string) *testBundle {
+func setupOn(t *testing.T, client *redis.Client, namespace string) *testBundle {
 	t.Helper()
-	client := srv.Client(t)
 	st, err := store.New(&store.Config{Client: client, Namespace: namespace, Shards: 8, Logger: heraldtest.Logger(t)})
 	require.NoError(t, err)
 	set, err := policy.NewSet(map[string]policy.Policy{

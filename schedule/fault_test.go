@@ -97,7 +97,7 @@ func TestManyDispatchersNoOverlapNoneLost(t *testing.T) {
 	// here (the reaping itself is TestTTRExpiryCountsAsFailedAttempt's).
 	b.enqueueMany(t, count, backoff, 30*time.Second)
 	for range 4 {
-		own := setupOn(t, server, b.store.Namespace())
+		own := setupOn(t, server.Client(t), b.store.Namespace())
 		own.policies = b.policies
 		own.start(t, schedule.Config{Senders: map[string]notify.Sender{notify.ChannelWebhook: rec}, Concurrency: 32})
 	}
@@ -206,22 +206,34 @@ func TestCrashedDispatcherWorkIsRetried(t *testing.T) {
 	}
 }
 
-// countingStore counts reservations, to show that an outage causes no busy
-// loop.
+// countingStore counts reservations and failed ones, to show that an
+// outage causes no busy loop.
 type countingStore struct {
 	*store.Store
-	reserves atomic.Int64
+	reserves, failed atomic.Int64
 }
 
 func (c *countingStore) Reserve(ctx context.Context, queue string, shards []int, limit int) ([]*notify.Notification, []store.Head, error) {
 	c.reserves.Add(1)
-	return c.Store.Reserve(ctx, queue, shards, limit)
+	items, heads, err := c.Store.Reserve(ctx, queue, shards, limit)
+	if err != nil {
+		c.failed.Add(1)
+	}
+	return items, heads, err
 }
 
 func TestSurvivesRedisRestart(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t, redistest.Options{AOF: true})
-	b := setupOn(t, srv, "outage")
+	// A refused connection fails the call at once, without go-redis's own
+	// dial retries (5, 100 ms apart) and command retry: each of those would
+	// hold a reservation for about a second, longer than the outage, and
+	// hide whether the dispatcher backs off.
+	opts := srv.Options()
+	opts.DialerRetries, opts.MaxRetries = 1, -1
+	client := redis.NewClient(opts)
+	t.Cleanup(func() { _ = client.Close() })
+	b := setupOn(t, client, "outage")
 	counting := &countingStore{Store: b.store}
 	rec := newRecorder(nil)
 	cfg := schedule.Config{Store: counting, Senders: map[string]notify.Sender{notify.ChannelWebhook: rec},
@@ -239,6 +251,7 @@ func TestSurvivesRedisRestart(t *testing.T) {
 	before := counting.reserves.Load()
 	time.Sleep(time.Second) // the outage under test
 	during := counting.reserves.Load() - before
+	require.Positive(t, counting.failed.Load(), "reservations failed during the outage")
 	require.Less(t, during, int64(30), "reserve calls during a 1s outage: backoff, not a busy loop")
 	require.NoError(t, srv.Restart())
 
