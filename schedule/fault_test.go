@@ -222,18 +222,24 @@ func (c *countingStore) Reserve(ctx context.Context, queue string, shards []int,
 	return items, heads, err
 }
 
-func TestSurvivesRedisRestart(t *testing.T) {
-	t.Parallel()
+// setupOutage starts a redis-server of the test's own, to be killed and
+// restarted, and a bundle on it whose client fails a refused call at once,
+// without go-redis's own dial retries (5, 100 ms apart) and command retry:
+// each of those would hold a call for about a second, longer than the
+// outages under test, and hide what the dispatcher does about a failure.
+func setupOutage(t *testing.T, namespace string) (*redistest.Server, *testBundle) {
+	t.Helper()
 	srv := redistest.Start(t, redistest.Options{AOF: true})
-	// A refused connection fails the call at once, without go-redis's own
-	// dial retries (5, 100 ms apart) and command retry: each of those would
-	// hold a reservation for about a second, longer than the outage, and
-	// hide whether the dispatcher backs off.
 	opts := srv.Options()
 	opts.DialerRetries, opts.MaxRetries = 1, -1
 	client := redis.NewClient(opts)
 	t.Cleanup(func() { _ = client.Close() })
-	b := setupOn(t, client, "outage")
+	return srv, setupOn(t, client, namespace)
+}
+
+func TestSurvivesRedisRestart(t *testing.T) {
+	t.Parallel()
+	srv, b := setupOutage(t, "outage")
 	counting := &countingStore{Store: b.store}
 	rec := newRecorder(nil)
 	cfg := schedule.Config{Store: counting, Senders: map[string]notify.Sender{notify.ChannelWebhook: rec},
@@ -259,6 +265,60 @@ func TestSurvivesRedisRestart(t *testing.T) {
 	b.enqueue(t, "after", ms(0, 10), 0)
 	b.waitState(t, "after", notify.StateSucceeded)
 	require.Equal(t, 1, rec.attempts("across"))
+}
+
+// TestOutcomesThroughAnOutage ends attempts while Redis is down: an outcome
+// is recorded once Redis is back, with no second attempt, unless the
+// reservation ran out meanwhile; then the attempt is made again.
+func TestOutcomesThroughAnOutage(t *testing.T) {
+	t.Parallel()
+	srv, b := setupOutage(t, "outcomes")
+	type gate struct{ started, release chan struct{} }
+	gates := map[string]*gate{}
+	for _, id := range []string{"recorded", "expired"} {
+		gates[id] = &gate{make(chan struct{}), make(chan struct{})}
+	}
+	rec := newRecorder(func(_ context.Context, n *notify.Notification) error {
+		if g := gates[n.ID]; n.Attempts == 0 {
+			close(g.started)
+			<-g.release
+		}
+		return nil
+	})
+	b.start(t, schedule.Config{Senders: map[string]notify.Sender{notify.ChannelWebhook: rec}})
+
+	for _, tc := range []struct {
+		id          string
+		ttr, outage time.Duration
+		want        []notify.Outcome
+	}{
+		{"recorded", 10 * time.Second, 300 * time.Millisecond, []notify.Outcome{notify.OutcomeSuccess}},
+		{"expired", 200 * time.Millisecond, time.Second, []notify.Outcome{notify.OutcomeTTRExpired, notify.OutcomeSuccess}},
+	} {
+		delay, ttr := notify.Duration(0), notify.Duration(tc.ttr)
+		n, err := b.policies.Resolve(&notify.Request{ID: tc.id, Topic: "orders", Channel: notify.ChannelWebhook,
+			Target: "https://merchant.test/notify", Backoff: ms(0, 10), Delay: &delay, TTR: &ttr, Policy: "fast"}, time.Now(), 0)
+		require.NoError(t, err)
+		_, _, err = b.store.Enqueue(context.Background(), n, false)
+		require.NoError(t, err)
+		select {
+		case <-gates[tc.id].started:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: not attempted in 10s", tc.id)
+		}
+		srv.Kill()
+		close(gates[tc.id].release) // the attempt ends; Redis cannot hear of it
+		time.Sleep(tc.outage)
+		require.NoError(t, srv.Restart())
+
+		got := b.waitState(t, tc.id, notify.StateSucceeded)
+		outcomes := make([]notify.Outcome, len(got.History))
+		for i, a := range got.History {
+			outcomes[i] = a.Outcome
+		}
+		require.Equal(t, tc.want, outcomes, tc.id)
+		require.Equal(t, len(tc.want), rec.attempts(tc.id), tc.id)
+	}
 }
 
 // TestBacklogDrainsInLargeReservations drains a backlog with few workers:
