@@ -29,7 +29,8 @@ vet:
 	$(GO) vet ./...
 	cd bench/compare && $(GO) vet ./...
 
-# Short fuzz runs of the decoders that read outside input.
+# Short fuzz runs of the decoders that read outside input, and of the one
+# that reads records back from Redis.
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseDuration$$' -fuzztime $(FUZZTIME) ./notify
 	$(GO) test -run '^$$' -fuzz '^FuzzDigest$$' -fuzztime $(FUZZTIME) ./notify
@@ -37,6 +38,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./policy
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeEnqueue$$' -fuzztime $(FUZZTIME) ./api
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeBatch$$' -fuzztime $(FUZZTIME) ./api
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./store
 	$(GO) test -run '^$$' -fuzz '^FuzzRenderOrderNotify$$' -fuzztime $(FUZZTIME) ./templates
 	$(GO) test -run '^$$' -fuzz '^FuzzLookup$$' -fuzztime $(FUZZTIME) ./notify/poll
 	$(GO) test -run '^$$' -fuzz '^FuzzSessionCheck$$' -fuzztime $(FUZZTIME) ./ui
