@@ -133,7 +133,9 @@ type Config struct {
 	// and the most the reaper and sweeper move per call. Default 100.
 	Batch int
 	// PollInterval is the longest the dispatcher sleeps without asking Redis,
-	// a safety net for wake-ups lost while disconnected. Default 1s.
+	// also while Redis is unreachable: a safety net for wake-ups lost while
+	// disconnected, and the most it waits to resume after an outage.
+	// Default 1s.
 	PollInterval time.Duration
 	// ReapInterval is how often expired reservations are taken back and
 	// retention is enforced. Default 1s.
@@ -447,7 +449,7 @@ func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan
 					return
 				}
 				failures++
-				wait := backoffDelay(failures)
+				wait := d.retryDelay(failures)
 				d.cfg.Observer.StoreError("reserve", err)
 				d.log.WarnContext(ctx, "schedule: reserve failed; backing off", "queue", queue, "error", err, "retry_in", wait)
 				sleep(ctx, wait)
@@ -489,7 +491,7 @@ func (d *Dispatcher) shards(ctx context.Context) (int, bool) {
 		if ctx.Err() != nil {
 			return 0, false
 		}
-		wait := backoffDelay(failures)
+		wait := d.retryDelay(failures)
 		d.cfg.Observer.StoreError("reserve", err)
 		d.log.WarnContext(ctx, "schedule: cannot read the shard count; retrying", "error", err, "retry_in", wait)
 		sleep(ctx, wait)
@@ -524,10 +526,12 @@ func drainTimer(t *time.Timer) {
 	}
 }
 
-// backoffDelay is the wait after the n-th consecutive store failure: 10ms
-// doubling to 5s, so an outage costs no busy loop and recovery is quick.
-func backoffDelay(n int) time.Duration {
-	return min(10*time.Millisecond<<min(n-1, 10), 5*time.Second)
+// retryDelay is the wait after the n-th consecutive store failure: 10ms
+// doubling, so an outage costs no busy loop, to at most the poll interval
+// (and 5s), the longest the dispatcher goes without asking Redis, so that
+// it resumes soon after Redis is back however long the outage was.
+func (d *Dispatcher) retryDelay(n int) time.Duration {
+	return min(10*time.Millisecond<<min(n-1, 10), 5*time.Second, d.cfg.PollInterval)
 }
 
 func sleep(ctx context.Context, d time.Duration) {
@@ -698,7 +702,7 @@ func (d *Dispatcher) finishBatch(batch []pendingFinish) {
 				"count", len(items), "error", err)
 			return
 		}
-		wait := backoffDelay(failures)
+		wait := d.retryDelay(failures)
 		d.log.WarnContext(ctx, "schedule: finish failed; retrying", "count", len(items), "error", err, "retry_in", wait)
 		time.Sleep(wait)
 	}

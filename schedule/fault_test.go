@@ -267,6 +267,26 @@ func TestSurvivesRedisRestart(t *testing.T) {
 	require.Equal(t, 1, rec.attempts("across"))
 }
 
+// TestResumesWithinThePollInterval: after a 3 s outage the dispatcher asks
+// Redis again within its poll interval, the longest it sleeps without
+// asking, so what fell due during the outage starts soon after Redis is
+// back rather than after a backoff grown to seconds.
+func TestResumesWithinThePollInterval(t *testing.T) {
+	t.Parallel()
+	srv, b := setupOutage(t, "resume")
+	rec := newRecorder(nil)
+	b.start(t, schedule.Config{Senders: map[string]notify.Sender{notify.ChannelWebhook: rec},
+		PollInterval: 200 * time.Millisecond})
+	b.enqueue(t, "due-in-outage", ms(0), time.Second)
+	srv.Kill()
+	time.Sleep(3 * time.Second)
+	require.NoError(t, srv.Restart())
+	back := time.Now()
+	b.waitState(t, "due-in-outage", notify.StateSucceeded)
+	// Doubling from 10 ms, the wait would be 2.56 s by now.
+	require.Less(t, time.Since(back), 1500*time.Millisecond, "delivered after Redis was back")
+}
+
 // TestOutcomesThroughAnOutage ends attempts while Redis is down: an outcome
 // is recorded once Redis is back, with no second attempt, unless the
 // reservation ran out meanwhile; then the attempt is made again.
