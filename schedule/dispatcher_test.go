@@ -120,14 +120,19 @@ func (b *testBundle) start(t *testing.T, cfg schedule.Config) *schedule.Dispatch
 	return d
 }
 
-// enqueue stores a webhook notification with the given backoff and delay.
-func (b *testBundle) enqueue(t *testing.T, id string, backoff []notify.Duration, delay time.Duration) *notify.Notification {
+// enqueue stores a webhook notification with the given backoff and delay,
+// and whatever more changes to its request (such as a ttr).
+func (b *testBundle) enqueue(t *testing.T, id string, backoff []notify.Duration, delay time.Duration, more ...func(*notify.Request)) *notify.Notification {
 	t.Helper()
 	d := notify.Duration(delay)
-	n, err := b.policies.Resolve(&notify.Request{
+	req := &notify.Request{
 		ID: id, Topic: "orders", Channel: notify.ChannelWebhook, Target: "https://merchant.test/notify",
 		Payload: json.RawMessage(`{"order":1}`), Backoff: backoff, Delay: &d, Policy: "fast",
-	}, time.Now(), 0)
+	}
+	for _, f := range more {
+		f(req)
+	}
+	n, err := b.policies.Resolve(req, time.Now(), 0)
 	require.NoError(t, err)
 	_, _, err = b.store.Enqueue(context.Background(), n, false)
 	require.NoError(t, err)

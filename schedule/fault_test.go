@@ -317,12 +317,8 @@ func TestOutcomesThroughAnOutage(t *testing.T) {
 		// with room, so that the reaper, not a late finish, settles it.
 		{"expired", 200 * time.Millisecond, 2 * time.Second, []notify.Outcome{notify.OutcomeTTRExpired, notify.OutcomeSuccess}},
 	} {
-		delay, ttr := notify.Duration(0), notify.Duration(tc.ttr)
-		n, err := b.policies.Resolve(&notify.Request{ID: tc.id, Topic: "orders", Channel: notify.ChannelWebhook,
-			Target: "https://merchant.test/notify", Backoff: ms(0, 10), Delay: &delay, TTR: &ttr, Policy: "fast"}, time.Now(), 0)
-		require.NoError(t, err)
-		_, _, err = b.store.Enqueue(context.Background(), n, false)
-		require.NoError(t, err)
+		ttr := notify.Duration(tc.ttr)
+		b.enqueue(t, tc.id, ms(0, 10), 0, func(r *notify.Request) { r.TTR = &ttr })
 		select {
 		case <-gates[tc.id].started:
 		case <-time.After(10 * time.Second):
