@@ -21,11 +21,12 @@ func (s *Store) Expired(ctx context.Context, grace time.Duration, limit int) ([]
 	if err := s.open(ctx); err != nil {
 		return nil, err
 	}
-	cutoff := strconv.FormatInt(ms(s.Now().Add(-grace)), 10)
+	cutoff := ms(s.Now().Add(-grace))
 	pipe := s.client.Pipeline()
 	cmds := make([]*redis.StringSliceCmd, s.keys.shards)
 	for shard := range cmds {
-		cmds[shard] = pipe.ZRangeByScore(ctx, s.keys.reserved(shard), &redis.ZRangeBy{Min: "-inf", Max: "(" + cutoff, Count: int64(limit)})
+		cmds[shard] = pipe.ZRangeByScore(ctx, s.keys.reserved(shard),
+			&redis.ZRangeBy{Min: "-inf", Max: "(" + strconv.FormatInt(cutoff, 10), Count: int64(limit)})
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("find expired reservations: %w", err)
@@ -59,7 +60,10 @@ func (s *Store) Expired(ctx context.Context, grace time.Duration, limit int) ([]
 				s.quarantine(ctx, r.shard, id, content, err)
 				continue
 			}
-			if n.State == notify.StateReserved {
+			// Between the two reads the reservation may have been finished
+			// and the notification reserved again: that reservation is
+			// someone's attempt under way, not an expired one.
+			if n.State == notify.StateReserved && n.Deadline != nil && ms(*n.Deadline) < cutoff {
 				out = append(out, n)
 			}
 		}

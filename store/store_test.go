@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,7 +35,9 @@ type testBundle struct {
 func setup(t *testing.T, cfg store.Config) *testBundle {
 	t.Helper()
 	clock := heraldtest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
-	cfg.Client = server.Client(t)
+	if cfg.Client == nil {
+		cfg.Client = server.Client(t)
+	}
 	cfg.Namespace = redistest.Namespace(t)
 	cfg.Shards = cmp.Or(cfg.Shards, 4)
 	cfg.TimeNowFunc = clock.Now
@@ -457,6 +460,61 @@ func TestExpired(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, got, 1)
 	require.Equal(t, reserved.Receipt, got[0].Receipt)
+}
+
+// TestExpiredSkipsLaterReservations: the reaper reads the expired ids, then
+// their records. A notification whose expired reservation is finished late
+// and which another dispatcher reserves again in between holds a fresh
+// reservation: reaping that would start a second attempt beside it.
+func TestExpiredSkipsLaterReservations(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := server.Client(t)
+	between := &afterPipeline{match: func(cmds []redis.Cmder) bool { return cmds[0].Name() == "zrangebyscore" }}
+	client.AddHook(between)
+	b := setup(t, store.Config{Client: client})
+	n := b.newNotification(t, "a", 0, 0, 0)
+	n.TTR = notify.Duration(50 * time.Millisecond)
+	b.enqueue(t, n)
+	first := b.reserveAll(t)[0]
+	b.clock.Advance(time.Second)
+
+	var again *notify.Notification
+	between.arm(func() {
+		errs, err := b.store.Finish(ctx, []store.Finish{b.finish(notify.ActionRetry, first, b.clock.Now())})
+		require.NoError(t, err)
+		require.NoError(t, errs[0])
+		again = b.reserveAll(t)[0]
+	})
+	got, err := b.store.Expired(ctx, 0, 10)
+	require.NoError(t, err)
+	require.NotNil(t, again, "the hook ran")
+	require.Empty(t, got)
+	require.Empty(t, b.reserveAll(t), "reserved once, by the second dispatcher")
+}
+
+// afterPipeline is a go-redis hook that runs a function once, right after
+// the first pipeline match accepts since it was armed: a way to make
+// something happen between two round trips of one store call.
+type afterPipeline struct {
+	match func([]redis.Cmder) bool
+	fn    atomic.Pointer[func()]
+}
+
+func (h *afterPipeline) arm(fn func()) { h.fn.Store(&fn) }
+
+func (h *afterPipeline) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *afterPipeline) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *afterPipeline) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if len(cmds) > 0 && h.match(cmds) {
+			if fn := h.fn.Swap(nil); fn != nil {
+				(*fn)()
+			}
+		}
+		return err
+	}
 }
 
 // killAll makes every notification dead through the store's transitions.
