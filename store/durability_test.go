@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/heraldtest"
@@ -62,4 +63,43 @@ func reserveEventually(t *testing.T, st *store.Store, n int) []*notify.Notificat
 		return len(got) >= n
 	}, 5*time.Second, time.Millisecond)
 	return got
+}
+
+// TestLateRepliesRunScriptsOnce: when Redis answers a reservation later
+// than the client's read timeout (here: stopped for half a second), the
+// call fails, and its script runs once when Redis comes back. go-redis's
+// own retries (3 by default) would send it again behind the first, and the
+// caller would hear the later run's answer: an empty queue, while the first
+// run had reserved what was due, for no one.
+func TestLateRepliesRunScriptsOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := redistest.Start(t, redistest.Options{})
+	opts := srv.Options()
+	opts.ReadTimeout = 200 * time.Millisecond
+	opts.MaxRetries = 3
+	client := redis.NewClient(opts)
+	t.Cleanup(func() { _ = client.Close() })
+	st, err := store.New(&store.Config{Client: client, Logger: heraldtest.Logger(t)})
+	require.NoError(t, err)
+	_, _, err = st.Enqueue(ctx, heraldtest.Notification(t, "a", time.Now().Add(-time.Second)), false)
+	require.NoError(t, err)
+	_, _, err = st.Reserve(ctx, store.PullQueue("other"), heraldtest.AllShards(t, st), 1) // loads the script
+	require.NoError(t, err)
+	require.NoError(t, client.ConfigResetStat(ctx).Err())
+
+	srv.Pause()
+	t.Cleanup(srv.Resume)
+	resumed := time.AfterFunc(500*time.Millisecond, srv.Resume)
+	defer resumed.Stop()
+	items, _, err := st.Reserve(ctx, store.PullQueue("jobs"), heraldtest.AllShards(t, st), 10)
+	require.Error(t, err, "no answer within the read timeout, not an empty queue (%d items)", len(items))
+
+	require.Eventually(t, func() bool {
+		n, err := st.Get(ctx, "a")
+		return err == nil && n.State == notify.StateReserved
+	}, 5*time.Second, 10*time.Millisecond, "the one reservation sent ran once Redis was back")
+	stats, err := client.Info(ctx, "commandstats").Result()
+	require.NoError(t, err)
+	require.Contains(t, stats, "cmdstat_evalsha:calls=1,", "the reservation's script ran once")
 }

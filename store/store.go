@@ -62,7 +62,9 @@ const (
 // Config configures a Store.
 type Config struct {
 	// Client is any go-redis client: standalone, Sentinel (failover) or
-	// Cluster. Required.
+	// Cluster. Required. Its MaxRetries applies to the store's reads; a
+	// script is never sent twice, since a retry cannot tell a lost reply
+	// from a call that never arrived.
 	Client redis.UniversalClient
 	// Namespace prefixes every key. Default NamespaceDefault ("herald").
 	Namespace string
@@ -322,7 +324,7 @@ func (s *Store) runScriptsOn(ctx context.Context, r scripter, calls []*scriptCal
 	for try := 0; len(pending) > 0 && try < 2; try++ {
 		pipe := r.Pipeline()
 		for _, c := range pending {
-			c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+			c.cmd = evalSha(ctx, pipe, c)
 		}
 		if wait != nil {
 			wait(pipe)
@@ -359,6 +361,30 @@ func (s *Store) runScriptsOn(ctx context.Context, r scripter, calls []*scriptCal
 	}
 	return nil
 }
+
+// evalSha queues c on pipe as a command go-redis never sends a second time.
+// Its own retries, after a read timeout or a connection closed before the
+// reply, would run the script again when the first run's reply was only
+// late or lost, and the second run's answer is not the first's: a
+// reservation's items would be held until their ttr by a run no one heard
+// from, a cancel would answer that the notification was already finished.
+// The error goes to the caller instead, which knows what retrying means.
+func evalSha(ctx context.Context, pipe redis.Pipeliner, c *scriptCall) *redis.Cmd {
+	argv := make([]any, 0, 3+len(c.keys)+len(c.args))
+	argv = append(argv, "evalsha", c.script.Hash(), len(c.keys))
+	for _, k := range c.keys {
+		argv = append(argv, k)
+	}
+	cmd := redis.NewCmd(ctx, append(argv, c.args...)...)
+	cmd.SetFirstKeyPos(3) // where a Cluster finds the slot
+	_ = pipe.Process(ctx, noRetry{cmd})
+	return cmd
+}
+
+// noRetry marks a command go-redis must not retry.
+type noRetry struct{ *redis.Cmd }
+
+func (noRetry) NoRetry() bool { return true }
 
 // loadScript loads sc where r runs scripts: on every master of a cluster.
 func (s *Store) loadScript(ctx context.Context, r scripter, sc *redis.Script) error {
