@@ -416,20 +416,88 @@ func replyDeleted(v any) (int, []string, error) {
 // dropStubs deletes the stubs that led to records of shard that are gone.
 // A stub left behind by a failure here is harmless: Get finds nothing
 // behind it, and the next enqueue of the id replaces it.
+//
+// The id may have been enqueued again, with the same key, since its record
+// was deleted: the enqueue found the stub in place, kept it, and wrote the
+// new record. So a stub deleted here is written again where its shard holds
+// a record by now; and an enqueue that kept a stub and wrote a new record
+// writes the stub again itself (keepStubs), for when this ran between the
+// two.
 func (s *Store) dropStubs(ctx context.Context, shard int, ids []string) {
-	byShard := map[int][]any{}
+	calls := s.stubCalls(dropStubScript, shard, ids)
+	if len(calls) == 0 {
+		return
+	}
+	if err := s.runScripts(ctx, calls); err != nil {
+		s.cfg.Logger.WarnContext(ctx, "store: could not delete the stubs of removed notifications", "error", err)
+		return
+	}
+	var dropped []string
+	for _, c := range calls {
+		l, _ := c.cmd.Slice()
+		for _, id := range l {
+			dropped = append(dropped, replyString(id))
+		}
+	}
+	if len(dropped) == 0 {
+		return
+	}
+	pipe := s.client.Pipeline()
+	found := make([]*redis.BoolCmd, len(dropped))
+	for i, id := range dropped {
+		found[i] = pipe.HExists(ctx, s.keys.job(shard), id)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		s.cfg.Logger.WarnContext(ctx, "store: could not check the records of deleted stubs", "error", err)
+		return
+	}
+	var back []string
+	for i, id := range dropped {
+		if found[i].Val() {
+			back = append(back, id)
+		}
+	}
+	s.restoreStubs(ctx, shard, back)
+}
+
+// restoreStubs writes again the stubs that lead ids to shard, where their
+// records are.
+func (s *Store) restoreStubs(ctx context.Context, shard int, ids []string) {
+	calls := s.stubCalls(stubScript, shard, ids, "0")
+	if len(calls) == 0 {
+		return
+	}
+	if err := s.runScripts(ctx, calls); err != nil {
+		s.cfg.Logger.ErrorContext(ctx, "store: could not write the stubs of keyed notifications", "shard", shard, "error", err)
+		return
+	}
+	for _, c := range calls {
+		codes, _, err := replyCodes(c, len(c.args)/3)
+		for i, code := range codes {
+			if err == nil && code != codeOK {
+				// Someone took the id elsewhere while its stub was gone:
+				// Get and Cancel now find that notification, not this one.
+				err = fmt.Errorf("the id %s was taken elsewhere", replyString(c.args[3*i]))
+			}
+		}
+		if err != nil {
+			s.cfg.Logger.ErrorContext(ctx, "store: could not write the stubs of keyed notifications", "shard", shard, "error", err)
+		}
+	}
+}
+
+// stubCalls makes one call of script per shard holding the stubs of ids
+// that lead to shard: each id with its stub, then extra.
+func (s *Store) stubCalls(script *redis.Script, shard int, ids []string, extra ...any) []*scriptCall {
+	byHome := map[int][]any{}
 	for _, id := range ids {
 		if home := s.keys.shardOf(id); home != shard {
-			byShard[home] = append(byShard[home], id, stub(shard))
+			byHome[home] = append(append(byHome[home], id, stub(shard)), extra...)
 		}
 	}
-	var calls []*scriptCall
-	for home, args := range byShard {
-		calls = append(calls, &scriptCall{script: dropStubScript, keys: []string{s.keys.job(home)}, args: args})
+	calls := make([]*scriptCall, 0, len(byHome))
+	for _, home := range sortedKeys(byHome) {
+		calls = append(calls, &scriptCall{script: script, keys: []string{s.keys.job(home)}, args: byHome[home]})
 	}
-	if len(calls) > 0 {
-		if err := s.runScripts(ctx, calls); err != nil {
-			s.cfg.Logger.WarnContext(ctx, "store: could not delete the stubs of removed notifications", "error", err)
-		}
-	}
+	return calls
 }

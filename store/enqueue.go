@@ -162,6 +162,7 @@ func (s *Store) enqueueBatch(ctx context.Context, reqs []EnqueueRequest) ([]Enqu
 		}
 		pending = again
 	}
+	s.keepStubs(ctx, items)
 	if err := s.enqueueResults(ctx, items, results, now); err != nil {
 		return nil, err
 	}
@@ -184,6 +185,8 @@ type enqueueItem struct {
 	// existing is set when the id is taken by another notification found
 	// while placing the stub: the enqueue is a conflict.
 	existing bool
+	// stubKept is set when the stub was in place already.
+	stubKept bool
 }
 
 // enqueueCalls builds one script call per shard for items, and returns the
@@ -430,6 +433,24 @@ func sortedKeys[V any](m map[int]V) []int {
 // in its order key's shard.
 func stub(shard int) string { return "@" + strconv.Itoa(shard) }
 
+// keepStubs writes again the stubs of new records whose enqueue found the
+// stub in place: it led to an earlier record of the id, and the sweep or
+// purge that deleted that record may have deleted the stub since (see
+// dropStubs). Outside that race the stub of a new record is written, not
+// kept, so this costs nothing.
+func (s *Store) keepStubs(ctx context.Context, items []*enqueueItem) {
+	byShard := map[int][]string{}
+	for _, it := range items {
+		if it.stubKept && it.code == codeOK {
+			n := it.req.Notification
+			byShard[s.keys.shardFor(n)] = append(byShard[s.keys.shardFor(n)], n.ID)
+		}
+	}
+	for shard, ids := range byShard {
+		s.restoreStubs(ctx, shard, ids)
+	}
+}
+
 // placeStubs writes, for each item with an order key whose id belongs to
 // another shard than its key, the stub that leads there, and returns the
 // items to store. An item whose id is taken by a notification without an
@@ -475,6 +496,7 @@ func (s *Store) placeStubs(ctx context.Context, items []*enqueueItem) ([]*enqueu
 			for j, it := range groups[c] {
 				switch codes[j] {
 				case codeOK:
+					it.stubKept = len(details[j]) > 0
 				case codeMoved:
 					moved = append(moved, it)
 					other = append(other, replyString(details[j][0]))

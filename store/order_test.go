@@ -189,3 +189,86 @@ func (b *testBundle) finishOne(t *testing.T, f store.Finish) {
 	require.NoError(t, err)
 	require.NoError(t, errs[0])
 }
+
+// TestStubsOutliveASweep: a keyed notification whose id belongs to another
+// shard than its key is found through a stub in its id's shard. When its
+// record is swept and the same id is enqueued again with the same key, the
+// enqueue finds the old stub in place and keeps it, while the sweep deletes
+// the stubs of what it swept in a second step: whichever way the two
+// interleave, the new notification stays reachable, so that Get shows it
+// and Cancel stops it.
+func TestStubsOutliveASweep(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	// 16 ids on one key over 16 shards: most ids belong to other shards
+	// than their key.
+	var want []string
+	for i := range 16 {
+		want = append(want, fmt.Sprintf("s%02d", i))
+	}
+	// setupSwept enqueues and cancels the ids, and lets their retention
+	// pass.
+	setupSwept := func(t *testing.T) (*testBundle, *afterPipeline) {
+		client := server.Client(t)
+		between := &afterPipeline{}
+		client.AddHook(between)
+		b := setup(t, store.Config{Client: client, Shards: 16, Retention: time.Minute})
+		for _, id := range want {
+			b.enqueue(t, b.keyed(t, id, "k", time.Hour))
+			_, err := b.store.Cancel(ctx, id)
+			require.NoError(t, err)
+		}
+		// Redis now has the sweep's script, so the sweep's first pipeline
+		// is the one that deletes.
+		_, _, err := b.store.Sweep(ctx, 100)
+		require.NoError(t, err)
+		b.clock.Advance(2 * time.Minute)
+		return b, between
+	}
+	enqueueAgain := func(t *testing.T, b *testBundle) {
+		reqs := make([]store.EnqueueRequest, len(want))
+		for i, id := range want {
+			reqs[i] = store.EnqueueRequest{Notification: b.keyed(t, id, "k", time.Hour)}
+		}
+		results, err := b.store.EnqueueBatch(ctx, reqs)
+		require.NoError(t, err)
+		for _, r := range results {
+			require.NoError(t, r.Err)
+			require.Equal(t, store.Created, r.Status, r.Notification.ID)
+		}
+	}
+	sweep := func(t *testing.T, b *testBundle) {
+		deleted, more, err := b.store.Sweep(ctx, 100)
+		require.NoError(t, err)
+		require.Equal(t, len(want), deleted)
+		require.False(t, more)
+	}
+	reachable := func(t *testing.T, b *testBundle) {
+		for _, id := range want {
+			n, err := b.store.Get(ctx, id)
+			require.NoError(t, err, id)
+			require.Equal(t, notify.StateScheduled, n.State, id)
+			_, err = b.store.Cancel(ctx, id)
+			require.NoError(t, err, id)
+		}
+		require.Empty(t, b.reserveAll(t), "all cancelled")
+	}
+
+	for _, tc := range []struct {
+		name string
+		// between runs after call's first round trip: the sweep's
+		// deletion of records, or the enqueue's placing of stubs.
+		call, between func(*testing.T, *testBundle)
+	}{
+		{name: "EnqueuedBetweenTheSweepsSteps", call: sweep, between: enqueueAgain},
+		{name: "SweptBetweenTheEnqueuesSteps", call: enqueueAgain, between: sweep},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b, hook := setupSwept(t)
+			hook.arm(func() { tc.between(t, b) })
+			tc.call(t, b)
+			reachable(t, b)
+		})
+	}
+}

@@ -1268,8 +1268,9 @@ return out
 //	ARGV     3 per id: id, stub, "1" to replace another stub (one found
 //	         stale: its shard holds no such notification)
 //
-// Returns per id {OK} (the stub is there), {MOVED, stub} (another stub is),
-// or {EXISTS} (a notification without an order key holds the id here).
+// Returns per id {OK} (the stub is written), {OK, 1} (it was there
+// already), {MOVED, stub} (another stub is), or {EXISTS} (a notification
+// without an order key holds the id here).
 var stubScript = newScript(`
 if #ARGV < 3 or #ARGV % 3 ~= 0 or #ARGV > 3 * MAX_BATCH then return redis.error_reply('ERR herald stub: bad arguments') end
 local codes, set = {}, {}
@@ -1280,8 +1281,10 @@ for i = 1, #ARGV, 3 do
     if v ~= stub then
       set[#set + 1] = id
       set[#set + 1] = stub
+      codes[#codes + 1] = {OK}
+    else
+      codes[#codes + 1] = {OK, 1}
     end
-    codes[#codes + 1] = {OK}
   elseif string.sub(v, 1, 1) == '@' then
     codes[#codes + 1] = {MOVED, v}
   else
@@ -1293,12 +1296,12 @@ return codes
 `)
 
 // dropStubScript deletes the stubs of notifications whose record is gone,
-// leaving an id alone that has been enqueued again since.
+// leaving an id alone that has been enqueued again since with another key.
 //
 //	KEYS[1]  job HASH of the ids' shard
 //	ARGV     2 per id: id, stub
 //
-// Returns how many were deleted.
+// Returns the ids whose stubs it deleted.
 var dropStubScript = newScript(`
 if #ARGV % 2 ~= 0 or #ARGV > 2 * MAX_BATCH then return redis.error_reply('ERR herald drop stub: bad arguments') end
 local gone = {}
@@ -1306,5 +1309,5 @@ for i = 1, #ARGV, 2 do
   if redis.call('HGET', KEYS[1], ARGV[i]) == ARGV[i + 1] then gone[#gone + 1] = ARGV[i] end
 end
 if #gone > 0 then redis.call('HDEL', KEYS[1], unpack(gone)) end
-return #gone
+return gone
 `)
