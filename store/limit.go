@@ -22,8 +22,9 @@ func (k *keys) inflight(name string) string { return k.ns + ":{ep:" + name + "}:
 func (k *keys) rate(name string) string     { return k.ns + ":{ep:" + name + "}:rate" }
 
 // rateSlack is how late a rate slot may be taken and still count on its
-// grid (see acquireScript): the burst an endpoint can get after a pause
-// in its traffic is rate × rateSlack.
+// grid (see acquireScript): after a pause in its traffic, an endpoint can
+// get rate × rateSlack attempts (rounded down) at once besides the one
+// that ends the pause, so none below 4/s.
 const rateSlack = 250 * time.Millisecond
 
 // Limited reports whether e has a limit, and so whether its attempts cost
@@ -93,8 +94,7 @@ if iv > 0 then
   -- waiters' round trips and scheduling delays do not slow the rate; a
   -- longer gap is not made up. Any window of w ms thus holds at most
   -- (w + RATE_SLACK) / iv + 1 attempts.
-  local slack = math.max(iv, RATE_SLACK)
-  redis.call('SET', KEYS[2], string.format('%.3f', math.max(nxt, now - slack) + iv), 'PX', math.ceil(slack + iv) + 1000)
+  redis.call('SET', KEYS[2], string.format('%.3f', math.max(nxt, now - RATE_SLACK) + iv), 'PX', math.ceil(RATE_SLACK + iv) + 1000)
 end
 if max > 0 then
   redis.call('ZADD', KEYS[1], now + lease, ARGV[3])

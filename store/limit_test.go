@@ -96,6 +96,48 @@ func TestLimits(t *testing.T) {
 		require.LessOrEqual(t, granted.Load(), int64(200+25+1), "more than 100/s")
 		require.Greater(t, granted.Load(), int64(100), "far below 100/s")
 	})
+
+	t.Run("BurstAfterIdleness", func(t *testing.T) {
+		t.Parallel()
+		// After a pause, the attempt that ends it may be followed at once by
+		// rate × 250ms more: none at low rates, and at high ones the slack
+		// that absorbs the dispatchers' scheduling jitter.
+		for _, tt := range []struct {
+			name  string
+			rate  float64
+			burst int
+		}{
+			{name: "OnePerTenSeconds", rate: 0.1, burst: 1},
+			{name: "OnePerSecond", rate: 1, burst: 1},
+			{name: "TwoPerSecond", rate: 2, burst: 1},
+			{name: "FourPerSecond", rate: 4, burst: 2},
+			{name: "TenPerSecond", rate: 10, burst: 3},
+			{name: "HundredPerSecond", rate: 100, burst: 26},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				t.Parallel()
+				b := setup(t, store.Config{})
+				e := &endpoint.Endpoint{Rate: tt.rate}
+				interval := time.Duration(float64(time.Second) / tt.rate)
+				start := time.Now()
+				granted := 0
+				for time.Since(start) < time.Second {
+					ok, wait, err := b.store.Acquire(ctx, "m", e, fmt.Sprint(granted), time.Minute)
+					require.NoError(t, err)
+					if !ok {
+						require.Positive(t, wait)
+						require.LessOrEqual(t, wait, interval)
+						break
+					}
+					granted++
+				}
+				// Slots that came due while the requests ran may add to it.
+				due := int(time.Since(start) / interval)
+				require.GreaterOrEqual(t, granted, tt.burst, "high rates lost their slack")
+				require.LessOrEqual(t, granted, tt.burst+due, "a burst larger than rate × 250ms")
+			})
+		}
+	})
 }
 
 // TestLimitCost measures what limits add to an attempt in Redis: with both
