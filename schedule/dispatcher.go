@@ -18,9 +18,10 @@
 //
 // Reservations run ahead of the workers by up to Prefetch notifications, so
 // that under a backlog each reservation moves a large batch instead of one
-// notification per freed worker; outcomes are written together, one script
-// per shard for all the attempts that ended while the previous write was
-// under way.
+// notification per freed worker (fewer while reserved ones wait too long
+// for a worker; see Config.Prefetch). Outcomes are written together, one
+// script per shard for all the attempts that ended while the previous write
+// was under way.
 //
 // # Safety
 //
@@ -124,10 +125,14 @@ type Config struct {
 	// Concurrency is the most attempts running at once: the number of
 	// workers. Default 64.
 	Concurrency int
-	// Prefetch is how many due notifications may wait reserved for a free
-	// worker, so that a backlog drains in large reservations. Their ttr
-	// runs while they wait, so keep it small next to what the workers get
-	// through in a ttr. Default Batch; -1 reserves only for idle workers.
+	// Prefetch is the most due notifications that may wait reserved for a
+	// free worker, so that a backlog drains in large reservations. Their
+	// ttr runs while they wait: one that waited until its reservation no
+	// longer leaves its attempt the policy's timeout (or nine tenths of its
+	// ttr, where shorter) is given back unstarted and reserved afresh, and
+	// the dispatcher then reserves fewer ahead, growing back while workers
+	// find nothing waiting. Default Batch; -1 reserves only for idle
+	// workers.
 	Prefetch int
 	// Batch is the most notifications one reservation takes from one shard
 	// and the most the reaper and sweeper move per call. Default 100.
@@ -266,7 +271,7 @@ func New(cfg *Config) (*Dispatcher, error) {
 		cfg:      cfg,
 		store:    cfg.Store,
 		log:      cfg.Logger,
-		capacity: newCapacity(total),
+		capacity: newCapacity(cfg.Concurrency, total),
 		work:     make(chan *notify.Notification, total),
 		finishes: make(chan pendingFinish, total),
 		ready:    make(chan struct{}),
@@ -546,19 +551,61 @@ func sleep(ctx context.Context, d time.Duration) {
 // worker runs the attempts handed to it until the work channel closes. Once
 // the dispatcher stops, what is left in the channel was reserved ahead and
 // never started: it is given back as it was, due at its own time.
+//
+// A notification reserved ahead that waited for a worker until its
+// reservation no longer leaves an attempt its time is given back unstarted
+// too, and reserved afresh: started, it would be cut short by the ttr it
+// spent waiting, or run after the reaper took it back and counted an
+// attempt that never was. Fewer are then reserved ahead (capacity.shrink).
 func (d *Dispatcher) worker(ctx context.Context) {
-	for n := range d.work {
-		if ctx.Err() != nil {
-			d.finishes <- pendingFinish{Finish: store.Finish{Notification: n, Action: notify.ActionRelease, NextAt: dueOf(n, d.store.Now())}}
-		} else if !d.park(ctx, n) {
+	for n, ok := d.next(); ok; n, ok = d.next() {
+		p := d.cfg.PoliciesFunc().PolicyFor(n)
+		switch {
+		case ctx.Err() != nil:
+			d.finishes <- unstarted(n, d.store.Now())
+		case !startable(&p, n, d.store.Now()):
+			d.capacity.shrink()
+			d.finishes <- unstarted(n, d.store.Now())
+			d.log.DebugContext(ctx, "schedule: gave back a notification that waited too long for a worker", "id", n.ID)
+		case !d.park(ctx, n):
 			if release, ok := d.acquire(ctx, n); ok {
-				err := d.attempt(n)
+				err := d.attempt(n, &p)
 				release()
 				d.recordHealth(ctx, n, err)
 			}
 		}
 		d.capacity.give(1)
 	}
+}
+
+// next returns the next notification for a worker, and false once the work
+// channel is closed. A worker that finds none waiting lets one more be
+// reserved ahead (capacity.grow): keeping workers busy is what reserving
+// ahead is for.
+func (d *Dispatcher) next() (*notify.Notification, bool) {
+	select {
+	case n, ok := <-d.work:
+		return n, ok
+	default:
+	}
+	d.capacity.grow()
+	n, ok := <-d.work
+	return n, ok
+}
+
+// startable reports whether n's reservation still leaves its attempt the
+// time a reservation made now would: the policy's timeout, or nine tenths
+// of the ttr where that is shorter.
+func startable(p *policy.Policy, n *notify.Notification, now time.Time) bool {
+	if n.Deadline == nil {
+		return true
+	}
+	return n.Deadline.Sub(now) >= min(time.Duration(p.Timeout), time.Duration(n.TTR)*9/10)
+}
+
+// unstarted gives n back as it was, due at its own time.
+func unstarted(n *notify.Notification, now time.Time) pendingFinish {
+	return pendingFinish{Finish: store.Finish{Notification: n, Action: notify.ActionRelease, NextAt: dueOf(n, now)}}
 }
 
 func dueOf(n *notify.Notification, fallback time.Time) time.Time {
@@ -570,14 +617,13 @@ func dueOf(n *notify.Notification, fallback time.Time) time.Time {
 
 // attempt runs one attempt of n, hands its outcome to the finisher, and
 // returns the sender's error.
-func (d *Dispatcher) attempt(n *notify.Notification) error {
-	p := d.cfg.PoliciesFunc().PolicyFor(n)
+func (d *Dispatcher) attempt(n *notify.Notification, p *policy.Policy) error {
 	start := d.store.Now()
 	var lateness time.Duration
 	if n.NextAttemptAt != nil {
 		lateness = start.Sub(*n.NextAttemptAt)
 	}
-	ctx, cancel := attemptContext(d.attemptCtx, &p, n, start)
+	ctx, cancel := attemptContext(d.attemptCtx, p, n, start)
 	var traced func(*store.Finish)
 	if d.cfg.Tracer != nil {
 		ctx, traced = d.cfg.Tracer.StartAttempt(ctx, n)
@@ -587,7 +633,7 @@ func (d *Dispatcher) attempt(n *notify.Notification) error {
 	if err != nil && d.attemptCtx.Err() != nil {
 		err = notify.ErrReleased
 	}
-	f := finishOf(&p, n, start, d.store.Now(), resp, err)
+	f := finishOf(p, n, start, d.store.Now(), resp, err)
 	if traced != nil {
 		traced(&f)
 	}

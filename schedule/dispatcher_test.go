@@ -413,3 +413,43 @@ func TestObserverCountsRecordedAttemptsOnly(t *testing.T) {
 		require.Equal(t, 1, rec.attempts("job1"))
 	})
 }
+
+// TestReservedAheadKeepTheirTime: notifications reserved ahead of a busy
+// worker wait while their ttr runs. Each must still get its time when it
+// starts, and none may lose an attempt it never made: with one worker, five
+// reserved at once and attempts of 150 ms against a ttr of 300 ms, the last
+// would otherwise start after its reservation ran out.
+func TestReservedAheadKeepTheirTime(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var mu sync.Mutex
+	var left []time.Duration // what each attempt's context had left when it started
+	rec := newRecorder(func(ctx context.Context, _ *notify.Notification) error {
+		deadline, _ := ctx.Deadline()
+		mu.Lock()
+		left = append(left, time.Until(deadline))
+		mu.Unlock()
+		select {
+		case <-time.After(150 * time.Millisecond):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	ttr := notify.Duration(300 * time.Millisecond)
+	ids := []string{"r1", "r2", "r3", "r4", "r5"}
+	for _, id := range ids {
+		b.enqueue(t, id, ms(0), 0, func(r *notify.Request) { r.TTR = &ttr })
+	}
+	b.start(t, schedule.Config{Senders: map[string]notify.Sender{notify.ChannelWebhook: rec}, Concurrency: 1, Prefetch: 4})
+	for _, id := range ids {
+		got := b.waitState(t, id, notify.StateSucceeded)
+		require.Len(t, got.History, 1, id)
+		require.Equal(t, 1, rec.attempts(id), id)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i, l := range left {
+		require.GreaterOrEqual(t, l, 250*time.Millisecond, "attempt %d started with %s of its 300ms ttr left", i, l)
+	}
+}
