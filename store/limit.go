@@ -98,7 +98,12 @@ if iv > 0 then
 end
 if max > 0 then
   redis.call('ZADD', KEYS[1], now + lease, ARGV[3])
-  redis.call('PEXPIRE', KEYS[1], lease + 1000)
+  -- Leases differ in length (each is its notification's ttr), so the
+  -- set's expiry only grows: a short lease must not take longer ones with
+  -- it. Extending to twice the need lets most grants only read it.
+  if redis.call('PTTL', KEYS[1]) < lease + 1000 then
+    redis.call('PEXPIRE', KEYS[1], 2 * (lease + 1000))
+  end
 end
 return 0
 `)
