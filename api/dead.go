@@ -171,11 +171,7 @@ type Stats struct {
 func NewStats(topics map[string]store.TopicStats) *Stats {
 	st := &Stats{Topics: topics}
 	for _, t := range topics {
-		st.Totals.Scheduled += t.Scheduled
-		st.Totals.Reserved += t.Reserved
-		st.Totals.Dead += t.Dead
-		st.Totals.SucceededTotal += t.SucceededTotal
-		st.Totals.FailedAttemptsTotal += t.FailedAttemptsTotal
+		st.Totals.Add(t)
 	}
 	return st
 }

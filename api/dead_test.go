@@ -118,6 +118,10 @@ func TestStats(t *testing.T) {
 	b.kill(t, "x", 2)
 	b.enqueueJobs(t, 3)
 	must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications", map[string]any{"topic": "orders"})
+	for range 2 { // the second waits behind the first
+		must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications",
+			map[string]any{"topic": "orders", "order_key": "k", "delay": "1h"})
+	}
 	res := must[reserved](t, b, http.StatusOK, "POST", "/v1/topics/jobs/reserve?wait=5s", nil)
 	require.Len(t, res.Notifications, 1)
 
@@ -129,8 +133,10 @@ func TestStats(t *testing.T) {
 	require.EqualValues(t, 1, stats.Topics["jobs"].Reserved)
 	require.EqualValues(t, 2, stats.Topics["single"].Dead)
 	require.EqualValues(t, 2, stats.Topics["single"].FailedAttemptsTotal)
-	require.EqualValues(t, 1, stats.Topics["orders"].Scheduled)
-	require.EqualValues(t, 3, stats.Totals.Scheduled)
+	require.EqualValues(t, 2, stats.Topics["orders"].Scheduled)
+	require.EqualValues(t, 1, stats.Topics["orders"].Waiting)
+	require.EqualValues(t, 4, stats.Totals.Scheduled)
+	require.EqualValues(t, 1, stats.Totals.Waiting)
 	require.EqualValues(t, 1, stats.Totals.Reserved)
 	require.EqualValues(t, 2, stats.Totals.Dead)
 }

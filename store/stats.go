@@ -24,6 +24,16 @@ type TopicStats struct {
 	FailedAttemptsTotal int64 `json:"failed_attempts_total"`
 }
 
+// Add adds o's counts to t's.
+func (t *TopicStats) Add(o TopicStats) {
+	t.Scheduled += o.Scheduled
+	t.Waiting += o.Waiting
+	t.Reserved += o.Reserved
+	t.Dead += o.Dead
+	t.SucceededTotal += o.SucceededTotal
+	t.FailedAttemptsTotal += o.FailedAttemptsTotal
+}
+
 // Stats returns counts per topic, summed over the shards in one pipeline.
 // The scripts keep them as they move notifications, one counter update per
 // topic per batch.

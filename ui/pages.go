@@ -120,12 +120,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request, s *session) {
 		row := topicRow{Topic: t, TopicStats: stats[t], activity: newActivity(byTopic[t], now), PausedSince: since,
 			Actions: pauseActions(store.PauseTopic, t, isPaused)}
 		d.Topics = append(d.Topics, row)
-		d.Totals.Scheduled += row.Scheduled
-		d.Totals.Waiting += row.Waiting
-		d.Totals.Reserved += row.Reserved
-		d.Totals.Dead += row.Dead
-		d.Totals.SucceededTotal += row.SucceededTotal
-		d.Totals.FailedAttemptsTotal += row.FailedAttemptsTotal
+		d.Totals.Add(row.TopicStats)
 	}
 	h.render(w, r, http.StatusOK, "overview", s, &d)
 }
