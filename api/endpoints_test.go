@@ -10,7 +10,9 @@ import (
 
 	"github.com/heraldhq/herald/api"
 	"github.com/heraldhq/herald/endpoint"
+	"github.com/heraldhq/herald/internal/heraldtest"
 	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/store"
 )
 
 // Secrets for these tests only: an hmac key of 32 bytes and an ed25519 seed.
@@ -137,9 +139,23 @@ func TestPauseResume(t *testing.T) {
 	require.Equal(t, "orders", a.Topic)
 
 	// A notification due while its topic is paused is shown as paused once
-	// a dispatcher has parked it; here none runs, so it is just scheduled.
-	n := must[notify.Notification](t, b, http.StatusCreated, http.MethodPost, "/v1/notifications", map[string]any{"topic": "orders"})
+	// a dispatcher has parked it; until then it is just scheduled.
+	body := map[string]any{"id": "parked", "topic": "orders"}
+	n := must[notify.Notification](t, b, http.StatusCreated, http.MethodPost, "/v1/notifications", body)
 	require.False(t, n.Paused)
+	items, _, err := b.store.Reserve(t.Context(), store.QueuePush, heraldtest.AllShards(t, b.store), 10)
+	require.NoError(t, err)
+	require.Len(t, items, 1)
+	_, err = b.store.Finish(t.Context(), []store.Finish{{Notification: items[0], Action: notify.ActionRelease,
+		NextAt: store.ParkAt(store.PauseTopic, "orders")}}) // as a dispatcher parks it
+	require.NoError(t, err)
+	for _, parked := range []notify.Notification{
+		must[notify.Notification](t, b, http.StatusOK, http.MethodGet, "/v1/notifications/parked", nil),
+		must[notify.Notification](t, b, http.StatusOK, http.MethodPost, "/v1/notifications", body), // sent again
+	} {
+		require.True(t, parked.Paused)
+		require.Nil(t, parked.NextAttemptAt)
+	}
 
 	a = must[answer](t, b, http.StatusOK, http.MethodPost, "/v1/topics/orders/resume", nil)
 	require.False(t, a.Paused)

@@ -93,10 +93,17 @@ func writeError(w http.ResponseWriter, status int, code, message string) {
 	writeJSON(w, status, errorBody{Error{Code: code, Message: message}})
 }
 
-// writeJSON writes v as the response body with status. A failure to write
-// means the client has gone, which nothing can be told about.
+// writeJSON writes v as the response body with status. v is encoded before
+// the status goes out, so that one JSON cannot hold is a 500 saying so, not
+// the status with an empty body. A failure to write means the client has
+// gone, which nothing can be told about.
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		body, _ = json.Marshal(errorBody{Error{Code: CodeInternal, Message: "encode the answer: " + err.Error()}})
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	_, _ = w.Write(append(body, '\n'))
 }

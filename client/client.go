@@ -242,7 +242,7 @@ func (c *Client) EnqueueBatch(ctx context.Context, reqs []*notify.Request) ([]st
 			traced[j](r.Status, r.Err)
 		}
 		if r.Notification != nil {
-			r.Notification.Receipt = ""
+			shown(r.Notification)
 		}
 		results[index[j]] = r
 		if r.Err == nil {
@@ -263,8 +263,7 @@ func (c *Client) Get(ctx context.Context, id string) (*notify.Notification, erro
 		c.storeError("get", err)
 		return nil, err
 	}
-	n.Receipt = ""
-	markParked(n)
+	shown(n)
 	return n, nil
 }
 
@@ -278,7 +277,7 @@ func (c *Client) Cancel(ctx context.Context, id string) (*notify.Notification, e
 		c.storeError("cancel", err)
 		return nil, err
 	}
-	n.Receipt = ""
+	shown(n)
 	return n, nil
 }
 

@@ -44,9 +44,12 @@ func (c *Client) checkPausable(ctx context.Context, kind, name string) error {
 	return err
 }
 
-// markParked shows a notification parked by a pause as paused, with no
-// next attempt time, rather than with its parking time.
-func markParked(n *notify.Notification) {
+// shown readies a stored record for the caller: the receipt of a reserved
+// notification is left out, as only the consumer that reserved it holds it,
+// and one parked by a pause shows as paused, with no next attempt time,
+// rather than with its parking time (which JSON cannot hold).
+func shown(n *notify.Notification) {
+	n.Receipt = ""
 	if store.Parked(n) {
 		n.Paused, n.NextAttemptAt = true, nil
 	}
