@@ -58,6 +58,8 @@ func classify(err error) (int, Error) {
 		return http.StatusRequestEntityTooLarge, Error{Code: CodeTooLarge, Message: fmt.Sprintf("body is larger than the limit of %d bytes", tooLarge.Limit)}
 	case errors.Is(err, notify.ErrNotFound):
 		return http.StatusNotFound, Error{Code: CodeNotFound, Message: err.Error()}
+	case errors.Is(err, notify.ErrOtherShard):
+		return http.StatusConflict, Error{Code: CodeConflict, Message: err.Error()}
 	case errors.Is(err, notify.ErrConflict):
 		return http.StatusConflict, Error{Code: CodeConflict, Message: err.Error() + "; set replace to reschedule it"}
 	case errors.Is(err, notify.ErrReserved):

@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -27,6 +28,28 @@ func TestOrderKey(t *testing.T) {
 				map[string]any{"topic": "jobs", "order_key": tt.key})
 		})
 	}
+
+	t.Run("ReplaceIntoAnotherShard", func(t *testing.T) {
+		// A plain notification given an order key by a replace: on this
+		// store of 4 shards most such keys lead to another shard than the
+		// id's, and the 409 says why rather than asking for the replace
+		// the request already set.
+		refused := 0
+		for i := range 8 {
+			body := map[string]any{"id": fmt.Sprint("plain-", i), "topic": "jobs", "delay": "1h"}
+			must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications", body)
+			body["order_key"], body["replace"] = fmt.Sprint("key-", i), true
+			status, out := b.do(t, "POST", "/v1/notifications", body)
+			if status == http.StatusOK {
+				continue
+			}
+			require.Equal(t, http.StatusConflict, status, "%s", out)
+			require.Contains(t, string(out), "a replace cannot move it there")
+			require.NotContains(t, string(out), "set replace")
+			refused++
+		}
+		require.Positive(t, refused)
+	})
 
 	t.Run("RecordNamesWhatItWaitsBehind", func(t *testing.T) {
 		paid := must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications",

@@ -17,6 +17,13 @@ var (
 	// and did not ask to replace it.
 	ErrConflict = errors.New("notification id exists with other content")
 
+	// ErrOtherShard means an enqueue asked to replace a notification with
+	// one that lives in another shard of the store (under another order
+	// key, or another topic with its key, or without a key where it had
+	// one): a replace happens in one step in one shard, so it is refused,
+	// on a store of more than one shard, as an ErrConflict.
+	ErrOtherShard = fmt.Errorf("%w, in another shard than the replacement's order key and topic lead to: a replace cannot move it there; cancel it and enqueue the replacement under a new id", ErrConflict)
+
 	// ErrReserved means the notification is reserved by a dispatcher or a
 	// consumer right now, so it cannot be replaced.
 	ErrReserved = errors.New("notification is reserved")

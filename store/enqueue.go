@@ -81,7 +81,9 @@ func (s *Store) Enqueue(ctx context.Context, n *notify.Notification, replace boo
 // attempt is due at SendAt + Backoff[0], rounded up to the millisecond, never
 // earlier. An id that exists with the same content returns the stored record
 // (Existing); with other content it is notify.ErrConflict unless Replace is
-// set. A due time the store cannot hold exactly is a *notify.FieldError
+// set, and notify.ErrOtherShard where the replacement would live in another
+// shard than the notification (another order key, say; never on a store of
+// one shard). A due time the store cannot hold exactly is a *notify.FieldError
 // naming send_at. The returned error is for a failure of the whole batch;
 // per-item outcomes are in the results.
 //
@@ -368,6 +370,8 @@ func (s *Store) enqueueResults(ctx context.Context, items []*enqueueItem, result
 			r.Err = fmt.Errorf("enqueue %s: the existing record vanished", ids[i])
 		case it.code == codeExists:
 			r.Status = Existing
+		case it.code == codeConflict && it.req.Replace && s.keys.shardFor(got[i]) != s.keys.shardFor(it.req.Notification):
+			r.Err = otherShard(got[i])
 		case it.code == codeConflict:
 			r.Err = notify.ErrConflict
 		case it.code == codeOrdered:
@@ -377,6 +381,20 @@ func (s *Store) enqueueResults(ctx context.Context, items []*enqueueItem, result
 		}
 	}
 	return nil
+}
+
+// otherShard answers a replace of n by a notification that lives in another
+// shard: as the same replace within one shard does where that refuses it
+// too (n reserved, or holding its place in its key's line), else
+// notify.ErrOtherShard.
+func otherShard(n *notify.Notification) error {
+	switch {
+	case n.State == notify.StateReserved:
+		return notify.ErrReserved
+	case n.OrderKey != "" && n.State == notify.StateScheduled:
+		return notify.ErrOrdered
+	}
+	return notify.ErrOtherShard
 }
 
 // stored makes req's notification the record it became when stored at now,

@@ -272,3 +272,69 @@ func TestStubsOutliveASweep(t *testing.T) {
 		})
 	}
 }
+
+// TestReplaceIntoAnotherShard: a replace that gives a notification an order
+// key, another key, or none, moves it where its new key leads. Within one
+// shard it is replaced; into another shard, which one step cannot do, it
+// is refused as ErrOtherShard, a conflict that says why, and the
+// notification is left as it was. A keyed notification still holding its
+// place in its line is refused as ErrOrdered on any store.
+func TestReplaceIntoAnotherShard(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, shards := range []int{1, 16} {
+		t.Run(fmt.Sprint(shards, "Shards"), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, store.Config{Shards: shards})
+			refused := map[string]int{}
+			for i := range 8 {
+				for _, c := range []struct {
+					name, from, to string
+					cancelled      bool // out of its line, if it had one
+					err            error
+				}{
+					{name: "KeyGiven", to: "new"},
+					{name: "KeyChanged", from: "old", to: "new", cancelled: true},
+					{name: "KeyDropped", from: "old", cancelled: true},
+					{name: "InItsLine", from: "old", to: "new", err: notify.ErrOrdered},
+				} {
+					id := fmt.Sprintf("%s-%d", c.name, i)
+					from, to := c.from, c.to // a key of its own per id, so none waits behind another
+					if from != "" {
+						from += fmt.Sprint(i)
+					}
+					if to != "" {
+						to += fmt.Sprint(i)
+					}
+					b.enqueue(t, heraldtest.Notification(t, id, b.clock.Now(), heraldtest.OrderKey(from), heraldtest.Delay(time.Hour)))
+					if c.cancelled {
+						_, err := b.store.Cancel(ctx, id)
+						require.NoError(t, err)
+					}
+					_, status, err := b.store.Enqueue(ctx, heraldtest.Notification(t, id, b.clock.Now(),
+						heraldtest.OrderKey(to), heraldtest.Delay(2*time.Hour)), true)
+					got, gerr := b.store.Get(ctx, id)
+					require.NoError(t, gerr)
+					switch {
+					case c.err != nil:
+						require.ErrorIs(t, err, c.err, id)
+					case err == nil:
+						require.Equal(t, store.Replaced, status, id)
+						require.Equal(t, to, got.OrderKey, id)
+						continue
+					default:
+						require.ErrorIs(t, err, notify.ErrOtherShard, id)
+						require.ErrorIs(t, err, notify.ErrConflict, id)
+						refused[c.name]++
+					}
+					require.Equal(t, from, got.OrderKey, "%s is left as it was", id)
+				}
+			}
+			if shards == 1 {
+				require.Empty(t, refused)
+			} else {
+				require.Len(t, refused, 3, "each kind of move crossed shards at least once: %v", refused)
+			}
+		})
+	}
+}
