@@ -1205,7 +1205,10 @@ return 1
 `)
 
 // deadPageScript reads one dead ZSET in (time of death, id) order after a
-// cursor; it writes nothing.
+// cursor; it writes nothing. Redis orders the members of one score by their
+// bytes: the script finds the cursor's place among them by bisection, with
+// a comparison of bytes too (Lua's < follows the server's locale), so a
+// page costs O(log n) however many died in one millisecond.
 //
 //	KEYS[1]  a dead ZSET
 //	ARGV[1]  cursor score ("" to start)
@@ -1215,24 +1218,27 @@ return 1
 // Returns {id, score, ...}: up to limit entries after (score, id).
 var deadPageScript = newScript(`
 local limit = int_arg(ARGV[3], 1, MAX_BATCH)
-if not limit then return redis.error_reply('ERR herald dead page: bad arguments') end
-if ARGV[1] == '' then
-  return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '+inf', 'WITHSCORES', 'LIMIT', 0, limit)
+if not limit or (ARGV[1] ~= '' and not int_arg(ARGV[1], -2^53, 2^53)) then
+  return redis.error_reply('ERR herald dead page: bad arguments')
 end
-local out, off = {}, 0
-for _ = 1, 100 do
-  local zs = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[1], '+inf', 'WITHSCORES', 'LIMIT', off, limit)
-  for i = 1, #zs, 2 do
-    if tonumber(zs[i + 1]) > tonumber(ARGV[1]) or zs[i] > ARGV[2] then
-      out[#out + 1] = zs[i]
-      out[#out + 1] = zs[i + 1]
-      if #out == 2 * limit then return out end
+local from = 0
+if ARGV[1] ~= '' then
+  local function after(a, b)
+    for i = 1, math.min(#a, #b) do
+      local x, y = string.byte(a, i), string.byte(b, i)
+      if x ~= y then return x > y end
     end
+    return #a > #b
   end
-  if #zs < 2 * limit then return out end
-  off = off + limit
+  local lo = redis.call('ZCOUNT', KEYS[1], '-inf', '(' .. ARGV[1])
+  local hi = lo + redis.call('ZCOUNT', KEYS[1], ARGV[1], ARGV[1])
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    if after(redis.call('ZRANGE', KEYS[1], mid, mid)[1], ARGV[2]) then hi = mid else lo = mid + 1 end
+  end
+  from = lo
 end
-return out
+return redis.call('ZRANGE', KEYS[1], from, from + limit - 1, 'WITHSCORES')
 `)
 
 // headersScript reads the topic of each notification from its content's

@@ -534,34 +534,38 @@ func TestDeadLetters(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 
-	t.Run("ListPages", func(t *testing.T) {
-		t.Parallel()
-		b := setup(t, store.Config{})
-		var ids []string
-		for i := range 25 {
-			ids = append(ids, fmt.Sprintf("d%02d", i))
-		}
-		killAll(t, b, ids...)
-		seen := map[string]bool{}
-		cursor := ""
-		for pages := 0; ; pages++ {
-			require.Less(t, pages, 10)
-			page, next, err := b.store.ListDead(ctx, "", 10, cursor)
-			require.NoError(t, err)
-			for _, n := range page {
-				require.False(t, seen[n.ID], "listed twice: %s", n.ID)
-				require.Equal(t, notify.StateDead, n.State)
-				seen[n.ID] = true
+	// Every one dies in the same millisecond (the test's clock stands
+	// still), so the pages part entries of one score, in one shard.
+	for _, tc := range []struct{ dead, limit int }{{25, 10}, {300, 1}} {
+		t.Run(fmt.Sprintf("ListPages%dBy%d", tc.dead, tc.limit), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, store.Config{Shards: 1})
+			var ids []string
+			for i := range tc.dead {
+				ids = append(ids, fmt.Sprintf("d%03d", i))
 			}
-			if next == "" {
-				break
+			killAll(t, b, ids...)
+			seen := map[string]bool{}
+			cursor := ""
+			for pages := 0; ; pages++ {
+				require.LessOrEqual(t, pages, tc.dead/tc.limit)
+				page, next, err := b.store.ListDead(ctx, "", tc.limit, cursor)
+				require.NoError(t, err)
+				for _, n := range page {
+					require.False(t, seen[n.ID], "listed twice: %s", n.ID)
+					require.Equal(t, notify.StateDead, n.State)
+					seen[n.ID] = true
+				}
+				if next == "" {
+					break
+				}
+				cursor = next
 			}
-			cursor = next
-		}
-		require.Len(t, seen, 25)
-		_, _, err := b.store.ListDead(ctx, "", 10, "garbage")
-		require.Error(t, err)
-	})
+			require.Len(t, seen, tc.dead)
+			_, _, err := b.store.ListDead(ctx, "", 10, "garbage")
+			require.Error(t, err)
+		})
+	}
 
 	t.Run("ReplayByIDs", func(t *testing.T) {
 		t.Parallel()
