@@ -61,8 +61,22 @@ func (s *Store) EndpointFailed(ctx context.Context, name string, disableAfter ti
 	// The pause lives in another slot than the health hash: set it after,
 	// on every failure reported while disabled, so a crash in between is
 	// made good by the next one.
-	if err := s.client.HSetNX(ctx, s.keys.paused(), pauseField(PauseDisabled, name), ms(s.Now())).Err(); err != nil {
+	set, err := s.client.HSetNX(ctx, s.keys.paused(), pauseField(PauseDisabled, name), ms(s.Now())).Result()
+	if err != nil {
 		return false, fmt.Errorf("store: disable endpoint %q: %w", name, err)
+	}
+	if set {
+		// EnableEndpoint may have run since the script, and resumed before
+		// this pause was set: then the endpoint is enabled, and the pause
+		// goes again.
+		still, err := s.client.HExists(ctx, s.keys.health(name), "disabled_at").Result()
+		if err != nil {
+			return false, fmt.Errorf("store: disable endpoint %q: %w", name, err)
+		}
+		if !still {
+			_, err := s.Resume(ctx, PauseDisabled, name)
+			return false, err
+		}
 	}
 	return code == 2, nil
 }

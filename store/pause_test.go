@@ -98,3 +98,33 @@ func TestPause(t *testing.T) {
 		require.ErrorAs(t, b.store.Pause(ctx, store.PauseEndpoint, "a|b"), &fe)
 	})
 }
+
+// TestEnableWhileDisabling: an endpoint is disabled in two steps, its
+// health and then its pause, which live in different slots. Enabled in
+// between, it must end enabled: not paused with nothing saying it was
+// disabled, its notifications parked until someone enables it again.
+func TestEnableWhileDisabling(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := server.Client(t)
+	between := &afterPipeline{}
+	client.AddHook(between)
+	b := setup(t, store.Config{Client: client})
+	disabled, err := b.store.EndpointFailed(ctx, "m", time.Second) // failing since now
+	require.NoError(t, err)
+	require.False(t, disabled)
+	b.clock.Advance(time.Second)
+
+	between.arm(func() {
+		_, err := b.store.EnableEndpoint(ctx, "m")
+		require.NoError(t, err)
+	})
+	_, err = b.store.EndpointFailed(ctx, "m", time.Second)
+	require.NoError(t, err)
+	paused, err := b.store.IsPaused(ctx, store.PauseDisabled, "m")
+	require.NoError(t, err)
+	require.False(t, paused, "enabled")
+	h, err := b.store.EndpointHealth(ctx, "m")
+	require.NoError(t, err)
+	require.Nil(t, h.DisabledAt)
+}
