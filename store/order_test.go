@@ -209,10 +209,7 @@ func TestStubsOutliveASweep(t *testing.T) {
 	// setupSwept enqueues and cancels the ids, and lets their retention
 	// pass.
 	setupSwept := func(t *testing.T) (*testBundle, *afterPipeline) {
-		client := server.Client(t)
-		between := &afterPipeline{}
-		client.AddHook(between)
-		b := setup(t, store.Config{Client: client, Shards: 16, Retention: time.Minute})
+		b, between := setupHooked(t, store.Config{Shards: 16, Retention: time.Minute})
 		for _, id := range want {
 			b.enqueue(t, b.keyed(t, id, "k", time.Hour))
 			_, err := b.store.Cancel(ctx, id)

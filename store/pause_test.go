@@ -106,10 +106,7 @@ func TestPause(t *testing.T) {
 func TestEnableWhileDisabling(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := server.Client(t)
-	between := &afterPipeline{}
-	client.AddHook(between)
-	b := setup(t, store.Config{Client: client})
+	b, between := setupHooked(t, store.Config{})
 	disabled, err := b.store.EndpointFailed(ctx, "m", time.Second) // failing since now
 	require.NoError(t, err)
 	require.False(t, disabled)

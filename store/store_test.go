@@ -469,10 +469,7 @@ func TestExpired(t *testing.T) {
 func TestExpiredSkipsLaterReservations(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	client := server.Client(t)
-	between := &afterPipeline{}
-	client.AddHook(between)
-	b := setup(t, store.Config{Client: client})
+	b, between := setupHooked(t, store.Config{})
 	n := b.newNotification(t, "a", 0, 0, 0)
 	n.TTR = notify.Duration(50 * time.Millisecond)
 	b.enqueue(t, n)
@@ -491,6 +488,16 @@ func TestExpiredSkipsLaterReservations(t *testing.T) {
 	require.NotNil(t, again, "the hook ran")
 	require.Empty(t, got)
 	require.Empty(t, b.reserveAll(t), "reserved once, by the second dispatcher")
+}
+
+// setupHooked is setup with an afterPipeline hook on the store's client.
+func setupHooked(t *testing.T, cfg store.Config) (*testBundle, *afterPipeline) {
+	t.Helper()
+	client := server.Client(t)
+	between := &afterPipeline{}
+	client.AddHook(between)
+	cfg.Client = client
+	return setup(t, cfg), between
 }
 
 // afterPipeline is a go-redis hook that runs a function once, right after
