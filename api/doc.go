@@ -58,7 +58,9 @@
 //	{"error": {"code": "invalid_argument", "message": "backoff[2]: ...", "field": "backoff[2]"}}
 //
 // with 400 (invalid_argument: a bad body, query parameter or value, named in
-// field), 401 (unauthenticated), 404 (not_found), 405
+// field), 401 (unauthenticated), 403 (forbidden: a browser's request from
+// another origin, such as a page on another site posting to the API;
+// programs are not browsers and are not affected), 404 (not_found), 405
 // (method_not_allowed), 409 (conflict, reserved, finished, stale_receipt),
 // 413 (too_large) or 503 (unavailable: Redis unreachable; try again).
 package api

@@ -14,6 +14,7 @@ import (
 const (
 	CodeInvalidArgument  = "invalid_argument"   // 400
 	CodeUnauthenticated  = "unauthenticated"    // 401
+	CodeForbidden        = "forbidden"          // 403: a browser's request from another origin
 	CodeNotFound         = "not_found"          // 404
 	CodeMethodNotAllowed = "method_not_allowed" // 405
 	CodeConflict         = "conflict"           // 409: the id exists with other content

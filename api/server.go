@@ -190,14 +190,22 @@ func New(cfg *Config) (*Server, error) {
 	for _, t := range cfg.Tokens {
 		s.tokens = append(s.tokens, sha256.Sum256([]byte(t)))
 	}
+	// A page on another site that an operator's browser opens could
+	// otherwise make the API act, since a no-cors POST needs no preflight:
+	// where no tokens are configured, enqueue a webhook Herald signs and
+	// sends where the page likes, or pause a topic. Programs send neither
+	// Origin nor Sec-Fetch-Site, and pass.
+	crossOrigin := http.NewCrossOriginProtection()
+	crossOrigin.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		writeError(w, http.StatusForbidden, CodeForbidden, "a browser's request from another origin is refused")
+	}))
 	mux := http.NewServeMux()
 	for _, rt := range routes {
-		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { rt.handle(s, w, r) })
-		if rt.open {
-			mux.Handle(rt.pattern(), h)
-		} else {
-			mux.Handle(rt.pattern(), s.authenticate(h))
+		var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { rt.handle(s, w, r) })
+		if !rt.open {
+			h = s.authenticate(h)
 		}
+		mux.Handle(rt.pattern(), crossOrigin.Handler(h))
 	}
 	if cfg.UI != nil {
 		mux.Handle("/ui/", cfg.UI)

@@ -3,9 +3,11 @@ package api_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -61,6 +63,47 @@ func TestAuth(t *testing.T) {
 	}
 	// With a token the same request gets through to its answer.
 	b.requireError(t, http.StatusNotFound, api.CodeNotFound, "", "GET", "/v1/notifications/x", nil)
+}
+
+// TestCrossOriginBrowsersRefused: with no tokens configured, a page on
+// another site that an operator's browser opens must not make the API act:
+// not enqueue a webhook that Herald signs and sends where the page likes
+// (a no-cors POST of text/plain needs no preflight), nor pause a topic.
+// The dashboard's own pages, and programs, which send no Origin, pass.
+func TestCrossOriginBrowsersRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t, api.Config{})
+	send := func(method, path, body, site string) (int, string) {
+		req, err := http.NewRequest(method, b.http.URL+path, strings.NewReader(body))
+		require.NoError(t, err)
+		if site != "" { // what a browser adds
+			req.Header.Set("Sec-Fetch-Site", site)
+			req.Header.Set("Origin", map[string]string{"cross-site": "https://evil.example", "same-origin": b.http.URL}[site])
+			req.Header.Set("Content-Type", "text/plain;charset=UTF-8")
+		}
+		res, err := b.http.Client().Do(req)
+		require.NoError(t, err)
+		defer res.Body.Close()
+		out, err := io.ReadAll(res.Body)
+		require.NoError(t, err)
+		return res.StatusCode, string(out)
+	}
+	forged := `{"id":"forged","topic":"orders","channel":"webhook","target":"https://collect.example/","payload":{"paid":true}}`
+	status, out := send(http.MethodPost, "/v1/notifications", forged, "cross-site")
+	require.Equal(t, http.StatusForbidden, status, out)
+	require.Contains(t, out, `"code":"forbidden"`)
+	status, out = send(http.MethodPost, "/v1/topics/orders/pause", "", "cross-site")
+	require.Equal(t, http.StatusForbidden, status, out)
+	status, _ = send(http.MethodGet, "/v1/notifications/forged", "", "cross-site")
+	require.Equal(t, http.StatusNotFound, status, "a safe method passes; nothing was stored")
+	paused, err := b.store.IsPaused(t.Context(), store.PauseTopic, "orders")
+	require.NoError(t, err)
+	require.False(t, paused)
+
+	status, out = send(http.MethodPost, "/v1/notifications", forged, "same-origin")
+	require.Equal(t, http.StatusCreated, status, out)
+	status, out = send(http.MethodPost, "/v1/topics/orders/pause", "", "")
+	require.Equal(t, http.StatusOK, status, out)
 }
 
 func TestMinimalConfig(t *testing.T) {
