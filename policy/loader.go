@@ -120,7 +120,10 @@ func Decode(path string, in, out any) error {
 }
 
 // describe rewords mapstructure's type errors, which speak of Go types,
-// in the YAML terms an operator wrote.
+// in the YAML terms an operator wrote. It names the kind of value found,
+// never the value: a secret written in the wrong shape (a list where a
+// string belongs) would otherwise be printed by herald policy check and
+// logged at start-up and on every reload.
 func describe(err error) string {
 	var (
 		ute *mapstructure.UnconvertibleTypeError
@@ -128,11 +131,19 @@ func describe(err error) string {
 	)
 	switch {
 	case errors.As(err, &ute):
-		return fmt.Sprintf("want %s, not %v", yamlKind(ute.Expected.Type()), ute.Value)
+		return fmt.Sprintf("want %s, not %s", yamlKind(ute.Expected.Type()), valueKind(ute.Value))
 	case errors.As(err, &pe):
-		return fmt.Sprintf("want %s, not %v", yamlKind(pe.Expected.Type()), pe.Value)
+		return fmt.Sprintf("want %s, not %s that does not read as one", yamlKind(pe.Expected.Type()), valueKind(pe.Value))
 	}
 	return err.Error()
+}
+
+// valueKind is yamlKind of a decoded value's type; YAML's null has none.
+func valueKind(v any) string {
+	if v == nil {
+		return "null"
+	}
+	return yamlKind(reflect.TypeOf(v))
 }
 
 func yamlKind(t reflect.Type) string {
@@ -187,7 +198,7 @@ func durationHook(_, to reflect.Type, data any) (any, error) {
 	case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64, float32, float64:
 		s = fmt.Sprint(v)
 	default:
-		return nil, fmt.Errorf("want a duration such as 2m or a number of seconds, not %v", data)
+		return nil, fmt.Errorf("want a duration such as 2m or a number of seconds, not %s", valueKind(data))
 	}
 	d, err := notify.ParseDuration(s)
 	if err != nil {

@@ -84,6 +84,8 @@ func TestParseErrors(t *testing.T) {
 		yaml      string
 		wantField string
 		wantMsg   string
+		// hidden is a value the error must not echo.
+		hidden string
 	}{
 		{
 			name:      "BadDuration",
@@ -137,13 +139,28 @@ func TestParseErrors(t *testing.T) {
 			name:      "BadJitter",
 			yaml:      "policies:\n  p: {backoff: [0s], jitter: lots}\n",
 			wantField: "policies.p.jitter",
-			wantMsg:   "want a number, not lots",
+			wantMsg:   "want a number, not a string that does not read as one",
+			hidden:    "lots",
 		},
 		{
 			name:      "ListForString",
 			yaml:      "policies:\n  p: {backoff: [0s], success_body: [a, b]}\n",
 			wantField: "policies.p.success_body",
-			wantMsg:   "want a string, not [a b]",
+			wantMsg:   "want a string, not a list",
+		},
+		{
+			name:      "SecretValueAsList",
+			yaml:      "endpoints:\n  m:\n    url: https://m.example/\n    secrets: [{value: [whsec_c2VjcmV0LWtleS0wMTIzNDU2Nzg5]}]\n",
+			wantField: "endpoints.m.secrets[0].value",
+			wantMsg:   "want a string, not a list",
+			hidden:    "c2VjcmV0",
+		},
+		{
+			name:      "SecretsAsString",
+			yaml:      "endpoints:\n  m:\n    url: https://m.example/\n    secrets: whsec_c2VjcmV0LWtleS0wMTIzNDU2Nzg5\n",
+			wantField: "endpoints.m.secrets[0]",
+			wantMsg:   "expected a map",
+			hidden:    "c2VjcmV0",
 		},
 		{
 			name:      "ValidationAfterDecoding",
@@ -235,6 +252,9 @@ func TestParseErrors(t *testing.T) {
 			require.ErrorAs(t, err, &fe)
 			require.Equal(t, tt.wantField, fe.Field)
 			require.Contains(t, fe.Message, tt.wantMsg)
+			if tt.hidden != "" {
+				require.NotContains(t, err.Error(), tt.hidden)
+			}
 		})
 	}
 
