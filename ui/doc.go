@@ -16,8 +16,9 @@
 //     lose nothing, so they act at once, with no confirmation page, and the
 //     overview they return to says what happened (a one-time message
 //     carried in a short-lived cookie).
-//   - /ui/notifications/{id} shows a notification, its payload and headers,
-//     and its attempt timeline: when each attempt ran, how it ended, the
+//   - /ui/notifications/{id} shows a notification, its payload and headers
+//     (credential headers such as Authorization redacted, as api.Redacted
+//     shows them), and its attempt timeline: when each attempt ran, how it ended, the
 //     receiver's status code and error, how long it took, and when the next
 //     attempt is due.
 //   - /ui/dead browses the dead letters by topic and time of death, a page

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/heraldhq/herald/api"
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/policy"
 	"github.com/heraldhq/herald/store"
@@ -217,6 +218,9 @@ func (h *Handler) notification(w http.ResponseWriter, r *http.Request, s *sessio
 		h.fail(w, r, s, err)
 		return
 	}
+	// The page shows what the API answers: a dashboard reader is no more
+	// entitled to the receiver's credentials than an API caller.
+	n = api.Redacted(n)
 	d := notificationData{N: n, Payload: string(n.Payload)}
 	var buf bytes.Buffer
 	if json.Indent(&buf, n.Payload, "", "  ") == nil {

@@ -269,6 +269,27 @@ func TestNotificationPage(t *testing.T) {
 	require.Equal(t, "/ui/notifications/dead-1", res.Header.Get("Location"))
 }
 
+// TestNotificationPageRedactsCredentials: the page shows a notification's
+// credential headers as the API does, "[redacted]", and its other headers
+// as given.
+func TestNotificationPageRedactsCredentials(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testToken)
+	b.login(t)
+	n := heraldtest.Notification(t, "cred-1", b.clock.Now(), heraldtest.Topic("orders"), heraldtest.Delay(time.Hour),
+		func(r *notify.Request) {
+			r.Headers = map[string]string{"Authorization": "Bearer s3cr3t-token", "cookie": "session=s3cr3t-cookie", "X-Shop": "42"}
+		})
+	_, _, err := b.store.Enqueue(context.Background(), n, false)
+	require.NoError(t, err)
+	status, body := b.get(t, "/ui/notifications/cred-1")
+	require.Equal(t, http.StatusOK, status)
+	require.NotContains(t, body, "s3cr3t")
+	require.Contains(t, body, "<th>Authorization</th><td><code>[redacted]</code></td>")
+	require.Contains(t, body, "<th>cookie</th><td><code>[redacted]</code></td>")
+	require.Contains(t, body, "<th>X-Shop</th><td><code>42</code></td>")
+}
+
 func TestStateChanges(t *testing.T) {
 	t.Parallel()
 
