@@ -46,9 +46,12 @@ const (
 	// RedisErrorsTotal counts failed store calls by operation (reserve,
 	// finish, reap, sweep, enqueue, get, cancel, stats).
 	RedisErrorsTotal = "herald_redis_errors_total"
-	// ScheduledNotifications, ReservedNotifications and DeadNotifications
-	// are the per-topic gauges read from the store at scrape time.
+	// ScheduledNotifications, WaitingNotifications, ReservedNotifications
+	// and DeadNotifications are the per-topic gauges read from the store at
+	// scrape time. Waiting ones are held behind an earlier one of their
+	// order key, and not among the scheduled.
 	ScheduledNotifications = "herald_scheduled_notifications"
+	WaitingNotifications   = "herald_waiting_notifications"
 	ReservedNotifications  = "herald_reserved_notifications"
 	DeadNotifications      = "herald_dead_notifications"
 	// RedisEvictionPolicyOK is 1 when Redis's maxmemory-policy is
@@ -202,6 +205,7 @@ type queueCollector struct {
 
 var (
 	scheduledDesc = prometheus.NewDesc(ScheduledNotifications, "Notifications waiting for an attempt, by topic.", []string{"topic"}, nil)
+	waitingDesc   = prometheus.NewDesc(WaitingNotifications, "Notifications held behind an earlier one of their order key, by topic.", []string{"topic"}, nil)
 	reservedDesc  = prometheus.NewDesc(ReservedNotifications, "Notifications with an attempt running, by topic.", []string{"topic"}, nil)
 	deadDesc      = prometheus.NewDesc(DeadNotifications, "Notifications in the dead-letter set, by topic.", []string{"topic"}, nil)
 )
@@ -211,6 +215,7 @@ var _ prometheus.Collector = (*queueCollector)(nil)
 // Describe implements prometheus.Collector.
 func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- scheduledDesc
+	ch <- waitingDesc
 	ch <- reservedDesc
 	ch <- deadDesc
 }
@@ -231,13 +236,14 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 	// the order of a map.
 	byLabel := map[string]store.TopicStats{}
 	for _, topic := range slices.Sorted(maps.Keys(stats)) {
-		s, label := stats[topic], c.topics.label(topic)
+		label := c.topics.label(topic)
 		sum := byLabel[label]
-		sum.Scheduled, sum.Reserved, sum.Dead = sum.Scheduled+s.Scheduled, sum.Reserved+s.Reserved, sum.Dead+s.Dead
+		sum.Add(stats[topic])
 		byLabel[label] = sum
 	}
 	for label, s := range byLabel {
 		ch <- prometheus.MustNewConstMetric(scheduledDesc, prometheus.GaugeValue, float64(s.Scheduled), label)
+		ch <- prometheus.MustNewConstMetric(waitingDesc, prometheus.GaugeValue, float64(s.Waiting), label)
 		ch <- prometheus.MustNewConstMetric(reservedDesc, prometheus.GaugeValue, float64(s.Reserved), label)
 		ch <- prometheus.MustNewConstMetric(deadDesc, prometheus.GaugeValue, float64(s.Dead), label)
 	}

@@ -68,15 +68,18 @@ func TestQueueGauges(t *testing.T) {
 	require.NoError(t, err)
 	set, err := policy.NewSet(nil, nil)
 	require.NoError(t, err)
-	for _, id := range []string{"a", "b"} {
-		n, err := set.Resolve(&notify.Request{ID: id, Topic: "jobs", Channel: notify.ChannelPull}, time.Now(), 0)
+	// Two of their own, then three of one order key: the last two wait
+	// behind the first.
+	for i, key := range []string{"", "", "k", "k", "k"} {
+		n, err := set.Resolve(&notify.Request{ID: fmt.Sprint("n", i), Topic: "jobs", Channel: notify.ChannelPull, OrderKey: key}, time.Now(), 0)
 		require.NoError(t, err)
 		_, _, err = st.Enqueue(context.Background(), n, false)
 		require.NoError(t, err)
 	}
 	m := metrics.New(&metrics.Config{Store: st})
 	text := scrape(t, m)
-	require.Contains(t, text, `herald_scheduled_notifications{topic="jobs"} 2`+"\n")
+	require.Contains(t, text, `herald_scheduled_notifications{topic="jobs"} 3`+"\n")
+	require.Contains(t, text, `herald_waiting_notifications{topic="jobs"} 2`+"\n")
 	require.Contains(t, text, `herald_reserved_notifications{topic="jobs"} 0`+"\n")
 	require.Contains(t, text, `herald_dead_notifications{topic="jobs"} 0`+"\n")
 
