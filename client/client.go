@@ -321,7 +321,8 @@ func (c *Client) storeError(op string, err error) {
 		return
 	}
 	var fe *notify.FieldError
-	for _, answer := range []error{notify.ErrNotFound, notify.ErrConflict, notify.ErrReserved, notify.ErrFinished, notify.ErrStaleReceipt} {
+	for _, answer := range []error{notify.ErrNotFound, notify.ErrConflict, notify.ErrReserved, notify.ErrOrdered,
+		notify.ErrFinished, notify.ErrStaleReceipt, endpoint.ErrNotFound} {
 		if errors.Is(err, answer) {
 			return
 		}

@@ -3,12 +3,14 @@ package client_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/client"
+	"github.com/heraldhq/herald/endpoint"
 	"github.com/heraldhq/herald/internal/redistest"
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/policy"
@@ -20,7 +22,7 @@ var server *redistest.Server
 
 func TestMain(m *testing.M) { redistest.RunMain(m, &server) }
 
-func setup(t *testing.T) *client.Client {
+func setup(t *testing.T, more ...func(*client.Config)) *client.Client {
 	t.Helper()
 	st, err := store.New(&store.Config{Client: server.Client(t), Namespace: redistest.Namespace(t), Shards: 4})
 	require.NoError(t, err)
@@ -30,10 +32,66 @@ func setup(t *testing.T) *client.Client {
 		"appointment-reminder": {Channel: notify.ChannelPull, Policy: "twice"},
 	})
 	require.NoError(t, err)
-	c, err := client.New(&client.Config{Store: st, PoliciesFunc: func() *policy.Set { return set }})
+	cfg := &client.Config{Store: st, PoliciesFunc: func() *policy.Set { return set }}
+	for _, f := range more {
+		f(cfg)
+	}
+	c, err := client.New(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// TestAnswersAreNotStoreErrors: what a caller got wrong is an answer to the
+// caller, not a failure of Redis: the observer behind the Redis error
+// metric hears of none of it, so that alerts on that metric mean Redis.
+func TestAnswersAreNotStoreErrors(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	obs := &storeErrors{}
+	c := setup(t, func(cfg *client.Config) { cfg.Observer = obs })
+	req := func(id string, delay time.Duration) *notify.Request {
+		d := notify.Duration(delay)
+		return &notify.Request{ID: id, Topic: "appointment-reminder", OrderKey: "k", Delay: &d}
+	}
+	for _, r := range []*notify.Request{req("a", time.Hour), req("b", time.Hour)} {
+		_, _, err := c.Enqueue(ctx, r)
+		require.NoError(t, err)
+	}
+	_, err := c.Get(ctx, "missing")
+	require.ErrorIs(t, err, notify.ErrNotFound)
+	_, _, err = c.Enqueue(ctx, req("a", 2*time.Hour))
+	require.ErrorIs(t, err, notify.ErrConflict)
+	replace := req("b", 2*time.Hour)
+	replace.Replace = true
+	_, _, err = c.Enqueue(ctx, replace)
+	require.ErrorIs(t, err, notify.ErrOrdered)
+	_, err = c.GetEndpoint(ctx, "nobody")
+	require.ErrorIs(t, err, endpoint.ErrNotFound)
+	require.Empty(t, obs.ops())
+}
+
+// storeErrors is an observer that records the operations of the store
+// errors it hears of.
+type storeErrors struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (*storeErrors) AttemptFinished(*notify.Notification, notify.Attempt, notify.Action, time.Duration) {
+}
+func (*storeErrors) Enqueued(*notify.Notification, store.EnqueueStatus) {}
+
+func (o *storeErrors) StoreError(op string, _ error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.got = append(o.got, op)
+}
+
+func (o *storeErrors) ops() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.got
 }
 
 func TestEnqueueAppliesTopicDefaults(t *testing.T) {
