@@ -158,7 +158,7 @@ type ClientConfig struct {
 	Logger *slog.Logger
 }
 
-// Client enqueues notifications and reads, cancels and replays them. It is
+// Client enqueues notifications and reads and cancels them. It is
 // safe for concurrent use; Close it when done (the Redis client stays
 // open: it is the caller's).
 type Client struct {
