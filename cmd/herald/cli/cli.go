@@ -47,7 +47,8 @@
 //
 // 0 when the command succeeded; 2 for a usage or configuration error (an
 // unknown command or flag, a wrong argument, a bad config or policies
-// file), reported as a *UsageError; 1 for any other failure.
+// file), reported as a *UsageError, or a bad value refused with a
+// *notify.FieldError wherever it was checked; 1 for any other failure.
 package cli
 
 import (
@@ -137,24 +138,25 @@ func (e *UsageError) Error() string { return e.Err.Error() }
 // Unwrap returns the mistake.
 func (e *UsageError) Unwrap() error { return e.Err }
 
-// usageIfField makes a *notify.FieldError, a bad value the caller gave, a
-// *UsageError; other errors are returned as they are.
-func usageIfField(err error) error {
+// isUsage reports whether err is a mistake in how herald was called or
+// configured: a *UsageError, or a *notify.FieldError, a bad value given on
+// the command line, in the configuration or in the input. The client and
+// the store check most values, so their *notify.FieldError counts however
+// deep a command wrapped it.
+func isUsage(err error) bool {
+	var ue *UsageError
 	var fe *notify.FieldError
-	if errors.As(err, &fe) {
-		return &UsageError{Err: err}
-	}
-	return err
+	return errors.As(err, &ue) || errors.As(err, &fe)
 }
 
 // ExitCode maps the error of Execute to the process's exit status: 0 for
-// nil, 2 for a *UsageError, 1 for anything else.
+// nil, 2 for a usage error (a *UsageError or a *notify.FieldError), 1 for
+// anything else.
 func ExitCode(err error) int {
-	var ue *UsageError
 	switch {
 	case err == nil:
 		return 0
-	case errors.As(err, &ue):
+	case isUsage(err):
 		return 2
 	}
 	return 1

@@ -9,6 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/notify"
 )
 
 // result is what one run of the command line printed and returned, and
@@ -64,6 +66,8 @@ func TestExitCode(t *testing.T) {
 	require.Equal(t, 1, ExitCode(errors.New("redis: connection refused")))
 	require.Equal(t, 2, ExitCode(&UsageError{Err: errors.New("bad flag")}))
 	require.Equal(t, 2, ExitCode(fmt.Errorf("serve: %w", &UsageError{Err: errors.New("bad config")})))
+	require.Equal(t, 2, ExitCode(fmt.Errorf("pause: %w", notify.Errorf("topic", "must match [a-z0-9._-]{1,64}"))),
+		"a value the client or the store refused")
 }
 
 func TestRoot(t *testing.T) {

@@ -80,7 +80,7 @@ func (c *app) onDead(cmd *cobra.Command, f *deadFilterFlags, do func(cl *client.
 	if err != nil {
 		return err
 	}
-	return c.withClient(cmd, false, func(cl *client.Client) error { return usageIfField(do(cl, filter)) })
+	return c.withClient(cmd, false, func(cl *client.Client) error { return do(cl, filter) })
 }
 
 // printCount prints the outcome of a replay or purge (verb) that matched
@@ -117,7 +117,7 @@ stops after --limit; the next page starts at the cursor it prints.`,
 				for {
 					page, next, err := cl.ListDead(cmd.Context(), topic, min(limit-len(items), store.MaxBatch), cursor)
 					if err != nil {
-						return usageIfField(err)
+						return err
 					}
 					items, cursor = append(items, page...), next
 					if cursor == "" || len(items) >= limit {

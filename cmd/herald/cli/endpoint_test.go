@@ -33,7 +33,8 @@ func TestEndpointCommand(t *testing.T) {
 
 	require.NoError(t, os.WriteFile(file, []byte(`{"url": "https://m42.example", "rate": -1}`), 0o600))
 	r = e.run(t, "endpoint", "put", "merchant-42", "--file", file)
-	require.ErrorContains(t, r.err, "rate")
+	require.Equal(t, 2, r.code(), "a bad value is a usage error")
+	requireField(t, r.err, "rate")
 
 	r = e.run(t, "endpoint", "enable", "merchant-42")
 	require.NoError(t, r.err, r.logs)
@@ -58,4 +59,7 @@ func TestPauseCommand(t *testing.T) {
 	require.ErrorContains(t, r.err, "not found")
 	r = e.run(t, "pause", "queue", "jobs")
 	require.Equal(t, 2, r.code())
+	r = e.run(t, "pause", "topic", "Bad Topic")
+	require.Equal(t, 2, r.code(), "the store refused the name: %v", r.err)
+	requireField(t, r.err, "topic")
 }

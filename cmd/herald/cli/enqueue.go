@@ -138,7 +138,7 @@ chosen. Prints the stored record (--json: as the API answers).`,
 				case errors.Is(err, notify.ErrReserved):
 					return fmt.Errorf("enqueue %s: %w: an attempt is running; replace it once that ends", n.ID, err)
 				case err != nil:
-					return usageIfField(fmt.Errorf("enqueue: %w", err))
+					return fmt.Errorf("enqueue: %w", err)
 				}
 				return c.showRecord(o.asJSON, map[store.EnqueueStatus]string{
 					store.Created: "enqueued", store.Existing: "already enqueued, unchanged:", store.Replaced: "replaced",
