@@ -41,7 +41,9 @@
 //
 // Forms that change state (replay, purge, pause, resume, enable, sign-out)
 // carry a per-session token that the server checks, and a request whose
-// Origin or Sec-Fetch-Site names another site is refused. Pages are sent with a Content-Security-Policy that allows no
-// inline script or style, and everything a caller or a receiver supplied
+// Origin or Sec-Fetch-Site names another site is refused. No form's body,
+// the sign-in's included, is read past 64 KiB: a larger one gets 413.
+// Pages are sent with a Content-Security-Policy that allows no inline
+// script or style, and everything a caller or a receiver supplied
 // (payloads, headers, errors) is escaped by html/template.
 package ui

@@ -7,6 +7,8 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -133,7 +135,8 @@ type sessionHandler func(w http.ResponseWriter, r *http.Request, s *session)
 // guard runs next inside a session. Without a valid cookie a page request
 // goes to the login form; with no tokens configured a session is opened on
 // the spot, so that forms still carry a CSRF token. A POST must come from
-// this site and carry the session's CSRF token, or it is refused with 403.
+// this site and carry the session's CSRF token, or it is refused with 403;
+// its form is read first, within maxFormBody.
 func (h *Handler) guard(next sessionHandler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		now := h.store.Now()
@@ -142,6 +145,9 @@ func (h *Handler) guard(next sessionHandler) http.Handler {
 			s = h.sessions.check(c.Value, now)
 		}
 		if r.Method == http.MethodPost {
+			if !h.parseForm(w, r, s) {
+				return
+			}
 			if s == nil || !sameOrigin(r) || subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(s.csrf)) != 1 {
 				h.refuse(w, r, s)
 				return
@@ -160,6 +166,42 @@ func (h *Handler) guard(next sessionHandler) http.Handler {
 		}
 		next(w, r, s)
 	})
+}
+
+// maxFormBody bounds the body of a dashboard form. The largest form is the
+// confirmation page's, whose ids an operator may have listed by hand in its
+// address: 64 KiB holds hundreds of the longest ids, while the others carry
+// a token and a path. Without a bound, Go reads up to 10 MiB of a
+// urlencoded body into memory, and writes a multipart body's files to disk
+// without limit.
+const maxFormBody = 64 << 10
+
+// parseForm reads r's urlencoded form into r.PostForm, reading at most
+// maxFormBody bytes of the body, and reports whether it could; if not, it
+// has answered, 413 for a larger body. It parses no other content type, so
+// such a body goes unread: no dashboard page sends one.
+func (h *Handler) parseForm(w http.ResponseWriter, r *http.Request, s *session) bool {
+	r.Body = http.MaxBytesReader(w, r.Body, maxFormBody)
+	// A declared length over the bound is refused unread, whatever the
+	// content type; the reader catches a body that declares none.
+	var err error
+	tooLarge := r.ContentLength > maxFormBody
+	if !tooLarge {
+		err = r.ParseForm()
+		var mbe *http.MaxBytesError
+		tooLarge = errors.As(err, &mbe)
+	}
+	if tooLarge {
+		h.render(w, r, http.StatusRequestEntityTooLarge, "error", s, &errorData{Title: "Too large",
+			Message: fmt.Sprintf("This form is larger than the %d KiB the dashboard accepts. Nothing was changed.", maxFormBody>>10)})
+		return false
+	}
+	if err != nil {
+		h.render(w, r, http.StatusBadRequest, "error", s, &errorData{Title: "Bad request",
+			Message: "This form could not be read. Nothing was changed."})
+		return false
+	}
+	return true
 }
 
 // refuse answers a state change that failed the CSRF or origin check.
@@ -201,6 +243,9 @@ func (h *Handler) loginPage(w http.ResponseWriter, r *http.Request) {
 
 // login handles POST /ui/login: a configured token opens a session.
 func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
+	if !h.parseForm(w, r, nil) {
+		return
+	}
 	next := safeNext(r.PostFormValue("next"))
 	if h.sessions.open {
 		http.Redirect(w, r, next, http.StatusSeeOther)

@@ -41,6 +41,9 @@ type testBundle struct {
 	store  *store.Store
 	clock  *heraldtest.Clock
 	server *httptest.Server
+	// handler is the dashboard the server serves, for tests that watch
+	// what it reads of a request.
+	handler http.Handler
 	// http keeps the session cookie; it does not follow redirects, so
 	// tests see where they point.
 	http *http.Client
@@ -71,7 +74,7 @@ func setup(t *testing.T, tokens ...string) *testBundle {
 	jar, err := cookiejar.New(nil)
 	require.NoError(t, err)
 	c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	return &testBundle{store: st, clock: clock, server: srv, http: c}
+	return &testBundle{store: st, clock: clock, server: srv, handler: h, http: c}
 }
 
 // get fetches path and returns the status and body.
@@ -288,6 +291,74 @@ func TestNotificationPageRedactsCredentials(t *testing.T) {
 	require.Contains(t, body, "<th>Authorization</th><td><code>[redacted]</code></td>")
 	require.Contains(t, body, "<th>cookie</th><td><code>[redacted]</code></td>")
 	require.Contains(t, body, "<th>X-Shop</th><td><code>42</code></td>")
+}
+
+// countingReader counts the bytes read from r.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// TestFormBodyIsBounded: a form far larger than any of the dashboard's is
+// refused with 413 once a little of it is read, if any, whether or not
+// its length is declared: at the sign-in that anyone may reach, and behind
+// the guard of a dashboard without tokens, which opens a session for
+// anyone.
+func TestFormBodyIsBounded(t *testing.T) {
+	t.Parallel()
+
+	const size = 8 << 20
+	tests := []struct {
+		name string
+		// open serves the dashboard without tokens.
+		open        bool
+		path        string
+		contentType string
+		// undeclared sends the body without a length, as chunks.
+		undeclared bool
+	}{
+		{name: "Login", path: "/ui/login", contentType: "application/x-www-form-urlencoded"},
+		{name: "LoginUndeclared", path: "/ui/login", contentType: "application/x-www-form-urlencoded", undeclared: true},
+		{name: "LoginMultipart", path: "/ui/login", contentType: "multipart/form-data; boundary=x"},
+		{name: "GuardedFormWithoutTokens", open: true, path: "/ui/dead/purge", contentType: "application/x-www-form-urlencoded"},
+		{name: "GuardedFormWithoutTokensUndeclared", open: true, path: "/ui/dead/purge",
+			contentType: "application/x-www-form-urlencoded", undeclared: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tokens := []string{testToken}
+			if tt.open {
+				tokens = nil
+			}
+			b := setup(t, tokens...)
+			form := "token=" + strings.Repeat("A", size)
+			body := &countingReader{r: strings.NewReader(form)}
+			req := httptest.NewRequest(http.MethodPost, tt.path, body)
+			req.Header.Set("Content-Type", tt.contentType)
+			req.ContentLength = int64(len(form))
+			if tt.undeclared {
+				req.ContentLength = -1
+			}
+			if tt.open {
+				rec := httptest.NewRecorder()
+				b.handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/ui/", nil))
+				cookies := rec.Result().Cookies()
+				require.NotEmpty(t, cookies, "no session opened")
+				req.AddCookie(cookies[0])
+			}
+			rec := httptest.NewRecorder()
+			b.handler.ServeHTTP(rec, req)
+			require.Equal(t, http.StatusRequestEntityTooLarge, rec.Code)
+			require.Less(t, body.n, int64(1<<20), "read %d bytes", body.n)
+		})
+	}
 }
 
 func TestStateChanges(t *testing.T) {
