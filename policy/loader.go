@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -88,7 +90,8 @@ func decodeEach[T any](section string, raw map[string]any) (map[string]T, error)
 //     seconds (30, 1.5, "30"), as notify.ParseDuration;
 //   - a time.Time takes RFC 3339 ("2026-12-01T00:00:00Z");
 //   - scalars convert where YAML or the environment cannot say the type
-//     ("16" into an int, 429 into a string);
+//     ("16" into an int, 429 into a string); an integer is read in decimal
+//     ("010" is 10) and takes no fraction (2.5 is an error);
 //   - a key that out has no field for is an error, so a misspelt key is
 //     not silently ignored;
 //   - every error is a *notify.FieldError whose field is the key's path,
@@ -96,7 +99,7 @@ func decodeEach[T any](section string, raw map[string]any) (map[string]T, error)
 func Decode(path string, in, out any) error {
 	var md mapstructure.Metadata
 	d, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
-		DecodeHook:       mapstructure.ComposeDecodeHookFunc(durationHook, mapstructure.StringToTimeHookFunc(time.RFC3339)),
+		DecodeHook:       mapstructure.ComposeDecodeHookFunc(durationHook, wholeNumberHook, mapstructure.StringToTimeHookFunc(time.RFC3339)),
 		WeaklyTypedInput: true,
 		Metadata:         &md,
 		TagName:          "koanf",
@@ -187,6 +190,32 @@ var (
 // durationHook reads durations as notify.ParseDuration does. Without it, a
 // YAML number such as 30 would become 30 nanoseconds, since both duration
 // types are integers underneath.
+// wholeNumberHook reads an integer field strictly: mapstructure's weak
+// typing would read "010" as octal 8 (HERALD_REDIS_DB=010 selected db 8)
+// and cut 2.5 to 2.
+func wholeNumberHook(_, to reflect.Type, data any) (any, error) {
+	switch to.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+	default:
+		return data, nil
+	}
+	switch v := data.(type) {
+	case string:
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil {
+			return nil, errors.New("want a whole number, not a string that does not read as one")
+		}
+		return n, nil
+	case float32, float64:
+		f := reflect.ValueOf(v).Float()
+		if f != math.Trunc(f) {
+			return nil, errors.New("want a whole number, not one with a fraction")
+		}
+	}
+	return data, nil
+}
+
 func durationHook(_, to reflect.Type, data any) (any, error) {
 	if to != durationType && to != notifyDurationType {
 		return data, nil

@@ -344,6 +344,23 @@ func TestDecode(t *testing.T) {
 		require.Equal(t, config{Count: 16, Inner: inner{Wait: 90 * time.Second, Names: []string{"a", "b"}}}, c)
 	})
 
+	t.Run("WholeNumbersInDecimal", func(t *testing.T) {
+		t.Parallel()
+
+		var c config
+		require.NoError(t, Decode("", map[string]any{"count": "010"}, &c))
+		require.Equal(t, 10, c.Count, "not octal")
+		require.NoError(t, Decode("", map[string]any{"count": 12.0}, &c))
+		require.Equal(t, 12, c.Count)
+		for _, v := range []any{2.5, "2.5", "0x10"} {
+			err := Decode("", map[string]any{"count": v}, &c)
+			var fe *notify.FieldError
+			require.ErrorAs(t, err, &fe, "%v", v)
+			require.Equal(t, "count", fe.Field)
+			require.Contains(t, fe.Message, "want a whole number")
+		}
+	})
+
 	t.Run("KeepsFieldsNotGiven", func(t *testing.T) {
 		t.Parallel()
 
