@@ -90,8 +90,9 @@ func decodeEach[T any](section string, raw map[string]any) (map[string]T, error)
 //     seconds (30, 1.5, "30"), as notify.ParseDuration;
 //   - a time.Time takes RFC 3339 ("2026-12-01T00:00:00Z");
 //   - scalars convert where YAML or the environment cannot say the type
-//     ("16" into an int, 429 into a string); an integer is read in decimal
-//     ("010" is 10) and takes no fraction (2.5 is an error);
+//     ("16" into an int, 429 into a string, true into "true"); an integer
+//     is read in decimal ("010" is 10) and takes no fraction (2.5 is an
+//     error);
 //   - a key that out has no field for is an error, so a misspelt key is
 //     not silently ignored;
 //   - every error is a *notify.FieldError whose field is the key's path,
@@ -99,7 +100,8 @@ func decodeEach[T any](section string, raw map[string]any) (map[string]T, error)
 func Decode(path string, in, out any) error {
 	var md mapstructure.Metadata
 	d, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
-		DecodeHook:       mapstructure.ComposeDecodeHookFunc(durationHook, wholeNumberHook, mapstructure.StringToTimeHookFunc(time.RFC3339)),
+		DecodeHook: mapstructure.ComposeDecodeHookFunc(durationHook, wholeNumberHook, boolTextHook,
+			mapstructure.StringToTimeHookFunc(time.RFC3339)),
 		WeaklyTypedInput: true,
 		Metadata:         &md,
 		TagName:          "koanf",
@@ -212,6 +214,16 @@ func wholeNumberHook(_, to reflect.Type, data any) (any, error) {
 		if f != math.Trunc(f) {
 			return nil, errors.New("want a whole number, not one with a fraction")
 		}
+	}
+	return data, nil
+}
+
+// boolTextHook writes a boolean given for a string as JSON and YAML spell
+// it: mapstructure's weak typing would write true as "1", and a poll whose
+// done values are [true] would never match the answer's true.
+func boolTextHook(_, to reflect.Type, data any) (any, error) {
+	if b, ok := data.(bool); ok && to.Kind() == reflect.String {
+		return strconv.FormatBool(b), nil
 	}
 	return data, nil
 }

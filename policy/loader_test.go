@@ -361,6 +361,14 @@ func TestDecode(t *testing.T) {
 		}
 	})
 
+	t.Run("BooleansAsText", func(t *testing.T) {
+		t.Parallel()
+
+		var c config
+		require.NoError(t, Decode("", map[string]any{"inner": map[string]any{"names": []any{true, false, 429}}}, &c))
+		require.Equal(t, []string{"true", "false", "429"}, c.Inner.Names, "as a poll's answer spells them")
+	})
+
 	t.Run("KeepsFieldsNotGiven", func(t *testing.T) {
 		t.Parallel()
 
