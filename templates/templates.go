@@ -5,8 +5,11 @@
 //
 // Load reads every file of one folder (not its sub-folders) whose name ends
 // in .json, .sms or .tmpl, so the package's Go files, which live beside the
-// shipped templates, are never taken for templates. A template's name is its
-// file name, as topics name it ("template: order-notify.json").
+// shipped templates, are never taken for templates. A symbolic link to a
+// file counts as the file, so a folder mounted from a Kubernetes ConfigMap
+// loads; names starting with a dot, such as the ConfigMap's ..data, are
+// never read. A template's name is its file name, as topics name it
+// ("template: order-notify.json").
 //
 // A name ending in .json, or in .json.tmpl, is a JSON template: what it
 // renders must be valid JSON, and senders send it as application/json. Any
@@ -102,10 +105,20 @@ func Load(dir string) (*Set, error) {
 	}
 	s := &Set{byName: map[string]*entry{}, nowFunc: time.Now}
 	for _, e := range entries {
-		if !e.Type().IsRegular() || !isTemplate(e.Name()) {
+		if !isTemplate(e.Name()) {
 			continue
 		}
 		path := filepath.Join(dir, e.Name())
+		// What counts is what a link leads to: a ConfigMap volume holds
+		// every file as a link through its hidden ..data. A broken link is
+		// an error, as a file that cannot be read is.
+		info, err := os.Stat(path)
+		if err != nil {
+			return nil, fmt.Errorf("templates: %w", err)
+		}
+		if !info.Mode().IsRegular() {
+			continue
+		}
 		text, err := os.ReadFile(path)
 		if err != nil {
 			return nil, fmt.Errorf("templates: %w", err)

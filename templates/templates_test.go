@@ -2,6 +2,8 @@ package templates
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -61,6 +63,40 @@ func TestLoad(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t, "testdata/badjson")
 		require.Equal(t, []string{"raw.json.tmpl"}, bundle.set.Names())
+	})
+
+	// A ConfigMap volume holds every file as a link through ..data, itself
+	// a link to the hidden folder of the current version.
+	t.Run("ConfigMapVolume", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		version := filepath.Join(dir, "..2026_03_01_12_00_00.000000001")
+		require.NoError(t, os.Mkdir(version, 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(version, "ids.json"), []byte(`{"id": {{json .id}}}`), 0o644))
+		require.NoError(t, os.Symlink(filepath.Base(version), filepath.Join(dir, "..data")))
+		require.NoError(t, os.Symlink(filepath.Join("..data", "ids.json"), filepath.Join(dir, "ids.json")))
+		bundle := setup(t, dir)
+		require.Equal(t, []string{"ids.json"}, bundle.set.Names())
+		out, err := bundle.set.Render("ids.json", notification(`{}`))
+		require.NoError(t, err)
+		require.JSONEq(t, `{"id": "ord-1001"}`, string(out))
+	})
+
+	t.Run("LinkToAFolderIsSkipped", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		require.NoError(t, os.Mkdir(filepath.Join(dir, "folder"), 0o755))
+		require.NoError(t, os.Symlink("folder", filepath.Join(dir, "folder.tmpl")))
+		bundle := setup(t, dir)
+		require.Empty(t, bundle.set.Names())
+	})
+
+	t.Run("BrokenLinkNamesItsFile", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		require.NoError(t, os.Symlink("gone.json", filepath.Join(dir, "order.json")))
+		_, err := Load(dir)
+		require.ErrorContains(t, err, "order.json")
 	})
 }
 
