@@ -517,17 +517,21 @@ func appendJSONString[S ~string | ~[]byte](b []byte, s S) []byte {
 	return append(b, '"')
 }
 
-// CutError cuts an error message to MaxErrorLen bytes for the history,
-// keeping it valid UTF-8.
+// CutError cuts an error message to MaxErrorLen bytes for the history, as
+// valid UTF-8: what is not (a receiver answering in GBK or Latin-1) shows as
+// U+FFFD, as JSON would show it, rather than ending the message there, and
+// the cut falls between runes.
 func CutError(s string) string {
+	if len(s) <= MaxErrorLen && utf8.ValidString(s) {
+		return s
+	}
+	s = strings.ToValidUTF8(s, "\uFFFD") // a run of invalid bytes is one U+FFFD
 	if len(s) <= MaxErrorLen {
 		return s
 	}
-	s = s[:MaxErrorLen]
-	// A cut inside a multi-byte rune leaves an invalid tail; dropping up to
-	// three bytes always reaches a rune boundary.
-	for len(s) > 0 && !utf8.ValidString(s) {
-		s = s[:len(s)-1]
+	end := MaxErrorLen
+	for end > 0 && !utf8.RuneStart(s[end]) {
+		end--
 	}
-	return s
+	return s[:end]
 }

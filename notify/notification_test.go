@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 )
@@ -160,4 +161,29 @@ func FuzzAttemptJSON(f *testing.F) {
 		require.NoError(t, err)
 		require.Equal(t, string(want), string(a.AppendJSON(nil)))
 	})
+}
+
+// TestCutError: an error kept in the history is at most MaxErrorLen bytes
+// of valid UTF-8, cut between runes, and a receiver's answer in another
+// encoding (GBK here) keeps its length, its bytes shown as U+FFFD, instead
+// of ending at its first byte that is not UTF-8.
+func TestCutError(t *testing.T) {
+	t.Parallel()
+	gbk := "webhook: status 500: \xb7\xfe\xce\xf1\xc6\xf7\xb4\xed\xce\xf3 " + strings.Repeat("x", 2000)
+	for _, tc := range []struct {
+		name, in string
+		wantLen  int
+	}{
+		{"Short", "status 500", 10},
+		{"ShortNotUTF8", "status 500: \xb7\xfe", len("status 500: \uFFFD")},
+		{"LongCutBetweenRunes", strings.Repeat("x", MaxErrorLen-1) + "é" + strings.Repeat("x", 10), MaxErrorLen - 1},
+		{"LongNotUTF8", gbk, MaxErrorLen},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := CutError(tc.in)
+			require.True(t, utf8.ValidString(got))
+			require.Len(t, got, tc.wantLen)
+		})
+	}
+	require.True(t, strings.HasPrefix(CutError(gbk), "webhook: status 500: \uFFFD x"))
 }
