@@ -143,10 +143,14 @@ func TestPauseResume(t *testing.T) {
 	body := map[string]any{"id": "parked", "topic": "orders"}
 	n := must[notify.Notification](t, b, http.StatusCreated, http.MethodPost, "/v1/notifications", body)
 	require.False(t, n.Paused)
-	items, _, err := b.store.Reserve(t.Context(), store.QueuePush, heraldtest.AllShards(t, b.store), 10)
-	require.NoError(t, err)
-	require.Len(t, items, 1)
-	_, err = b.store.Finish(t.Context(), []store.Finish{{Notification: items[0], Action: notify.ActionRelease,
+	var items []*notify.Notification
+	require.Eventually(t, func() bool { // due within the millisecond it is rounded up to
+		var err error
+		items, _, err = b.store.Reserve(t.Context(), store.QueuePush, heraldtest.AllShards(t, b.store), 10)
+		require.NoError(t, err)
+		return len(items) == 1
+	}, 5*time.Second, time.Millisecond)
+	_, err := b.store.Finish(t.Context(), []store.Finish{{Notification: items[0], Action: notify.ActionRelease,
 		NextAt: store.ParkAt(store.PauseTopic, "orders")}}) // as a dispatcher parks it
 	require.NoError(t, err)
 	for _, parked := range []notify.Notification{
