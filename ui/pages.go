@@ -201,6 +201,30 @@ type notificationData struct {
 	Headers [][2]string
 	// Next is the attempt due next, for a scheduled notification.
 	Next *nextAttempt
+	// Pauses are what holds back a notification parked by a pause (N.Paused):
+	// its topic or endpoint, paused or disabled now. None when they have
+	// all ended since, until a dispatcher unparks it.
+	Pauses []holdingPause
+}
+
+// holdingPause is a pause that holds back a parked notification.
+type holdingPause struct {
+	// Kind is store.PauseTopic, store.PauseEndpoint or store.PauseDisabled.
+	Kind, Name string
+	Since      time.Time
+}
+
+// pausesOf returns what of paused (store.Paused's answer) holds back n.
+func pausesOf(n *notify.Notification, paused map[string]time.Time) []holdingPause {
+	var out []holdingPause
+	for _, p := range []holdingPause{{Kind: store.PauseTopic, Name: n.Topic},
+		{Kind: store.PauseEndpoint, Name: n.Endpoint}, {Kind: store.PauseDisabled, Name: n.Endpoint}} {
+		if since, ok := paused[store.PauseKey(p.Kind, p.Name)]; ok && p.Name != "" {
+			p.Since = since
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 type nextAttempt struct {
@@ -231,6 +255,16 @@ func (h *Handler) notification(w http.ResponseWriter, r *http.Request, s *sessio
 	}
 	if n.NextAttemptAt != nil && !n.State.Finished() {
 		d.Next = &nextAttempt{Attempt: n.Attempts, At: *n.NextAttemptAt, In: n.NextAttemptAt.Sub(h.store.Now())}
+	}
+	if n.Paused {
+		// The record says only that a pause holds it back; which one is
+		// what the operator must resume.
+		paused, err := h.store.Paused(ctx)
+		if err != nil {
+			h.fail(w, r, s, err)
+			return
+		}
+		d.Pauses = pausesOf(n, paused)
 	}
 	h.render(w, r, http.StatusOK, "notification", s, &d)
 }

@@ -272,6 +272,74 @@ func TestNotificationPage(t *testing.T) {
 	require.Equal(t, "/ui/notifications/dead-1", res.Header.Get("Location"))
 }
 
+// TestNotificationPagePaused: the page of a notification a dispatcher
+// parked names its endpoint and says it is paused, and by what, where its
+// next attempt would be.
+func TestNotificationPagePaused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, tt := range []struct {
+		name string
+		// kind is the pause the notification is parked under, made by
+		// pauseFunc.
+		kind      string
+		pauseFunc func(t *testing.T, b *testBundle)
+		want      string
+	}{
+		{
+			name: "Endpoint", kind: store.PauseEndpoint,
+			pauseFunc: func(t *testing.T, b *testBundle) {
+				require.NoError(t, b.store.Pause(ctx, store.PauseEndpoint, "acme-shop"))
+			},
+			want: `next attempt waits for endpoint <a href="/ui/#endpoint-acme-shop">acme-shop</a>, paused since 2026-03-01 12:00:00.000 UTC, to be resumed`,
+		},
+		{
+			name: "Topic", kind: store.PauseTopic,
+			pauseFunc: func(t *testing.T, b *testBundle) {
+				require.NoError(t, b.store.Pause(ctx, store.PauseTopic, "orders"))
+			},
+			want: "next attempt waits for topic orders, paused since 2026-03-01 12:00:00.000 UTC, to be resumed",
+		},
+		{
+			name: "DisabledEndpoint", kind: store.PauseDisabled,
+			pauseFunc: func(t *testing.T, b *testBundle) {
+				_, err := b.store.EndpointFailed(ctx, "acme-shop", time.Minute)
+				require.NoError(t, err)
+				b.clock.Advance(2 * time.Minute)
+				disabled, err := b.store.EndpointFailed(ctx, "acme-shop", time.Minute)
+				require.NoError(t, err)
+				require.True(t, disabled)
+			},
+			want: `next attempt waits for endpoint <a href="/ui/#endpoint-acme-shop">acme-shop</a>, disabled by its health since 2026-03-01 12:02:00.000 UTC, to be enabled`,
+		},
+		{
+			// Resumed while a dispatcher parked it: the next sweep unparks
+			// it.
+			name: "PauseEnded", kind: store.PauseEndpoint,
+			pauseFunc: func(*testing.T, *testBundle) {},
+			want:      "next attempt waits for a dispatcher to see that its pause has ended",
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, testToken)
+			b.login(t)
+			tt.pauseFunc(t, b)
+			b.park(t, "parked-1", tt.kind, "acme-shop", heraldtest.Endpoint("acme-shop"))
+
+			status, body := b.get(t, "/ui/notifications/parked-1")
+			require.Equal(t, http.StatusOK, status)
+			require.Contains(t, body, `<dt>Endpoint</dt><dd><a href="/ui/#endpoint-acme-shop">acme-shop</a></dd>`)
+			require.Contains(t, body, `id="state">scheduled</span> <span class="tag paused">paused</span>`)
+			require.Contains(t, body, tt.want)
+			require.NotContains(t, body, "No attempts.")
+
+			_, page := b.get(t, "/ui/")
+			require.Contains(t, page, `<tr data-endpoint="acme-shop" id="endpoint-acme-shop">`, "the link's target")
+		})
+	}
+}
+
 // TestNotificationPageRedactsCredentials: the page shows a notification's
 // credential headers as the API does, "[redacted]", and its other headers
 // as given.
@@ -618,14 +686,15 @@ func TestPolicies(t *testing.T) {
 	require.Contains(t, body, `<td>orders</td><td>webhook</td><td>merchant-notify</td>`)
 }
 
-// park stores a webhook notification of topic orders and gives it back
-// parked under kind name's pause, as a dispatcher does when it reserves one
-// whose topic or endpoint is paused.
-func (b *testBundle) park(t *testing.T, id, kind, name string) {
+// park stores a webhook notification of topic orders, changed by opts, and
+// gives it back parked under kind name's pause, as a dispatcher does when it
+// reserves one whose topic or endpoint is paused.
+func (b *testBundle) park(t *testing.T, id, kind, name string, opts ...heraldtest.NotificationOption) {
 	t.Helper()
 	ctx := context.Background()
-	n := heraldtest.Notification(t, id, b.clock.Now(), heraldtest.Topic("orders"),
-		heraldtest.Channel(notify.ChannelWebhook, "http://127.0.0.1:9/hook"))
+	opts = append([]heraldtest.NotificationOption{heraldtest.Topic("orders"),
+		heraldtest.Channel(notify.ChannelWebhook, "http://127.0.0.1:9/hook")}, opts...)
+	n := heraldtest.Notification(t, id, b.clock.Now(), opts...)
 	_, _, err := b.store.Enqueue(ctx, n, false)
 	require.NoError(t, err)
 	items, _, err := b.store.Reserve(ctx, store.QueuePush, []int{0, 1, 2, 3}, store.MaxReserve)
