@@ -92,7 +92,7 @@ func markPaused(v *endpoint.View, paused map[string]time.Time) {
 // notifications that waited start at once; resumed counts them. Enabling
 // an enabled endpoint changes nothing.
 func (c *Client) EnableEndpoint(ctx context.Context, name string) (resumed int, err error) {
-	if _, err := c.cfg.Endpoints.Endpoint(ctx, name); err != nil {
+	if err := c.checkResumable(ctx, store.PauseEndpoint, store.PauseDisabled, name); err != nil {
 		return 0, err
 	}
 	if resumed, err = c.store.EnableEndpoint(ctx, name); err != nil {
@@ -141,12 +141,19 @@ func (c *Client) ListEndpoints(ctx context.Context) ([]endpoint.View, error) {
 
 // DeleteEndpoint removes the endpoint registered over the API under name:
 // endpoint.ErrNotFound when there is none, endpoint.ErrInFile when only the
-// policies file defines it.
+// policies file defines it. Unless the policies file defines the name too,
+// a pause or disabling of the endpoint ends with it: the notifications
+// parked behind them come due, and fail permanently at their next attempt
+// for want of the endpoint, instead of waiting for one no one can resume.
 func (c *Client) DeleteEndpoint(ctx context.Context, name string) error {
 	err := c.store.DeleteEndpoint(ctx, name)
-	if errors.Is(err, endpoint.ErrNotFound) {
-		if _, ok := c.fileEndpoints()[name]; ok {
-			return fmt.Errorf("%q: %w", name, endpoint.ErrInFile)
+	_, inFile := c.fileEndpoints()[name]
+	if errors.Is(err, endpoint.ErrNotFound) && inFile {
+		return fmt.Errorf("%q: %w", name, endpoint.ErrInFile)
+	}
+	if err == nil && !inFile {
+		if _, err = c.store.Resume(ctx, store.PauseEndpoint, name); err == nil {
+			_, err = c.store.EnableEndpoint(ctx, name)
 		}
 	}
 	if err != nil && !errors.Is(err, endpoint.ErrNotFound) {

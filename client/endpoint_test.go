@@ -71,3 +71,57 @@ func TestReservePausedTopic(t *testing.T) {
 	require.Len(t, got, 1)
 	require.Equal(t, 0, got[0].Attempts)
 }
+
+// TestDeleteEndpointFreesWhatIsParked: the notifications parked behind an
+// endpoint's pause come due when the endpoint is deleted (to fail at their
+// next attempt, for want of it), instead of waiting for a resume no one
+// can make any more; and a pause left behind by an earlier version, or a
+// delete whose resume failed, can still be ended.
+func TestDeleteEndpointFreesWhatIsParked(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var st *store.Store
+	c := setup(t, func(cfg *client.Config) {
+		st = cfg.Store
+		cfg.Endpoints = endpoint.NewRegistry(&endpoint.RegistryConfig{Source: st, CacheTTL: time.Nanosecond})
+	})
+	park := func(name string) {
+		_, _, err := c.PutEndpoint(ctx, name, &endpoint.Endpoint{URL: "https://" + name + ".example/notify"})
+		require.NoError(t, err)
+		_, _, err = c.Enqueue(ctx, &notify.Request{ID: name + "-1", Topic: "orders", Endpoint: name})
+		require.NoError(t, err)
+		require.NoError(t, c.Pause(ctx, store.PauseEndpoint, name))
+		var items []*notify.Notification
+		require.Eventually(t, func() bool { // due within the millisecond it is rounded up to
+			items, _, err = st.Reserve(ctx, store.QueuePush, []int{0, 1, 2, 3}, store.MaxReserve)
+			require.NoError(t, err)
+			return len(items) == 1
+		}, 5*time.Second, time.Millisecond)
+		_, err = st.Finish(ctx, []store.Finish{{Notification: items[0], Action: notify.ActionRelease,
+			NextAt: store.ParkAt(store.PauseEndpoint, name)}})
+		require.NoError(t, err)
+		got, err := c.Get(ctx, name+"-1")
+		require.NoError(t, err)
+		require.True(t, got.Paused)
+	}
+	due := func(id string) {
+		got, err := c.Get(ctx, id)
+		require.NoError(t, err)
+		require.False(t, got.Paused)
+		require.NotNil(t, got.NextAttemptAt)
+		require.WithinDuration(t, time.Now(), *got.NextAttemptAt, time.Minute)
+	}
+
+	park("m1")
+	park("m2")
+	require.NoError(t, c.DeleteEndpoint(ctx, "m1"))
+	due("m1-1")
+	_, err := c.Resume(ctx, store.PauseEndpoint, "m1")
+	require.ErrorIs(t, err, endpoint.ErrNotFound, "nothing is left to resume")
+
+	require.NoError(t, st.DeleteEndpoint(ctx, "m2")) // gone, its pause left behind
+	resumed, err := c.Resume(ctx, store.PauseEndpoint, "m2")
+	require.NoError(t, err)
+	require.Equal(t, 1, resumed)
+	due("m2-1")
+}

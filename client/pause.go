@@ -2,9 +2,11 @@ package client
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
+	"github.com/heraldhq/herald/endpoint"
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/store"
 )
@@ -27,7 +29,7 @@ func (c *Client) Pause(ctx context.Context, kind, name string) error {
 // Resume ends a pause: the notifications that came due meanwhile start at
 // once; resumed counts them. Resuming what is not paused changes nothing.
 func (c *Client) Resume(ctx context.Context, kind, name string) (resumed int, err error) {
-	if err := c.checkPausable(ctx, kind, name); err != nil {
+	if err := c.checkResumable(ctx, kind, kind, name); err != nil {
 		return 0, err
 	}
 	if resumed, err = c.store.Resume(ctx, kind, name); err != nil {
@@ -41,6 +43,19 @@ func (c *Client) checkPausable(ctx context.Context, kind, name string) error {
 		return nil // the store checks the topic's name
 	}
 	_, err := c.cfg.Endpoints.Endpoint(ctx, name)
+	return err
+}
+
+// checkResumable is checkPausable for ending a pause of kind (paused as
+// pausedAs): an endpoint that no longer exists passes while it is still
+// paused, so that what is parked behind it can come out.
+func (c *Client) checkResumable(ctx context.Context, kind, pausedAs, name string) error {
+	err := c.checkPausable(ctx, kind, name)
+	if errors.Is(err, endpoint.ErrNotFound) {
+		if paused, perr := c.store.IsPaused(ctx, pausedAs, name); perr == nil && paused {
+			return nil
+		}
+	}
 	return err
 }
 
