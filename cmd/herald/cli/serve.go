@@ -3,7 +3,6 @@ package cli
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -151,14 +150,14 @@ func (c *app) serveOn(cmd *cobra.Command, role string, addr net.Addr, h *handler
 }
 
 // connect wires the command to Redis, retrying with backoff while Redis is
-// down or loading, until ctx ends (then with a nil wiring). A usage error
-// is returned at once.
+// down or loading, until ctx ends (then with a nil wiring). A usage error,
+// such as a shards setting the namespace's recorded count contradicts, is
+// returned at once: no retry can mend the configuration.
 func (c *app) connect(cmd *cobra.Command, addr net.Addr, watch *redisconf.Watch) (*wiring, error) {
 	wait := redisRetryFirst
 	for {
 		w, err := c.base.wireWatched(cmd, true, watch.OnConnect)
-		var ue *UsageError
-		if err == nil || errors.As(err, &ue) {
+		if err == nil || isUsage(err) {
 			return w, err
 		}
 		if wait == redisRetryFirst {

@@ -277,6 +277,30 @@ func TestServeWaitsForRedis(t *testing.T) {
 	done <- nil
 }
 
+// TestShardsMismatch runs commands with a shards setting that contradicts
+// the count recorded for the namespace: each stops at once with exit
+// status 2 naming shards, serve too, instead of waiting as if Redis were
+// not ready.
+func TestShardsMismatch(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "")
+	require.NoError(t, e.run(t, "stats").err, "records the namespace's 4 shards")
+	cfg := writeConfig(t, strings.Replace(readFile(t, e.config), "shards: 4", "shards: 8", 1))
+
+	r := run(t, []string{"--config", cfg, "stats"})
+	require.Equal(t, 2, r.code(), r.err)
+	requireField(t, r.err, "shards")
+
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	logs := &syncBuffer{}
+	err := execute(ctx, newApp(Deps{Out: io.Discard, Err: logs}), []string{"--config", cfg, "serve"})
+	require.NoError(t, ctx.Err(), "serve ran until the deadline; logs:\n%s", logs)
+	require.Equal(t, 2, ExitCode(err), err)
+	requireField(t, err, "shards")
+	require.NotContains(t, logs.String(), "retrying")
+}
+
 // TestServeWarnsOfRedisSettings starts serve on Redis servers that evict
 // keys, keep nothing on disk, or refuse CONFIG: serve says so in its log,
 // on /readyz and in two gauges.
