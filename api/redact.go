@@ -19,12 +19,18 @@ const redactedValue = "[redacted]"
 
 // Redacted returns n as the API shows it: the same record, but with the
 // values of its Authorization, Proxy-Authorization, Cookie and Set-Cookie
-// headers (in any case) replaced by "[redacted]". The stored notification
-// keeps them and every attempt sends them. n is not changed; a copy is
-// made only when there is something to hide.
+// headers (in any case) replaced by "[redacted]", and the user information
+// of its target URL by "xxxxx" (notify.RedactedURL). The stored
+// notification keeps them and every attempt sends them. n is not changed;
+// a copy is made only when there is something to hide.
 func Redacted(n *notify.Notification) *notify.Notification {
 	if n == nil {
 		return nil
+	}
+	if target := notify.RedactedURL(n.Target); target != n.Target {
+		out := *n
+		out.Target = target
+		n = &out
 	}
 	var headers map[string]string
 	for name := range n.Headers {

@@ -35,3 +35,21 @@ func TestCredentialHeadersRedacted(t *testing.T) {
 	require.Len(t, reserved.Notifications, 1)
 	require.Equal(t, want, reserved.Notifications[0].Headers, "reserve")
 }
+
+// TestCredentialURLsRedacted: credentials written into a URL, a webhook's
+// target or an endpoint's, are not shown either.
+func TestCredentialURLsRedacted(t *testing.T) {
+	t.Parallel()
+	b := setup(t, api.Config{})
+	type record struct {
+		Target string `json:"target"`
+		URL    string `json:"url"`
+	}
+	body := map[string]any{"id": "cred-url", "topic": "orders", "target": "https://shop:s3cr3t@merchant.example/notify"}
+	got := must[record](t, b, http.StatusCreated, "POST", "/v1/notifications", body)
+	require.Equal(t, "https://shop:xxxxx@merchant.example/notify", got.Target)
+	got = must[record](t, b, http.StatusOK, "GET", "/v1/notifications/cred-url", nil)
+	require.Equal(t, "https://shop:xxxxx@merchant.example/notify", got.Target)
+	got = must[record](t, b, http.StatusCreated, "PUT", "/v1/endpoints/m", map[string]any{"url": "https://s3cr3t-token@m.example/hook"})
+	require.Equal(t, "https://xxxxx@m.example/hook", got.URL)
+}

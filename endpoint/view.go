@@ -57,7 +57,7 @@ type SecretView struct {
 // View returns what may be shown of e, named name, from source, at now.
 func (e *Endpoint) View(name, source string, now time.Time) View {
 	v := View{
-		Name: name, Source: source, URL: e.URL, Signing: e.signing(), Secrets: []SecretView{},
+		Name: name, Source: source, URL: notify.RedactedURL(e.URL), Signing: e.signing(), Secrets: []SecretView{},
 		MaxInFlight: e.MaxInFlight, Rate: e.Rate, DisableAfter: e.DisableAfter,
 	}
 	for _, s := range e.Secrets {

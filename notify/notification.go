@@ -319,6 +319,25 @@ func validateEndpoint(n *Notification) error {
 	return nil
 }
 
+// RedactedURL returns s as answers show it: the user information of a URL
+// (https://user:password@host/, or a token in the user's place) replaced
+// by "xxxxx". They are a receiver's credentials, sent with every attempt,
+// which whoever reads a record or an endpoint need not hold.
+func RedactedURL(s string) string {
+	if !strings.Contains(s, "@") {
+		return s
+	}
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil {
+		return s
+	}
+	if _, ok := u.User.Password(); ok {
+		return u.Redacted()
+	}
+	u.User = url.User("xxxxx")
+	return u.String()
+}
+
 // ValidHTTPURL reports whether s is an absolute http or https URL with a
 // host: what the webhook and poll senders, and an on_done webhook, can
 // reach.
