@@ -91,12 +91,20 @@ func (c *app) serve(cmd *cobra.Command, role string) error {
 	return cmp.Or(err, wait())
 }
 
-// serveOn connects to Redis, retrying until it answers, then starts what
-// role runs and hands the listener over to it, until the command's context
-// ends and wait says the HTTP server is done. While it waits for Redis, h
-// answers /healthz, and /readyz with 503.
+// serveOn loads the policies, connects to Redis, retrying until it
+// answers, then starts what role runs and hands the listener over to it,
+// until the command's context ends and wait says the HTTP server is done.
+// While it waits for Redis, h answers /healthz, and /readyz with 503.
 func (c *app) serveOn(cmd *cobra.Command, role string, addr net.Addr, h *handlerSwap, wait func() error) error {
 	ctx := cmd.Context()
+	// The watcher catches SIGHUP, whose default action ends the process, so
+	// it starts before the wait for Redis, which can be long: a reload then
+	// rereads the file as it does later.
+	policies, stopPolicies, err := c.base.StartPolicies(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopPolicies()
 	watch := &redisconf.Watch{Log: c.base.Logger}
 	w, err := c.connect(cmd, addr, watch)
 	if err != nil || w == nil {
@@ -108,11 +116,6 @@ func (c *app) serveOn(cmd *cobra.Command, role string, addr net.Addr, h *handler
 		return err
 	}
 	defer stopTracing()
-	policies, stopPolicies, err := c.base.StartPolicies(ctx)
-	if err != nil {
-		return err
-	}
-	defer stopPolicies()
 	m := metrics.New(&metrics.Config{Store: w.store, MaxTopics: w.cfg.Metrics.MaxTopics, RedisSafetyFunc: func() (evictionOK, persistenceOK *bool) {
 		s, _ := watch.Settings()
 		return s.EvictionOK, s.PersistenceOK

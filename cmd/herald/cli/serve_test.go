@@ -8,9 +8,12 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/signal"
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -239,12 +242,15 @@ var probeURL = regexp.MustCompile(`(http://\S+) serves /healthz`)
 
 // TestServeWaitsForRedis starts serve on an address where Redis is not up
 // yet: serve keeps retrying, answers /healthz at once and /readyz 503,
-// then starts normally once a redis-server listens there.
+// rereads the policies on SIGHUP, then starts normally once a redis-server
+// listens there.
 func TestServeWaitsForRedis(t *testing.T) {
 	t.Parallel()
 	port, err := redistest.FreePort()
 	require.NoError(t, err)
 	e := newEnv(t, fmt.Sprintf("redis: {addrs: [\"127.0.0.1:%d\"]}", port))
+	// At info level, to see the reload.
+	e.config = writeConfig(t, strings.Replace(readFile(t, e.config), "log: {level: warn}", "log: {level: info}", 1))
 	ctx, cancel := context.WithCancel(context.Background())
 	out, logs, done := &syncBuffer{}, &syncBuffer{}, make(chan error, 1)
 	go func() {
@@ -265,6 +271,16 @@ func TestServeWaitsForRedis(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, s.call(t, http.MethodGet, "/readyz", "", nil))
 	require.Equal(t, http.StatusServiceUnavailable, s.call(t, http.MethodPost, "/v1/notifications", `{"topic":"jobs"}`, nil))
 	waitFor(t, 10*time.Second, "a retry to be logged", func() bool { return strings.Contains(logs.String(), "retrying") })
+
+	// Caught here too, so that a serve that does not catch SIGHUP fails
+	// this test instead of ending the test binary.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	t.Cleanup(func() { signal.Stop(hup) })
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
+	waitFor(t, 10*time.Second, "SIGHUP to reload the policies", func() bool {
+		return regexp.MustCompile(`reloaded the policies file" .*reason=hangup`).MatchString(logs.String())
+	})
 
 	redistest.Start(t, redistest.Options{Port: port})
 	waitFor(t, 20*time.Second, "/readyz to answer 200", func() bool {
