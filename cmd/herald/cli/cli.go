@@ -218,7 +218,26 @@ HERALD_REDIS_ADDRS=a:6379,b:6379 or HERALD_API_LISTEN=:8080), then flags.`,
 		c.statsCommand(), c.dlqCommand(), c.benchCommand(), c.policyCommand(), c.versionCommand(), c.endpointCommand())
 	root.AddCommand(c.pauseCommands()...)
 	root.AddCommand(c.importCommand())
+	// Built now rather than by cobra as the command runs, so that its
+	// group refuses unknown subcommands too.
+	root.InitDefaultCompletionCmd()
+	refuseUnknownSubcommands(root)
 	return root
+}
+
+// refuseUnknownSubcommands makes every command below cmd that only groups
+// others (dlq, policy, ...) refuse an argument, which names none of them,
+// as cobra refuses one after herald itself. Left alone, cobra prints such a
+// group's help and succeeds, so a mistyped `herald dlq purg` would exit 0
+// having done nothing. Without an argument the group still prints its help.
+func refuseUnknownSubcommands(cmd *cobra.Command) {
+	for _, sub := range cmd.Commands() {
+		if sub.HasSubCommands() && !sub.Runnable() {
+			sub.Args = cobra.NoArgs
+			sub.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+		}
+		refuseUnknownSubcommands(sub)
+	}
 }
 
 // setup runs before every command: it loads the configuration for the

@@ -91,6 +91,33 @@ func TestRoot(t *testing.T) {
 		require.ErrorContains(t, r.err, "see 'herald --help'")
 	})
 
+	t.Run("UnknownSubcommand", func(t *testing.T) {
+		t.Parallel()
+
+		for _, args := range [][]string{
+			{"policy", "chek", "configs/policies.yaml"},
+			{"dlq", "purg"},
+			{"endpoint", "lst"},
+			{"import", "asnyq"},
+			{"completion", "bsh"},
+		} {
+			r := run(t, args)
+			require.Equal(t, 2, r.code(), "%v: %v", args, r.err)
+			require.ErrorContains(t, r.err, fmt.Sprintf("unknown command %q for \"herald %s\"", args[1], args[0]))
+			require.ErrorContains(t, r.err, fmt.Sprintf("see 'herald %s --help'", args[0]))
+			require.Empty(t, r.out, "%v printed help", args)
+		}
+	})
+
+	t.Run("GroupWithoutSubcommand", func(t *testing.T) {
+		t.Parallel()
+
+		r := run(t, []string{"dlq"})
+		require.NoError(t, r.err)
+		require.Contains(t, r.out, "Available Commands:")
+		require.Contains(t, r.out, "replay")
+	})
+
 	t.Run("UnknownFlag", func(t *testing.T) {
 		t.Parallel()
 
