@@ -125,7 +125,9 @@ type RedisConfig struct {
 	// have it, and answer 503 when they do not within WaitTimeout. Default
 	// 0: acknowledged once the master ran it.
 	WaitReplicas int `koanf:"wait_replicas"`
-	// WaitTimeout bounds that wait. Default store.WaitTimeoutDefault (1s).
+	// WaitTimeout bounds that wait, in whole milliseconds (Redis's WAIT
+	// counts no finer), so it must be at least 1ms: WAIT reads 0 as wait
+	// forever. Default store.WaitTimeoutDefault (1s).
 	WaitTimeout time.Duration `koanf:"wait_timeout"`
 }
 
@@ -247,8 +249,9 @@ func (c *Config) Validate() error {
 		return notify.Errorf("redis.db", "must be 0 in cluster mode")
 	case r.WaitReplicas < 0:
 		return notify.Errorf("redis.wait_replicas", "must not be negative")
-	case r.WaitTimeout <= 0:
-		return notify.Errorf("redis.wait_timeout", "must be positive")
+	case r.WaitTimeout < time.Millisecond:
+		// Shorter would reach Redis as WAIT's 0, which waits forever.
+		return notify.Errorf("redis.wait_timeout", "must be at least 1ms, not %s: Redis waits in whole milliseconds", r.WaitTimeout)
 	}
 	for i, a := range r.Addrs {
 		if _, _, err := net.SplitHostPort(a); err != nil {
