@@ -289,6 +289,7 @@ func TestConfigValidate(t *testing.T) {
 		{"NegativeDB", func(c *config.Config) { c.Redis.DB = -1 }, "redis.db"},
 		{"NegativeWaitReplicas", func(c *config.Config) { c.Redis.WaitReplicas = -1 }, "redis.wait_replicas"},
 		{"WaitTimeout", func(c *config.Config) { c.Redis.WaitTimeout = 0 }, "redis.wait_timeout"},
+		{"EmbeddedWaitReplicas", func(c *config.Config) { c.Redis.Addrs, c.Redis.WaitReplicas = []string{}, 1 }, "redis.wait_replicas"},
 		{"WaitTimeoutUnderAMillisecond", func(c *config.Config) { c.Redis.WaitTimeout = 500 * time.Microsecond }, "redis.wait_timeout"},
 		{"RedisAddr", func(c *config.Config) { c.Redis.Addrs = []string{"a:1", "nohost"} }, "redis.addrs[1]"},
 		{"StandaloneTakesOneAddr", func(c *config.Config) { c.Redis.Addrs = []string{"a:1", "b:2"} }, "redis.addrs"},

@@ -123,7 +123,8 @@ type RedisConfig struct {
 	// WaitReplicas, when above 0, makes every acknowledged write (an
 	// enqueue, a cancel, a replay, an ack) wait until that many replicas
 	// have it, and answer 503 when they do not within WaitTimeout. Default
-	// 0: acknowledged once the master ran it.
+	// 0: acknowledged once the master ran it. It must be 0 with the
+	// embedded Redis (Addrs empty), which has no replicas.
 	WaitReplicas int `koanf:"wait_replicas"`
 	// WaitTimeout bounds that wait, in whole milliseconds (Redis's WAIT
 	// counts no finer), so it must be at least 1ms: WAIT reads 0 as wait
@@ -249,6 +250,9 @@ func (c *Config) Validate() error {
 		return notify.Errorf("redis.db", "must be 0 in cluster mode")
 	case r.WaitReplicas < 0:
 		return notify.Errorf("redis.wait_replicas", "must not be negative")
+	case r.WaitReplicas > 0 && len(r.Addrs) == 0:
+		// Every write would be stored, then answered 503 for want of replicas.
+		return notify.Errorf("redis.wait_replicas", "must be 0 with the embedded Redis (redis.addrs empty), which has no replicas")
 	case r.WaitTimeout < time.Millisecond:
 		// Shorter would reach Redis as WAIT's 0, which waits forever.
 		return notify.Errorf("redis.wait_timeout", "must be at least 1ms, not %s: Redis waits in whole milliseconds", r.WaitTimeout)
