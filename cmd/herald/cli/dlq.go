@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"regexp"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -124,7 +126,9 @@ stops after --limit; the next page starts at the cursor it prints.`,
 						break
 					}
 				}
-				return c.output(asJSON, api.NewDeadPage(items, cursor), func(out io.Writer) error { return printDead(out, items, cursor) })
+				return c.output(asJSON, api.NewDeadPage(items, cursor), func(out io.Writer) error {
+					return printDead(out, items, nextPage(cmd, cursor))
+				})
 			})
 		},
 	})
@@ -136,9 +140,38 @@ stops after --limit; the next page starts at the cursor it prints.`,
 	return cmd
 }
 
-// printDead prints dead notifications as a table, and the cursor of the
-// next page when there is one.
-func printDead(out io.Writer, items []*notify.Notification, cursor string) error {
+// nextPage returns the command line that lists the page after cursor, or
+// "" when there is none: cmd with every flag the operator set, since the
+// cursor holds only a position, and --topic, --limit or --config left out
+// would list another page of another listing.
+func nextPage(cmd *cobra.Command, cursor string) string {
+	if cursor == "" {
+		return ""
+	}
+	line := []string{cmd.CommandPath()}
+	cmd.Flags().Visit(func(f *pflag.Flag) {
+		if f.Name != "cursor" {
+			line = append(line, "--"+f.Name+"="+shellQuote(f.Value.String()))
+		}
+	})
+	return strings.Join(append(line, "--cursor="+shellQuote(cursor)), " ")
+}
+
+// shellSafeRe matches the words a POSIX shell takes as they are.
+var shellSafeRe = regexp.MustCompile(`^[A-Za-z0-9_./:@%+=,-]+$`)
+
+// shellQuote returns s as one word for a POSIX shell, so that a printed
+// command line can be pasted back.
+func shellQuote(s string) string {
+	if shellSafeRe.MatchString(s) {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// printDead prints dead notifications as a table, then next, the command
+// line of the next page, when there is one.
+func printDead(out io.Writer, items []*notify.Notification, next string) error {
 	if len(items) == 0 {
 		_, err := fmt.Fprintln(out, "no dead notifications")
 		return err
@@ -156,8 +189,8 @@ func printDead(out io.Writer, items []*notify.Notification, cursor string) error
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if cursor != "" {
-		_, err := fmt.Fprintf(out, "\nmore: herald dlq list --cursor %s\n", cursor)
+	if next != "" {
+		_, err := fmt.Fprintf(out, "\nmore: %s\n", next)
 		return err
 	}
 	return nil

@@ -22,7 +22,7 @@ func TestDLQ(t *testing.T) {
 	t.Run("ListReplayPurge", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t, "")
-		e.dead(t, "d1", "d2", "d3")
+		e.dead(t, "jobs", "d1", "d2", "d3")
 
 		r := e.run(t, "dlq", "list")
 		require.NoError(t, r.err)
@@ -72,6 +72,28 @@ func TestDLQ(t *testing.T) {
 		require.Equal(t, "no dead notifications\n", r.out)
 	})
 
+	t.Run("NextPageKeepsTheFilters", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, "")
+		e.dead(t, "hooks", "h1", "h2", "h3")
+		e.dead(t, "jobs", "j1", "j2")
+
+		var listed []string
+		args := []string{"--config", e.config, "dlq", "list", "--topic", "hooks", "--limit", "2"}
+		for args != nil {
+			r := run(t, args)
+			require.NoError(t, r.err)
+			listed = append(listed, regexp.MustCompile(`(?m)^\w\d\b`).FindAllString(r.out, -1)...)
+			args = nil
+			if m := regexp.MustCompile(`(?m)^more: herald (.*)$`).FindStringSubmatch(r.out); m != nil {
+				require.Contains(t, m[1], " --topic=hooks ", "the next page is of the same listing")
+				require.Contains(t, m[1], " --limit=2 ")
+				args = strings.Fields(m[1])
+			}
+		}
+		require.ElementsMatch(t, []string{"h1", "h2", "h3"}, listed, "each of topic hooks once, none of jobs")
+	})
+
 	t.Run("BadFilters", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t, "")
@@ -99,7 +121,7 @@ func TestDLQ(t *testing.T) {
 		for i := range ids {
 			ids[i] = fmt.Sprintf("p%d", i)
 		}
-		e.dead(t, ids...)
+		e.dead(t, "jobs", ids...)
 
 		var out bytes.Buffer
 		c := newApp(Deps{Out: &out, Err: io.Discard})
@@ -117,4 +139,20 @@ func TestDLQ(t *testing.T) {
 		require.EqualValues(t, 0, got.Topics["jobs"].Dead)
 		require.EqualValues(t, 501, got.Topics["jobs"].Scheduled)
 	})
+}
+
+func TestShellQuote(t *testing.T) {
+	t.Parallel()
+
+	for _, tt := range []struct{ in, want string }{
+		{in: "hooks", want: "hooks"},
+		{in: "/srv/herald/herald.yaml", want: "/srv/herald/herald.yaml"},
+		{in: "eyJjIjoxLCJpIjoiZDIifQ==", want: "eyJjIjoxLCJpIjoiZDIifQ=="},
+		{in: "", want: "''"},
+		{in: "my configs/herald.yaml", want: "'my configs/herald.yaml'"},
+		{in: "it's", want: `'it'\''s'`},
+		{in: "$HOME", want: "'$HOME'"},
+	} {
+		require.Equal(t, tt.want, shellQuote(tt.in), tt.in)
+	}
 }

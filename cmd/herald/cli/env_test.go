@@ -84,15 +84,15 @@ func (e *testEnv) client(t *testing.T) *client.Client {
 	return cl
 }
 
-// dead makes dead pull notifications of topic jobs with the given ids: each
-// has a one-attempt array, is reserved, and fails.
-func (e *testEnv) dead(t *testing.T, ids ...string) {
+// dead makes dead pull notifications of topic with the given ids: each has
+// a one-attempt array, is reserved, and fails.
+func (e *testEnv) dead(t *testing.T, topic string, ids ...string) {
 	t.Helper()
 	ctx := context.Background()
 	cl := e.client(t)
 	reqs := make([]*notify.Request, len(ids))
 	for i, id := range ids {
-		reqs[i] = &notify.Request{ID: id, Topic: "jobs", Payload: []byte(`{"n":1}`), Backoff: []notify.Duration{0}}
+		reqs[i] = &notify.Request{ID: id, Topic: topic, Channel: notify.ChannelPull, Payload: []byte(`{"n":1}`), Backoff: []notify.Duration{0}}
 	}
 	for chunk := range slices.Chunk(reqs, store.MaxBatch) {
 		res, err := cl.EnqueueBatch(ctx, chunk)
@@ -102,7 +102,7 @@ func (e *testEnv) dead(t *testing.T, ids ...string) {
 		}
 	}
 	for failed := 0; failed < len(ids); {
-		got, err := cl.Reserve(ctx, "jobs", client.MaxReserve, time.Second)
+		got, err := cl.Reserve(ctx, topic, client.MaxReserve, time.Second)
 		require.NoError(t, err)
 		require.NotEmpty(t, got)
 		for _, n := range got {

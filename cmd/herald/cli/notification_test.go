@@ -198,7 +198,7 @@ func TestCancel(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(r.out), &n))
 	require.Equal(t, notify.StateCancelled, n.State)
 
-	e.dead(t, "dead-1")
+	e.dead(t, "jobs", "dead-1")
 	r = e.run(t, "cancel", "dead-1")
 	require.Equal(t, 1, r.code())
 	require.ErrorIs(t, r.err, notify.ErrFinished)
@@ -219,7 +219,7 @@ func TestStats(t *testing.T) {
 	for _, id := range []string{"s1", "s2"} {
 		require.NoError(t, e.run(t, "enqueue", "--topic", "jobs", "--id", id, "--delay", "1h").err)
 	}
-	e.dead(t, "s3")
+	e.dead(t, "jobs", "s3")
 
 	r = e.run(t, "stats")
 	require.NoError(t, r.err)
