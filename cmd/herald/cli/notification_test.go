@@ -219,19 +219,22 @@ func TestStats(t *testing.T) {
 	for _, id := range []string{"s1", "s2"} {
 		require.NoError(t, e.run(t, "enqueue", "--topic", "jobs", "--id", id, "--delay", "1h").err)
 	}
+	for _, id := range []string{"k1", "k2", "k3"} { // the last two wait behind the first
+		require.NoError(t, e.run(t, "enqueue", "--topic", "jobs", "--id", id, "--delay", "1h", "--order-key", "k").err)
+	}
 	e.dead(t, "jobs", "s3")
 
 	r = e.run(t, "stats")
 	require.NoError(t, r.err)
-	require.Regexp(t, `TOPIC\s+SCHEDULED\s+RESERVED\s+DEAD\s+SUCCEEDED\s+FAILED ATTEMPTS`, r.out)
-	require.Regexp(t, `(?m)^jobs\s+2\s+0\s+1\s+0\s+1\s*$`, r.out)
-	require.Regexp(t, `(?m)^total\s+2\s+0\s+1\s+0\s+1\s*$`, r.out)
+	require.Regexp(t, `TOPIC\s+SCHEDULED\s+WAITING\s+RESERVED\s+DEAD\s+SUCCEEDED\s+FAILED ATTEMPTS`, r.out)
+	require.Regexp(t, `(?m)^jobs\s+3\s+2\s+0\s+1\s+0\s+1\s*$`, r.out)
+	require.Regexp(t, `(?m)^total\s+3\s+2\s+0\s+1\s+0\s+1\s*$`, r.out)
 
 	r = e.run(t, "stats", "--json")
 	require.NoError(t, r.err)
 	var got api.Stats
 	require.NoError(t, json.Unmarshal([]byte(r.out), &got))
-	require.EqualValues(t, 2, got.Topics["jobs"].Scheduled)
+	require.EqualValues(t, 3, got.Topics["jobs"].Scheduled)
 	require.EqualValues(t, 1, got.Totals.Dead)
 
 	r = e.run(t, "stats", "extra")

@@ -21,9 +21,9 @@ func printStats(out io.Writer, r *api.Stats) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TOPIC\tSCHEDULED\tRESERVED\tDEAD\tSUCCEEDED\tFAILED ATTEMPTS")
+	fmt.Fprintln(tw, "TOPIC\tSCHEDULED\tWAITING\tRESERVED\tDEAD\tSUCCEEDED\tFAILED ATTEMPTS")
 	row := func(name string, t store.TopicStats) {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\n", name, t.Scheduled, t.Reserved, t.Dead, t.SucceededTotal, t.FailedAttemptsTotal)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\n", name, t.Scheduled, t.Waiting, t.Reserved, t.Dead, t.SucceededTotal, t.FailedAttemptsTotal)
 	}
 	for _, name := range slices.Sorted(maps.Keys(r.Topics)) {
 		row(name, r.Topics[name])
@@ -37,10 +37,11 @@ func (c *app) statsCommand() *cobra.Command {
 	cmd := withConfig(&cobra.Command{
 		Use:   "stats",
 		Short: "Count notifications per topic",
-		Long: `Stats prints, per topic, how many notifications are scheduled, reserved (an
-attempt running) and dead now, and how many have succeeded and how many
-attempts have failed since the topic's first notification. --json prints
-what GET /v1/stats answers.`,
+		Long: `Stats prints, per topic, how many notifications are scheduled, waiting
+(held behind an earlier one of their order key), reserved (an attempt
+running) and dead now, and how many have succeeded and how many attempts
+have failed since the topic's first notification. --json prints what
+GET /v1/stats answers.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return c.withClient(cmd, false, func(cl *client.Client) error {
