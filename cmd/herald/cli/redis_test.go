@@ -182,7 +182,7 @@ func TestRedisCluster(t *testing.T) {
 	require.Regexp(t, `state\s+scheduled`, r.out)
 	r = e.run(t, "stats")
 	require.NoError(t, r.err)
-	require.Regexp(t, `(?m)^jobs\s+8\s+0\s+0\s+0\s+0\s*$`, r.out)
+	require.Regexp(t, `(?m)^jobs\s+8\s+0\s+0\s+0\s+0\s+0\s*$`, r.out)
 	require.NoError(t, e.run(t, "cancel", "cj-5").err)
 }
 

@@ -67,6 +67,6 @@ func TestTour(t *testing.T) {
 	require.Contains(t, herald("cancel", "appt-42").out, "cancelled appt-42")
 
 	r = herald("stats")
-	require.Regexp(t, `(?m)^jobs\s+0\s+0\s+0\s+1\s+0\s*$`, r.out)
-	require.Regexp(t, `(?m)^appointment-reminder\s+0\s+0\s+0\s+0\s+0\s*$`, r.out)
+	require.Regexp(t, `(?m)^jobs\s+0\s+0\s+0\s+0\s+1\s+0\s*$`, r.out)
+	require.Regexp(t, `(?m)^appointment-reminder\s+0\s+0\s+0\s+0\s+0\s+0\s*$`, r.out)
 }
