@@ -219,11 +219,11 @@ type Dispatcher struct {
 	log   *slog.Logger
 
 	// capacity counts the notifications the dispatcher may still reserve:
-	// Concurrency + Prefetch, less those reserved whose attempt has not
-	// ended.
+	// Concurrency and as many ahead as it reserves now (up to Prefetch),
+	// less those reserved whose attempt has not ended.
 	capacity *capacity
 	// work holds reserved notifications waiting for a worker.
-	work chan *notify.Notification
+	work chan queued
 	// finishes carries ended attempts to the finisher, which records them
 	// in batches.
 	finishes chan pendingFinish
@@ -272,7 +272,7 @@ func New(cfg *Config) (*Dispatcher, error) {
 		store:    cfg.Store,
 		log:      cfg.Logger,
 		capacity: newCapacity(cfg.Concurrency, total),
-		work:     make(chan *notify.Notification, total),
+		work:     make(chan queued, total),
 		finishes: make(chan pendingFinish, total),
 		ready:    make(chan struct{}),
 	}, nil
@@ -468,8 +468,9 @@ func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan
 					heads[h.Shard] = h.Due.UnixMilli()
 				}
 			}
+			handed := d.store.Now()
 			for _, n := range items {
-				d.work <- n // never blocks: work holds as many as capacity
+				d.work <- queued{n, handed} // never blocks: work holds as many as capacity
 			}
 			continue
 		}
@@ -558,12 +559,13 @@ func sleep(ctx context.Context, d time.Duration) {
 // spent waiting, or run after the reaper took it back and counted an
 // attempt that never was. Fewer are then reserved ahead (capacity.shrink).
 func (d *Dispatcher) worker(ctx context.Context) {
-	for n, ok := d.next(); ok; n, ok = d.next() {
+	for q, ok := d.next(); ok; q, ok = d.next() {
+		n := q.n
 		p := d.cfg.PoliciesFunc().PolicyFor(n)
 		switch {
 		case ctx.Err() != nil:
 			d.finishes <- unstarted(n, d.store.Now())
-		case !startable(&p, n, d.store.Now()):
+		case !startable(&p, n, d.store.Now().Sub(q.handed)):
 			d.capacity.shrink()
 			d.finishes <- unstarted(n, d.store.Now())
 			d.log.DebugContext(ctx, "schedule: gave back a notification that waited too long for a worker", "id", n.ID)
@@ -578,29 +580,37 @@ func (d *Dispatcher) worker(ctx context.Context) {
 	}
 }
 
+// queued is a reserved notification waiting for a worker, and when the
+// reservation handed it over.
+type queued struct {
+	n      *notify.Notification
+	handed time.Time
+}
+
 // next returns the next notification for a worker, and false once the work
 // channel is closed. A worker that finds none waiting lets one more be
 // reserved ahead (capacity.grow): keeping workers busy is what reserving
 // ahead is for.
-func (d *Dispatcher) next() (*notify.Notification, bool) {
+func (d *Dispatcher) next() (queued, bool) {
 	select {
-	case n, ok := <-d.work:
-		return n, ok
+	case q, ok := <-d.work:
+		return q, ok
 	default:
 	}
 	d.capacity.grow()
-	n, ok := <-d.work
-	return n, ok
+	q, ok := <-d.work
+	return q, ok
 }
 
-// startable reports whether n's reservation still leaves its attempt the
-// time a reservation made now would: the policy's timeout, or nine tenths
-// of the ttr where that is shorter.
-func startable(p *policy.Policy, n *notify.Notification, now time.Time) bool {
-	if n.Deadline == nil {
-		return true
-	}
-	return n.Deadline.Sub(now) >= min(time.Duration(p.Timeout), time.Duration(n.TTR)*9/10)
+// startable reports whether n, having waited this long for a worker, still
+// leaves its attempt the time a reservation made now would: the policy's
+// timeout, or nine tenths of the ttr where that is shorter. Only the wait
+// for a worker counts, not the reservation's own round trip: one taken by
+// an idle worker at once always starts, however far Redis is, or a short
+// ttr would be reserved and given back for ever.
+func startable(p *policy.Policy, n *notify.Notification, waited time.Duration) bool {
+	ttr := time.Duration(n.TTR)
+	return waited <= ttr-min(time.Duration(p.Timeout), ttr*9/10)
 }
 
 // unstarted gives n back as it was, due at its own time.
