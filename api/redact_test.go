@@ -47,9 +47,9 @@ func TestCredentialURLsRedacted(t *testing.T) {
 	}
 	body := map[string]any{"id": "cred-url", "topic": "orders", "target": "https://shop:s3cr3t@merchant.example/notify"}
 	got := must[record](t, b, http.StatusCreated, "POST", "/v1/notifications", body)
-	require.Equal(t, "https://shop:xxxxx@merchant.example/notify", got.Target)
+	require.Equal(t, "https://xxxxx@merchant.example/notify", got.Target)
 	got = must[record](t, b, http.StatusOK, "GET", "/v1/notifications/cred-url", nil)
-	require.Equal(t, "https://shop:xxxxx@merchant.example/notify", got.Target)
+	require.Equal(t, "https://xxxxx@merchant.example/notify", got.Target)
 	got = must[record](t, b, http.StatusCreated, "PUT", "/v1/endpoints/m", map[string]any{"url": "https://s3cr3t-token@m.example/hook"})
 	require.Equal(t, "https://xxxxx@m.example/hook", got.URL)
 }

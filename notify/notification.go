@@ -320,9 +320,10 @@ func validateEndpoint(n *Notification) error {
 }
 
 // RedactedURL returns s as answers show it: the user information of a URL
-// (https://user:password@host/, or a token in the user's place) replaced
-// by "xxxxx". They are a receiver's credentials, sent with every attempt,
-// which whoever reads a record or an endpoint need not hold.
+// (https://user:password@host/, or a token in the user's or the password's
+// place) replaced, all of it, by "xxxxx". It is a receiver's credentials,
+// sent with every attempt, which whoever reads a record or an endpoint need
+// not hold.
 func RedactedURL(s string) string {
 	if !strings.Contains(s, "@") {
 		return s
@@ -330,9 +331,6 @@ func RedactedURL(s string) string {
 	u, err := url.Parse(s)
 	if err != nil || u.User == nil {
 		return s
-	}
-	if _, ok := u.User.Password(); ok {
-		return u.Redacted()
 	}
 	u.User = url.User("xxxxx")
 	return u.String()
@@ -537,9 +535,9 @@ func appendJSONString[S ~string | ~[]byte](b []byte, s S) []byte {
 }
 
 // CutError cuts an error message to MaxErrorLen bytes for the history, as
-// valid UTF-8: what is not (a receiver answering in GBK or Latin-1) shows as
-// U+FFFD, as JSON would show it, rather than ending the message there, and
-// the cut falls between runes.
+// valid UTF-8: each run of bytes that are not (a receiver answering in GBK
+// or Latin-1) shows as one U+FFFD, rather than ending the message there,
+// and the cut falls between runes.
 func CutError(s string) string {
 	if len(s) <= MaxErrorLen && utf8.ValidString(s) {
 		return s

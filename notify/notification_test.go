@@ -192,7 +192,8 @@ func TestRedactedURL(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[string]string{
 		"https://merchant.example/notify?a=b":       "https://merchant.example/notify?a=b",
-		"https://shop:s3cr3t@merchant.example/n":    "https://shop:xxxxx@merchant.example/n",
+		"https://shop:s3cr3t@merchant.example/n":    "https://xxxxx@merchant.example/n",
+		"https://sk_live_token:@merchant.example/n": "https://xxxxx@merchant.example/n",
 		"https://s3cr3t-token@merchant.example/n":   "https://xxxxx@merchant.example/n",
 		"https://merchant.example/n?email=a@b.test": "https://merchant.example/n?email=a@b.test",
 		"+14155550100": "+14155550100",
