@@ -204,6 +204,9 @@ func wholeNumberHook(_, to reflect.Type, data any) (any, error) {
 	}
 	switch v := data.(type) {
 	case string:
+		if strings.TrimSpace(v) == "" {
+			return data, nil // an empty variable is 0, as it always was
+		}
 		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 		if err != nil {
 			return nil, errors.New("want a whole number, not a string that does not read as one")

@@ -352,6 +352,8 @@ func TestDecode(t *testing.T) {
 		require.Equal(t, 10, c.Count, "not octal")
 		require.NoError(t, Decode("", map[string]any{"count": 12.0}, &c))
 		require.Equal(t, 12, c.Count)
+		require.NoError(t, Decode("", map[string]any{"count": ""}, &c))
+		require.Equal(t, 0, c.Count, "an empty variable")
 		for _, v := range []any{2.5, "2.5", "0x10"} {
 			err := Decode("", map[string]any{"count": v}, &c)
 			var fe *notify.FieldError
