@@ -50,6 +50,15 @@ func TestWaitReplicas(t *testing.T) {
 	require.NoError(t, err, "acknowledged again once the replica catches up")
 }
 
+// TestWaitTimeoutInMilliseconds: WAIT takes whole milliseconds, and WAIT n
+// 0 waits for ever, so a wait_timeout under a millisecond is refused rather
+// than made endless.
+func TestWaitTimeoutInMilliseconds(t *testing.T) {
+	t.Parallel()
+	_, err := store.New(&store.Config{Client: server.Client(t), WaitReplicas: 1, WaitTimeout: 500 * time.Microsecond})
+	require.ErrorContains(t, err, "wait_timeout must be at least 1ms")
+}
+
 // reserveEventually reserves from the pull queue of jobs until n
 // notifications are handed out; due times are rounded up to the
 // millisecond, so ones enqueued just now are due within one.

@@ -129,6 +129,9 @@ func (c *Config) validate() error {
 		return errors.New("store: retention must be positive, or -1 to keep records")
 	case c.WaitReplicas < 0 || c.WaitTimeout < 0:
 		return errors.New("store: wait_replicas and wait_timeout must not be negative")
+	case c.WaitTimeout > 0 && c.WaitTimeout < time.Millisecond:
+		// WAIT takes milliseconds, and WAIT n 0 waits for ever.
+		return errors.New("store: wait_timeout must be at least 1ms")
 	}
 	return nil
 }
