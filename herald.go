@@ -85,8 +85,13 @@ var (
 	// ErrNotFound means no notification has the id (or it expired).
 	ErrNotFound = notify.ErrNotFound
 	// ErrConflict means an enqueue reused an id with other content and did
-	// not ask to replace it.
+	// not ask to replace it, or asked for a replace that cannot be made
+	// (ErrOtherShard).
 	ErrConflict = notify.ErrConflict
+	// ErrOtherShard means a replace would move the notification to another
+	// shard of a Cluster (another order key, say), which one step cannot
+	// do; it is an ErrConflict.
+	ErrOtherShard = notify.ErrOtherShard
 	// ErrReserved means the notification is being attempted right now, so
 	// it cannot be replaced.
 	ErrReserved = notify.ErrReserved

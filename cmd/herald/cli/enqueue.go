@@ -133,6 +133,8 @@ chosen. Prints the stored record (--json: as the API answers).`,
 			return c.withClient(cmd, true, func(cl *client.Client) error {
 				n, status, err := cl.Enqueue(cmd.Context(), req)
 				switch {
+				case errors.Is(err, notify.ErrOtherShard):
+					return fmt.Errorf("enqueue %s: %w", n.ID, err)
 				case errors.Is(err, notify.ErrConflict):
 					return fmt.Errorf("enqueue %s: %w: the id is taken by other content; --replace reschedules it", n.ID, err)
 				case errors.Is(err, notify.ErrReserved):
