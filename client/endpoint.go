@@ -101,6 +101,26 @@ func (c *Client) EnableEndpoint(ctx context.Context, name string) (resumed int, 
 	return resumed, err
 }
 
+// endPauses ends the pause and the disabling of the endpoint name, where
+// there are any: resuming costs a round trip per shard.
+func (c *Client) endPauses(ctx context.Context, name string) error {
+	paused, err := c.store.Paused(ctx)
+	if err != nil {
+		return err
+	}
+	if _, ok := paused[store.PauseKey(store.PauseEndpoint, name)]; ok {
+		if _, err := c.store.Resume(ctx, store.PauseEndpoint, name); err != nil {
+			return err
+		}
+	}
+	if _, ok := paused[store.PauseKey(store.PauseDisabled, name)]; ok {
+		if _, err := c.store.EnableEndpoint(ctx, name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // ListEndpoints returns every endpoint in name order: the policies file's,
 // and those registered over the API, marked Shadowed where the file defines
 // the same name.
@@ -152,9 +172,7 @@ func (c *Client) DeleteEndpoint(ctx context.Context, name string) error {
 		return fmt.Errorf("%q: %w", name, endpoint.ErrInFile)
 	}
 	if err == nil && !inFile {
-		if _, err = c.store.Resume(ctx, store.PauseEndpoint, name); err == nil {
-			_, err = c.store.EnableEndpoint(ctx, name)
-		}
+		err = c.endPauses(ctx, name)
 	}
 	if err != nil && !errors.Is(err, endpoint.ErrNotFound) {
 		c.storeError("delete_endpoint", err)
