@@ -38,7 +38,9 @@
 //	 "status_code": 200, "response": <the provider's answer, as parsed>}
 //
 // The notification's own headers are not forwarded there: they are meant for
-// the provider. If the on_done webhook fails, the attempt fails with its
+// the provider; only the attempt's trace context (traceparent, tracestate)
+// is, so that the webhook is part of the attempt's trace. The poll and the
+// webhook share the attempt's timeout. If the on_done webhook fails, the attempt fails with its
 // error (retried or permanent as the webhook's outcome is), so the next
 // attempt polls again and, finding the trade still final, sends on_done
 // again: at least once, like every delivery.
@@ -166,6 +168,7 @@ func (s *Sender) sendOnDone(ctx context.Context, n *notify.Notification, cond *n
 		Topic:    n.Topic,
 		Channel:  notify.ChannelWebhook,
 		Target:   cond.OnDone,
+		Headers:  traceContext(n.Headers),
 		Policy:   n.Policy,
 		State:    n.State,
 		Attempts: n.Attempts,
@@ -175,6 +178,23 @@ func (s *Sender) sendOnDone(ctx context.Context, n *notify.Notification, cond *n
 		SendAt:   n.SendAt,
 	})
 	return err
+}
+
+// traceContext returns the W3C Trace Context headers among a poll's, which
+// go on to its on_done webhook, so that the webhook is part of the
+// attempt's trace as the poll is; the poll's other headers, which may carry
+// the provider's credentials, stay with the provider.
+func traceContext(headers map[string]string) map[string]string {
+	var out map[string]string
+	for name, v := range headers {
+		if strings.EqualFold(name, "traceparent") || strings.EqualFold(name, "tracestate") {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[name] = v
+		}
+	}
+	return out
 }
 
 // parseAnswer reads a provider's answer: exactly one JSON value, with

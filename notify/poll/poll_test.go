@@ -83,13 +83,16 @@ func setup(t *testing.T, h http.HandlerFunc, method string, withOnDone bool) *te
 	return bundle
 }
 
+// traceparent is the W3C trace context a traced attempt carries.
+const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
 func notification(target string) *notify.Notification {
 	return &notify.Notification{
 		ID:      "poll-T-1",
 		Topic:   "trade-poll",
 		Channel: notify.ChannelPoll,
 		Target:  target,
-		Headers: map[string]string{"Authorization": "Bearer provider-token"},
+		Headers: map[string]string{"Authorization": "Bearer provider-token", "traceparent": traceparent},
 		Payload: json.RawMessage(`{"out_trade_no":"T-1","trade_status":"x","total_amount":"88.88"}`),
 	}
 }
@@ -136,6 +139,7 @@ func TestSendPollsUntilDone(t *testing.T) {
 	require.Equal(t, "3", done[0].Header.Get("Herald-Attempt"))
 	require.NotEmpty(t, done[0].Header.Get("Webhook-Signature"))
 	require.Empty(t, done[0].Header.Get("Authorization"), "the provider's headers stay with the provider")
+	require.Equal(t, traceparent, done[0].Header.Get("Traceparent"), "the attempt's trace goes on")
 	require.JSONEq(t, fmt.Sprintf(`{"id":"poll-T-1","topic":"trade-poll","target":%q,"field":%q,"value":"TRADE_SUCCESS","status_code":200,"response":%s}`,
 		n.Target, tradeField, tradeAnswer("TRADE_SUCCESS")), string(done[0].Body))
 }
