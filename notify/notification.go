@@ -355,6 +355,10 @@ func ValidateTarget(channel, target string) error {
 			return Errorf("target", "must be an http or https URL for channel %s", channel)
 		}
 	case ChannelSMS:
+		if ValidE164("+" + target) {
+			// An unquoted +14155550100 in YAML is the number 14155550100.
+			return Errorf("target", "must be an E.164 phone number such as +14155550100: it lacks its leading + (in a YAML file, quote the number, or it is read as a number without the +)")
+		}
 		if !ValidE164(target) {
 			return Errorf("target", "must be an E.164 phone number such as +14155550100")
 		}

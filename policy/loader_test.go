@@ -238,6 +238,12 @@ func TestParseErrors(t *testing.T) {
 			wantMsg:   "E.164",
 		},
 		{
+			name:      "SMSTargetUnquoted",
+			yaml:      "topics:\n  t: {channel: sms, target: +14155550100}\n",
+			wantField: "topics.t.target",
+			wantMsg:   "quote the number",
+		},
+		{
 			name:      "PullTarget",
 			yaml:      "topics:\n  t: {channel: pull, target: 'https://x.example'}\n",
 			wantField: "topics.t.target",
