@@ -192,6 +192,26 @@ var (
 // durationHook reads durations as notify.ParseDuration does. Without it, a
 // YAML number such as 30 would become 30 nanoseconds, since both duration
 // types are integers underneath.
+func durationHook(_, to reflect.Type, data any) (any, error) {
+	if to != durationType && to != notifyDurationType {
+		return data, nil
+	}
+	var s string
+	switch v := data.(type) {
+	case string:
+		s = v
+	case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64, float32, float64:
+		s = fmt.Sprint(v)
+	default:
+		return nil, fmt.Errorf("want a duration such as 2m or a number of seconds, not %s", valueKind(data))
+	}
+	d, err := notify.ParseDuration(s)
+	if err != nil {
+		return nil, err
+	}
+	return reflect.ValueOf(d).Convert(to).Interface(), nil
+}
+
 // wholeNumberHook reads an integer field strictly: mapstructure's weak
 // typing would read "010" as octal 8 (HERALD_REDIS_DB=010 selected db 8)
 // and cut 2.5 to 2.
@@ -204,10 +224,11 @@ func wholeNumberHook(_, to reflect.Type, data any) (any, error) {
 	}
 	switch v := data.(type) {
 	case string:
-		if strings.TrimSpace(v) == "" {
+		v = strings.TrimSpace(v)
+		if v == "" {
 			return data, nil // an empty variable is 0, as it always was
 		}
-		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
 			return nil, errors.New("want a whole number, not a string that does not read as one")
 		}
@@ -229,24 +250,4 @@ func boolTextHook(_, to reflect.Type, data any) (any, error) {
 		return strconv.FormatBool(b), nil
 	}
 	return data, nil
-}
-
-func durationHook(_, to reflect.Type, data any) (any, error) {
-	if to != durationType && to != notifyDurationType {
-		return data, nil
-	}
-	var s string
-	switch v := data.(type) {
-	case string:
-		s = v
-	case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64, float32, float64:
-		s = fmt.Sprint(v)
-	default:
-		return nil, fmt.Errorf("want a duration such as 2m or a number of seconds, not %s", valueKind(data))
-	}
-	d, err := notify.ParseDuration(s)
-	if err != nil {
-		return nil, err
-	}
-	return reflect.ValueOf(d).Convert(to).Interface(), nil
 }

@@ -370,7 +370,7 @@ func (s *Store) runScriptsOn(ctx context.Context, r scripter, calls []*scriptCal
 // reply, would run the script again when the first run's reply was only
 // late or lost, and the second run's answer is not the first's: a
 // reservation's items would be held until their ttr by a run no one heard
-// from, a cancel would answer that the notification was already finished.
+// from, an ack would answer that its receipt was stale.
 // The error goes to the caller instead, which knows what retrying means.
 func evalSha(ctx context.Context, pipe redis.Pipeliner, c *scriptCall) *redis.Cmd {
 	argv := make([]any, 0, 3+len(c.keys)+len(c.args))
