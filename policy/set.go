@@ -221,6 +221,7 @@ func (s *Set) Resolve(req *notify.Request, now time.Time, maxPayload int) (*noti
 		n.TTR = *req.TTR
 	}
 	var schedule string
+	field := "send_at"
 	switch {
 	case req.SendAt != nil && req.Delay != nil:
 		return nil, notify.Errorf("delay", "give send_at or delay, not both")
@@ -229,37 +230,45 @@ func (s *Set) Resolve(req *notify.Request, now time.Time, maxPayload int) (*noti
 		// due times up, so truncating here would start attempts early.
 		n.SendAt = req.SendAt.UTC()
 		schedule = n.SendAt.Format(time.RFC3339Nano)
-		if err := checkSendAt(n.SendAt); err != nil {
-			return nil, notify.Errorf("send_at", "%v", err)
-		}
 	case req.Delay != nil:
 		n.SendAt = now.Add(time.Duration(*req.Delay)).UTC()
 		schedule = "delay " + req.Delay.String()
-		if err := checkSendAt(n.SendAt); err != nil {
-			return nil, notify.Errorf("delay", "%v", err)
-		}
+		field = "delay"
 	default:
 		n.SendAt = now.UTC()
 		schedule = "now"
 	}
+	if err := checkSendAt(n.SendAt); err != nil {
+		return nil, notify.Errorf(field, "%v", err)
+	}
 	if err := n.Validate(maxPayload); err != nil {
 		return nil, err
+	}
+	if err := checkSendAt(n.SendAt.Add(time.Duration(n.Backoff[0]))); err != nil {
+		if len(req.Backoff) > 0 {
+			field = "backoff[0]"
+		}
+		return nil, notify.Errorf(field, "puts the first attempt (backoff[0] after the send time) out of range: it %v", err)
 	}
 	n.Digest = n.ComputeDigest(schedule)
 	return n, nil
 }
 
-// Bounds of a send time: a Redis score holds whole milliseconds exactly up
-// to 2^53, and times before the Unix epoch are refused rather than read as
-// "now".
+// Bounds of a due time. A record writes its times in RFC 3339, whose years
+// have four digits, so the last one is the last millisecond of 9999 (due
+// times are rounded up to the millisecond, so a later fraction of it
+// would be the year 10000); a send_at written in 9999 with a negative
+// offset can be past it. Times before the Unix epoch are refused rather
+// than read as "now". Both are well inside what a Redis score holds
+// exactly.
 var (
-	minSendAt = time.Unix(0, 0)
-	maxSendAt = time.UnixMilli(1<<53 - 1)
+	minSendAt = time.Unix(0, 0).UTC()
+	maxSendAt = time.Date(9999, time.December, 31, 23, 59, 59, int(999*time.Millisecond), time.UTC)
 )
 
 func checkSendAt(t time.Time) error {
 	if t.Before(minSendAt) || t.After(maxSendAt) {
-		return fmt.Errorf("must be between %s and %s", minSendAt.UTC().Format(time.RFC3339), maxSendAt.UTC().Format(time.RFC3339))
+		return fmt.Errorf("must be between %s and %s", minSendAt.Format(time.RFC3339), maxSendAt.Format(time.RFC3339Nano))
 	}
 	return nil
 }

@@ -1,0 +1,97 @@
+package policy_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald"
+	"github.com/heraldhq/herald/internal/redistest"
+	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/policy"
+)
+
+func mustTime(t *testing.T, s string) *time.Time {
+	t.Helper()
+	v, err := time.Parse(time.RFC3339Nano, s)
+	require.NoError(t, err)
+	return &v
+}
+
+func durations(ds ...time.Duration) []notify.Duration {
+	out := make([]notify.Duration, len(ds))
+	for i, d := range ds {
+		out[i] = notify.Duration(d)
+	}
+	return out
+}
+
+// TestResolveSendAtLimits checks the far ends of a send time: what Resolve
+// accepts is a record the API can write, and what it refuses names the
+// field.
+func TestResolveSendAtLimits(t *testing.T) {
+	t.Parallel()
+	set, err := policy.NewSet(nil, nil)
+	require.NoError(t, err)
+	now := time.Date(2026, 11, 27, 5, 0, 0, 0, time.UTC)
+
+	tests := []struct {
+		name      string
+		sendAt    string
+		backoff   []notify.Duration
+		wantField string
+	}{
+		{name: "Epoch", sendAt: "1970-01-01T00:00:00Z"},
+		{name: "BeforeEpoch", sendAt: "1969-12-31T23:59:59.999Z", wantField: "send_at"},
+		{name: "LastWritableMillisecond", sendAt: "9999-12-31T23:59:59.999Z", backoff: durations(0)},
+		// Rounded up to the millisecond, it is in the year 10000.
+		{name: "RoundsUpIntoYear10000", sendAt: "9999-12-31T23:59:59.9991Z", backoff: durations(0), wantField: "send_at"},
+		// Written in the year 9999 of its offset, it is the year 10000 in UTC.
+		{name: "OffsetIntoYear10000", sendAt: "9999-12-31T23:59:59-23:59", backoff: durations(0), wantField: "send_at"},
+		{name: "FirstAttemptInYear10000", sendAt: "9999-12-31T23:00:00Z", backoff: durations(2 * time.Hour), wantField: "backoff[0]"},
+		{name: "LastWritableMillisecondDefaultPolicy", sendAt: "9999-12-31T23:59:59.999Z"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			req := &notify.Request{Topic: "jobs", Channel: notify.ChannelPull, SendAt: mustTime(t, tt.sendAt), Backoff: tt.backoff}
+			n, err := set.Resolve(req, now, 0)
+			if tt.wantField != "" {
+				var fe *notify.FieldError
+				require.ErrorAs(t, err, &fe)
+				require.Equal(t, tt.wantField, fe.Field)
+				return
+			}
+			require.NoError(t, err)
+			_, err = json.Marshal(n)
+			require.NoError(t, err, "the record of an accepted notification must be writable")
+		})
+	}
+}
+
+// TestEnqueueSendAtInYear10000 enqueues, through the Go client, a
+// notification whose send time is the year 9999 in its own offset but the
+// year 10000 in UTC: it must be refused naming send_at, not stored as a
+// record that every later read of fails to write.
+func TestEnqueueSendAtInYear10000(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c, err := herald.NewClient(rdb, &herald.ClientConfig{Namespace: redistest.Namespace(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+
+	_, err = c.Enqueue(ctx, "jobs", map[string]string{"k": "v"}, herald.ID("far"), herald.Channel(notify.ChannelPull),
+		herald.SendAt(*mustTime(t, "9999-12-31T23:59:59-23:59")))
+	var fe *notify.FieldError
+	require.ErrorAs(t, err, &fe)
+	require.Equal(t, "send_at", fe.Field)
+	_, err = c.Get(ctx, "far")
+	require.ErrorIs(t, err, notify.ErrNotFound)
+}
