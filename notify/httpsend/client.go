@@ -24,10 +24,12 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"time"
@@ -180,7 +182,7 @@ type Result struct {
 // with ClassifyStatus.
 func (c *Client) Do(ctx context.Context, req *Request) (*Result, error) {
 	if !notify.ValidHTTPURL(req.URL) {
-		return nil, notify.Permanent(fmt.Errorf("target %q is not an http or https URL", req.URL))
+		return nil, notify.Permanent(fmt.Errorf("target %q is not an http or https URL", notify.RedactedURL(req.URL)))
 	}
 	for k, vs := range req.Header {
 		for _, v := range vs {
@@ -225,7 +227,7 @@ func (c *Client) Do(ctx context.Context, req *Request) (*Result, error) {
 		if resp != nil && resp.RawResponse != nil {
 			resp.RawResponse.Body.Close()
 		}
-		return nil, err
+		return nil, redactURLError(err, req.URL)
 	}
 	raw := resp.RawBody()
 	defer raw.Close()
@@ -243,6 +245,18 @@ func (c *Client) Do(ctx context.Context, req *Request) (*Result, error) {
 	// one is cheaper to drop with the connection.
 	_, _ = io.CopyN(io.Discard, raw, 4<<10)
 	return &Result{StatusCode: resp.StatusCode(), Header: resp.Header(), Body: body}, nil
+}
+
+// redactURLError names target in a transport error as answers show it
+// (notify.RedactedURL): net/http hides a URL's password but not a token in
+// the user's place, and the error goes to the history, which the API and
+// the UI show.
+func redactURLError(err error, target string) error {
+	var ue *url.Error
+	if !errors.As(err, &ue) {
+		return err
+	}
+	return &url.Error{Op: ue.Op, URL: notify.RedactedURL(target), Err: ue.Err}
 }
 
 // readBody reads the first ReadLimit bytes of a response body of length

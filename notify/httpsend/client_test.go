@@ -8,9 +8,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldhq/herald/internal/redistest"
+	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/notify/httpsend/httpsendtest"
 )
 
@@ -150,4 +153,52 @@ func loopbackClient(t *testing.T) *Client {
 	c, err := NewClient(&Config{AllowNetworks: []string{"127.0.0.0/8"}})
 	require.NoError(t, err)
 	return c
+}
+
+// TestDoErrorsHideURLCredentials checks that the error of a failed request,
+// which the history keeps and the API and the UI show, carries none of the
+// user information of the target URL: a token in the user's place or a
+// password, which answers show as "xxxxx".
+func TestDoErrorsHideURLCredentials(t *testing.T) {
+	hang := httpsendtest.NewReceiver(t, "tcp4", func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	refused, err := redistest.FreeAddr()
+	require.NoError(t, err)
+	c := loopbackClient(t)
+
+	for _, tt := range []struct {
+		name    string
+		target  string
+		timeout time.Duration
+		// check, when set, is what else the error must be.
+		check func(t *testing.T, err error)
+	}{
+		{name: "Refused", target: "http://tok3n-in-user@" + refused + "/hook"},
+		{name: "RefusedPassword", target: "http://merchant:s3cret-pass@" + refused + "/hook"},
+		{
+			name: "Timeout", target: "http://tok3n-in-user:s3cret-pass@" + hang.Addr() + "/hook", timeout: 50 * time.Millisecond,
+			check: func(t *testing.T, err error) {
+				require.ErrorIs(t, err, context.DeadlineExceeded)
+				require.NotErrorAs(t, ClassifyError(&notify.Rules{}, err), new(*notify.PermanentError), "a timeout is retried")
+			},
+		},
+		{name: "NotHTTP", target: "ftp://tok3n-in-user:s3cret-pass@127.0.0.1/hook"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			if tt.timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tt.timeout)
+				defer cancel()
+			}
+			_, err := c.Do(ctx, NewRequest(http.MethodPost, tt.target))
+			require.Error(t, err)
+			require.NotContains(t, err.Error(), "tok3n-in-user")
+			require.NotContains(t, err.Error(), "s3cret-pass")
+			require.NotContains(t, err.Error(), "merchant")
+			require.Contains(t, err.Error(), "xxxxx@", "the error still names the target")
+			if tt.check != nil {
+				tt.check(t, err)
+			}
+		})
+	}
 }
