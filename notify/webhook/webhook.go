@@ -10,7 +10,9 @@
 //	webhook-timestamp  Unix seconds of this attempt
 //	webhook-signature  v1,<base64 HMAC-SHA256 of "id.timestamp.body">; for
 //	                   a notification naming an endpoint, the endpoint's
-//	                   signatures (see package endpoint)
+//	                   signatures (see package endpoint); an endpoint
+//	                   whose every secret has expired gets no request,
+//	                   and the attempt is retried
 //	Herald-Attempt     the 0-based attempt index, as in the history
 //
 // plus the notification's own headers (which cannot replace the ones above,
@@ -166,7 +168,14 @@ func (s *Sender) Send(ctx context.Context, n *notify.Notification) (notify.Respo
 	req.Header[HeaderTimestamp] = []string{timestamp}
 	switch {
 	case ep != nil:
-		if sig := ep.Sign(now, n.ID, timestamp, body); sig != "" {
+		sig := ep.Sign(now, n.ID, timestamp, body)
+		if sig == "" && len(ep.Secrets) > 0 {
+			// The receiver expects signed requests: an unsigned one would
+			// be refused, or worse, accepted. Retried, so that a secret
+			// added meanwhile signs the next attempt.
+			return notify.Response{}, fmt.Errorf("webhook: endpoint %q: every signing secret has expired; add a new one", n.Endpoint)
+		}
+		if sig != "" {
 			req.Header[HeaderSignature] = []string{sig}
 		}
 	case s.hmac != nil:
