@@ -95,7 +95,9 @@ func RetryAfter(v string, now time.Time) time.Duration {
 	if v == "" {
 		return 0
 	}
-	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+	// A number too long for int64 still asks for a long wait: ParseInt
+	// saturates it, and the clamp below applies.
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil || errors.Is(err, strconv.ErrRange) {
 		if secs <= 0 {
 			return 0
 		}

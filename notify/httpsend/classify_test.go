@@ -30,6 +30,8 @@ func TestRetryAfter(t *testing.T) {
 		{value: "0", want: 0},
 		{value: "-3", want: 0},
 		{value: "99999999999999", want: 365 * 24 * time.Hour},
+		{value: "99999999999999999999", want: 365 * 24 * time.Hour},
+		{value: "-99999999999999999999", want: 0},
 		{value: "Fri, 01 May 2026 12:01:30 GMT", want: 90 * time.Second},
 		{value: "Friday, 01-May-26 12:00:10 GMT", want: 10 * time.Second},
 		{value: "Fri, 01 May 2026 11:59:00 GMT", want: 0},
