@@ -30,6 +30,14 @@ func (s *Server) reserve(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	// The server watches the connection for a hang-up, which ends the
+	// request's context and so the wait, only once the body is read: an
+	// unread one (the {} many clients send with a POST) would keep polling
+	// for a consumer that has left, and hand it what comes due.
+	if _, err := readBody(w, r, s.cfg.MaxBody); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	limit := 1
 	if v := q.Get("max"); v != "" {
 		if limit, err = strconv.Atoi(v); err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -84,6 +85,51 @@ func TestReserveLongPoll(t *testing.T) {
 		require.Empty(t, res.Notifications)
 		require.GreaterOrEqual(t, time.Since(start), 200*time.Millisecond)
 	})
+}
+
+// TestReserveEndsWhenTheConsumerLeaves: a long poll whose consumer has
+// hung up ends at once, even when the consumer sent a body (many HTTP
+// libraries send {} with every POST), so it does not hand out what is
+// enqueued later to no one, to wait out its ttr and burn an attempt.
+func TestReserveEndsWhenTheConsumerLeaves(t *testing.T) {
+	t.Parallel()
+	started, ended := make(chan struct{}, 1), make(chan struct{}, 1)
+	b := setup(t, api.Config{Middleware: func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Query().Get("wait") != "20s" {
+				next.ServeHTTP(w, r)
+				return
+			}
+			started <- struct{}{}
+			defer func() { ended <- struct{}{} }()
+			next.ServeHTTP(w, r)
+		})
+	}})
+	ctx, leave := context.WithCancel(t.Context())
+	req, err := http.NewRequestWithContext(ctx, "POST", b.http.URL+"/v1/topics/single/reserve?wait=20s", strings.NewReader(`{}`))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	gone := make(chan error, 1)
+	go func() {
+		resp, err := b.http.Client().Do(req)
+		if err == nil {
+			_ = resp.Body.Close()
+		}
+		gone <- err
+	}()
+	<-started
+	leave()
+	require.ErrorIs(t, <-gone, context.Canceled)
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the long poll still waits after its consumer left")
+	}
+
+	must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications", map[string]any{"id": "after", "topic": "single"})
+	res := must[reserved](t, b, http.StatusOK, "POST", "/v1/topics/single/reserve?wait=5s", nil)
+	require.Len(t, res.Notifications, 1, "the next consumer gets what was enqueued after the first left")
+	require.Equal(t, "after", res.Notifications[0].ID)
 }
 
 func TestAckNack(t *testing.T) {
