@@ -149,7 +149,7 @@ func (s *Sender) Send(ctx context.Context, n *notify.Notification) (notify.Respo
 // sendOnDone sends the on_done webhook of a done poll; see the package doc.
 func (s *Sender) sendOnDone(ctx context.Context, n *notify.Notification, cond *notify.PollRule, value string, status int, doc any) error {
 	if s.onDone == nil {
-		return notify.Permanent(fmt.Errorf("topic %q names on_done %s, but the poll sender has no webhook sender", n.Topic, cond.OnDone))
+		return notify.Permanent(fmt.Errorf("topic %q names on_done %s, but the poll sender has no webhook sender", n.Topic, notify.RedactedURL(cond.OnDone)))
 	}
 	payload, err := json.Marshal(struct {
 		ID         string `json:"id"`

@@ -229,10 +229,24 @@ func TestSendOnDoneFails(t *testing.T) {
 	t.Run("NoWebhookSender", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t, provider(0), "", true)
-		bundle.sender.onDone = nil
-		_, err := bundle.sender.Send(context.Background(), notification(bundle.provider.URL()))
+		withCredentials := func(n *notify.Notification) notify.Rules {
+			r := bundle.sender.Rules(n)
+			r.Poll.OnDone = "https://hook-user:hook-s3cret@merchant.example/done"
+			return r
+		}
+		sender, err := New(&Config{Common: httpsend.Common{
+			Rules: withCredentials,
+			HTTP:  httpsend.Config{AllowNetworks: []string{"127.0.0.0/8"}, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))},
+		}})
+		require.NoError(t, err)
+		_, err = sender.Send(context.Background(), notification(bundle.provider.URL()))
 		require.True(t, isPermanent(err))
 		require.ErrorContains(t, err, "no webhook sender")
+		// The error goes to the history, which shows URLs without their
+		// credentials.
+		require.ErrorContains(t, err, "https://xxxxx@merchant.example/done")
+		require.NotContains(t, err.Error(), "hook-s3cret")
+		require.NotContains(t, err.Error(), "hook-user")
 	})
 }
 
