@@ -1,13 +1,20 @@
 package api
 
 import (
+	"cmp"
+	"maps"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/heraldhq/herald/endpoint"
+	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/store"
 )
 
 // openAPI is the part of openapi.yaml the tests check.
@@ -87,5 +94,42 @@ func TestOpenAPIRefsResolve(t *testing.T) {
 		require.Len(t, parts, 2, ref)
 		_, ok := doc.Components[parts[0]][parts[1]]
 		require.True(t, ok, "%s is not defined", ref)
+	}
+}
+
+// TestOpenAPISchemasMatchTypes keeps the document's schemas true to what
+// the handlers read and write: each names exactly the JSON fields of the Go
+// type behind it, so a field added to an answer is documented too.
+func TestOpenAPISchemasMatchTypes(t *testing.T) {
+	t.Parallel()
+	doc, _ := loadOpenAPI(t)
+	types := map[string]reflect.Type{
+		"Request":      reflect.TypeFor[notify.Request](),
+		"Notification": reflect.TypeFor[notify.Notification](),
+		"Attempt":      reflect.TypeFor[notify.Attempt](),
+		"Endpoint":     reflect.TypeFor[endpoint.Endpoint](),
+		"EndpointView": reflect.TypeFor[endpoint.View](),
+		"TopicStats":   reflect.TypeFor[store.TopicStats](),
+		"PauseAnswer":  reflect.TypeFor[pauseAnswer](),
+		"Error":        reflect.TypeFor[Error](),
+	}
+	for name, typ := range types {
+		t.Run(name, func(t *testing.T) {
+			node, ok := doc.Components["schemas"][name]
+			require.True(t, ok, "schema %s is not defined", name)
+			var schema struct {
+				Properties map[string]yaml.Node `yaml:"properties"`
+			}
+			require.NoError(t, node.Decode(&schema))
+			var fields []string
+			for f := range typ.Fields() {
+				tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+				if tag != "-" && f.IsExported() {
+					fields = append(fields, cmp.Or(tag, f.Name))
+				}
+			}
+			slices.Sort(fields)
+			require.Equal(t, fields, slices.Sorted(maps.Keys(schema.Properties)), "the fields of %s and schema %s", typ, name)
+		})
 	}
 }
