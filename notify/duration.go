@@ -30,7 +30,15 @@ func ParseDuration(s string) (time.Duration, error) {
 		if math.IsNaN(secs) || math.Abs(secs) > float64(maxDuration/time.Second) {
 			return 0, fmt.Errorf("duration %q is out of range", s)
 		}
-		d = time.Duration(secs * float64(time.Second))
+		// A decimal is read as one, exactly: through a float64, 1.001
+		// times 1e9 falls short and truncates to 1.000999999s, which a
+		// record then shows and a schedule keeps. An exponent (1.5e2),
+		// which time.ParseDuration does not read, takes the float.
+		if exact, err := time.ParseDuration(s + "s"); err == nil {
+			d = exact
+		} else {
+			d = time.Duration(secs * float64(time.Second))
+		}
 	} else {
 		d, err = time.ParseDuration(s)
 		if err != nil {

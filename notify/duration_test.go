@@ -22,6 +22,12 @@ func TestParseDuration(t *testing.T) {
 		{name: "Zero", in: "0s", want: 0},
 		{name: "IntegerSeconds", in: "30", want: 30 * time.Second},
 		{name: "FractionalSeconds", in: "1.5", want: 1500 * time.Millisecond},
+		// Read as decimals, not through a float64, whose product with 1e9
+		// falls a nanosecond short of these.
+		{name: "MillisecondsExact", in: "1.001", want: 1001 * time.Millisecond},
+		{name: "MillisecondsExactLarge", in: "67356.480", want: 67356480 * time.Millisecond},
+		{name: "NanosecondsExact", in: "266.406545276", want: 266406545276 * time.Nanosecond},
+		{name: "ExponentSeconds", in: "1.5e2", want: 150 * time.Second},
 		{name: "Spaces", in: " 10m ", want: 10 * time.Minute},
 		{name: "NegativeZero", in: "-0", want: 0},
 		{name: "HundredYears", in: "876000h", want: maxDuration},
@@ -60,6 +66,13 @@ func TestDurationJSON(t *testing.T) {
 	b, err := json.Marshal(got)
 	require.NoError(t, err)
 	require.JSONEq(t, `{"A": "2m0s", "B": "1.5s"}`, string(b))
+
+	// A backoff written in seconds with milliseconds comes back as written,
+	// not a nanosecond short ("1.000999999s").
+	require.NoError(t, json.Unmarshal([]byte(`{"A": "1.001", "B": 1.005}`), &got))
+	b, err = json.Marshal(got)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"A": "1.001s", "B": "1.005s"}`, string(b))
 }
 
 // FuzzParseDuration checks that whatever ParseDuration accepts is within
