@@ -15,8 +15,10 @@
 // twilio: a form-encoded POST of To, From and Body to
 // {URL}/2010-04-01/Accounts/{AccountSID}/Messages.json with basic auth.
 // Twilio's 21xxx errors (invalid or unreachable number, unsubscribed
-// recipient, bad From) are permanent whatever the status; other answers are
-// classified by status under the policy, so 429 and 5xx are retried.
+// recipient, bad From) are permanent whatever the status, except 21611 (the
+// From number's queue is full), which is retried when the policy retries a
+// 429; other answers are classified by status under the policy, so 429 and
+// 5xx are retried.
 //
 // http: a JSON POST of {"to", "from", "body"} to URL, with the notification
 // id as Idempotency-Key so a gateway can drop a repeated attempt; classified
@@ -224,8 +226,23 @@ func (s *Sender) sendTwilio(ctx context.Context, r *notify.Rules, n *notify.Noti
 		return resp, nil
 	}
 	var te twilioError
-	if json.Unmarshal(bytes.TrimSpace(res.Body), &te) == nil && te.Code >= 21000 && te.Code < 22000 {
-		return resp, notify.Permanent(fmt.Errorf("sms: twilio error %d: %s", te.Code, te.Message))
+	if json.Unmarshal(bytes.TrimSpace(res.Body), &te) == nil {
+		err := fmt.Errorf("sms: twilio error %d: %s", te.Code, te.Message)
+		switch {
+		case te.Code == twilioQueueFull:
+			// The From number's queue drains at the number's rate, so a
+			// later attempt gets through: Twilio's 429 in all but status.
+			if r.RetriesStatus(http.StatusTooManyRequests) {
+				return resp, err
+			}
+			return resp, notify.Permanent(err)
+		case te.Code >= 21000 && te.Code < 22000:
+			return resp, notify.Permanent(err)
+		}
 	}
 	return resp, fmt.Errorf("sms: twilio: %w", statusErr)
 }
+
+// twilioQueueFull is Twilio's error for a From number whose queue of
+// messages is full.
+const twilioQueueFull = 21611

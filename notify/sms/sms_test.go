@@ -33,6 +33,7 @@ func setup(t *testing.T, provider string, h http.HandlerFunc) *testBundle {
 	require.NoError(t, err)
 	policies, err := policy.NewSet(map[string]policy.Policy{
 		"default": {Backoff: []notify.Duration{0, 0}, HonorRetryAfter: true},
+		"no-429":  {Backoff: []notify.Duration{0, 0}, RetryOn: []string{"network", "timeout", "5xx"}},
 	}, nil)
 	require.NoError(t, err)
 	cfg := &Config{
@@ -107,6 +108,10 @@ func TestSendHTTP(t *testing.T) {
 	}
 }
 
+// twilioQueueFullBody is Twilio's answer when the From number's queue of
+// messages is full.
+const twilioQueueFullBody = `{"code":21611,"message":"This 'From' number has exceeded the maximum number of queued messages","status":400}`
+
 func TestSendTwilio(t *testing.T) {
 	t.Parallel()
 
@@ -134,6 +139,7 @@ func TestSendTwilio(t *testing.T) {
 
 	for _, tt := range []struct {
 		name       string
+		policy     string
 		status     int
 		body       string
 		header     []string
@@ -143,6 +149,10 @@ func TestSendTwilio(t *testing.T) {
 	}{
 		{name: "InvalidNumber", status: 400, body: `{"code":21211,"message":"Invalid 'To' Phone Number","more_info":"https://www.twilio.com/docs/errors/21211","status":400}`, permanent: true, message: "twilio error 21211"},
 		{name: "Unsubscribed", status: 400, body: `{"code":21610,"message":"Attempt to send to unsubscribed recipient","status":400}`, permanent: true, message: "twilio error 21610"},
+		// The From number's queue is full: it drains at the number's
+		// rate, so a later attempt gets through, as after a 429.
+		{name: "QueueFull", status: 400, body: twilioQueueFullBody, message: "twilio error 21611"},
+		{name: "QueueFullWhere429IsNotRetried", policy: "no-429", status: 400, body: twilioQueueFullBody, permanent: true, message: "twilio error 21611"},
 		{name: "AuthFailed", status: 401, body: `{"code":20003,"message":"Authenticate","status":401}`, permanent: true, message: "status 401"},
 		{name: "TooMany", status: 429, body: `{"code":20429,"message":"Too Many Requests","status":429}`, header: []string{"Retry-After", "3"}, retryAfter: 3 * time.Second, message: "status 429"},
 		{name: "ServerError", status: 500, body: `{"code":20500,"message":"Internal Server Error","status":500}`, message: "status 500"},
@@ -151,7 +161,9 @@ func TestSendTwilio(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			bundle := setup(t, ProviderTwilio, httpsendtest.Answer(tt.status, tt.body, tt.header...))
-			resp, err := bundle.sender.Send(context.Background(), notification(`"hi"`))
+			n := notification(`"hi"`)
+			n.Policy = tt.policy
+			resp, err := bundle.sender.Send(context.Background(), n)
 			require.ErrorContains(t, err, tt.message)
 			require.Equal(t, tt.permanent, isPermanent(err), "error: %v", err)
 			require.Equal(t, tt.status, resp.StatusCode)
