@@ -169,6 +169,19 @@ func TestParseErrors(t *testing.T) {
 			wantMsg:   `not "sometimes"`,
 		},
 		{
+			// A sender compares status codes as written: "0429" would
+			// never match a 429, so it is refused rather than ignored.
+			name:      "RetryOnCodeLeadingZero",
+			yaml:      "policies:\n  p: {backoff: [0s], retry_on: [5xx, \"0429\"]}\n",
+			wantField: "policies.p.retry_on[1]",
+			wantMsg:   `not "0429"`,
+		},
+		{
+			name:      "RetryOnCodeSigned",
+			yaml:      "policies:\n  p: {backoff: [0s], retry_on: [\"+429\"]}\n",
+			wantField: "policies.p.retry_on[0]",
+		},
+		{
 			name:      "NoBackoff",
 			yaml:      "policies:\n  p: {ttr: 30s}\n",
 			wantField: "policies.p.backoff",

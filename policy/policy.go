@@ -135,8 +135,10 @@ func validRetryOn(r string) bool {
 	case "network", "timeout", "3xx", "4xx", "5xx":
 		return true
 	}
+	// Senders match a code by its decimal form, so "0429" or "+429" would
+	// never match a 429: only the plain form is a code.
 	code, err := strconv.Atoi(r)
-	return err == nil && code >= 100 && code <= 599
+	return err == nil && code >= 100 && code <= 599 && strconv.Itoa(code) == r
 }
 
 // rules returns what a sender applies of p to an attempt.
