@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"time"
 )
 
 // Resolver looks up the addresses of a host name. *net.Resolver satisfies it;
@@ -255,7 +256,10 @@ func embeddedIPv4(a netip.Addr) (netip.Addr, string, bool) {
 
 // DialContext resolves address's host, refuses it when every address it
 // resolves to is blocked, and otherwise connects to the first acceptable
-// address that answers. It is an http.Transport's DialContext.
+// address that answers. As net.Dialer does, the acceptable addresses share
+// the time ctx leaves, each getting at least dialShareMinimum, so that one
+// that never answers (an AAAA record with a broken route) leaves time for
+// the next. It is an http.Transport's DialContext.
 func (g *Guard) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
 	host, port, err := net.SplitHostPort(address)
 	if err != nil {
@@ -266,12 +270,16 @@ func (g *Guard) DialContext(ctx context.Context, network, address string) (net.C
 		return nil, err
 	}
 	var firstErr error
+	acceptable := make([]netip.Addr, 0, len(addrs))
 	for _, a := range addrs {
 		if err := g.Check(host, a); err != nil {
 			firstErr = cmpErr(firstErr, err)
 			continue
 		}
-		conn, err := g.dial(ctx, network, net.JoinHostPort(a.Unmap().String(), port))
+		acceptable = append(acceptable, a)
+	}
+	for i, a := range acceptable {
+		conn, err := g.dialShare(ctx, network, net.JoinHostPort(a.Unmap().String(), port), len(acceptable)-i)
 		if err == nil {
 			return conn, nil
 		}
@@ -281,6 +289,24 @@ func (g *Guard) DialContext(ctx context.Context, network, address string) (net.C
 		}
 	}
 	return nil, firstErr
+}
+
+// dialShareMinimum is the least time an address gets when a name's
+// addresses share the time left, as net.Dialer gives each.
+const dialShareMinimum = 2 * time.Second
+
+// dialShare dials address, the first of remaining addresses still to try,
+// within its share of the time ctx leaves.
+func (g *Guard) dialShare(ctx context.Context, network, address string, remaining int) (net.Conn, error) {
+	if dl, ok := ctx.Deadline(); ok && remaining > 1 {
+		left := time.Until(dl)
+		share := max(left/time.Duration(remaining), min(dialShareMinimum, left))
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, share)
+		// Ends only the dialling: a connection made outlives its context.
+		defer cancel()
+	}
+	return g.dial(ctx, network, address)
 }
 
 // cmpErr keeps the first error, except that a connection error outranks a

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -107,6 +109,8 @@ func TestGuardDialContext(t *testing.T) {
 			return []netip.Addr{netip.MustParseAddr("10.0.0.7")}, nil
 		case "mixed.test":
 			return []netip.Addr{netip.MustParseAddr("10.0.0.7"), netip.MustParseAddr("8.8.4.4")}, nil
+		case "dual.test":
+			return []netip.Addr{netip.MustParseAddr("2606:4700:4700::1111"), netip.MustParseAddr("8.8.4.4")}, nil
 		case "empty.test":
 			return nil, nil
 		}
@@ -171,6 +175,28 @@ func TestGuardDialContext(t *testing.T) {
 			require.True(t, dnsErr.IsNotFound)
 		}
 		require.Empty(t, bundle.rec.dialed)
+	})
+
+	// A name whose first address never answers (an AAAA record with a
+	// broken IPv6 route) still reaches its next one within the attempt's
+	// timeout, as net.Dialer shares the time out between a name's
+	// addresses.
+	t.Run("UnansweringAddressLeavesTimeForTheNext", func(t *testing.T) {
+		t.Parallel()
+		rec := &dialRecorder{}
+		guard := NewGuard(nil, resolver, func(ctx context.Context, network, address string) (net.Conn, error) {
+			if strings.HasPrefix(address, "[") {
+				<-ctx.Done()
+				return nil, &net.OpError{Op: "dial", Net: network, Err: ctx.Err()}
+			}
+			return rec.dial(ctx, network, address)
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), 4500*time.Millisecond)
+		defer cancel()
+		conn, err := guard.DialContext(ctx, "tcp", "dual.test:443")
+		require.NoError(t, err)
+		conn.Close()
+		require.Equal(t, []string{"8.8.4.4:443"}, rec.dialed)
 	})
 
 	t.Run("ConnectionErrorOutranksRefusal", func(t *testing.T) {
