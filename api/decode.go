@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -72,9 +73,10 @@ func readJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) error 
 
 // decodeJSON decodes the JSON object in data into v, a pointer to a struct.
 // Unknown fields, values of the wrong type, values their type refuses
-// (a bad duration or time) and trailing data are *notify.FieldError naming
-// the field the way the API documents it: "topic", "backoff[2]",
-// "headers.X-Sig"; an error of the body as a whole has no field.
+// (a bad duration or time), a field given twice and trailing data are
+// *notify.FieldError naming the field the way the API documents it:
+// "topic", "backoff[2]", "headers.X-Sig"; an error of the body as a whole
+// has no field.
 func decodeJSON(data []byte, v any) error {
 	trimmed := bytes.TrimSpace(data)
 	if len(trimmed) == 0 {
@@ -102,7 +104,136 @@ func decodeJSON(data []byte, v any) error {
 	if dec.Decode(new(json.RawMessage)) != io.EOF {
 		return notify.Errorf("", "unexpected data after the JSON object")
 	}
+	if path, ok := duplicate(trimmed, reflect.TypeOf(v).Elem()); ok {
+		return notify.Errorf(strings.TrimPrefix(path, "."), "is given more than once")
+	}
 	return nil
+}
+
+// duplicate finds the first member that the valid JSON value data gives
+// twice where it decodes into typ: a field of a struct (under any spelling
+// the decoder takes for it: "id", "ID", "\u0069d") or a key of a map,
+// however deep, as ".secrets[0].value" or ".headers.X-Sig". The decoder would keep the last silently, and the caller
+// may well have meant the first. Values the API keeps as given (a payload)
+// are not looked into. It allocates only for the names it compares.
+func duplicate(data []byte, typ reflect.Type) (path string, found bool) {
+	for typ.Kind() == reflect.Pointer {
+		typ = typ.Elem()
+	}
+	if len(data) == 0 || isLeaf(typ) {
+		return "", false
+	}
+	switch {
+	case data[0] == '{' && (typ.Kind() == reflect.Struct || typ.Kind() == reflect.Map && typ.Key().Kind() == reflect.String):
+		seen := map[string]bool{}
+		eachRawMember(data, func(key string, value []byte) bool {
+			name, elem := key, typ
+			if typ.Kind() == reflect.Struct {
+				f, _ := fieldByJSONName(typ, key) // known: data decoded
+				name, _, _ = strings.Cut(f.Tag.Get("json"), ",")
+				name, elem = cmp.Or(name, f.Name), f.Type
+			} else {
+				elem = typ.Elem()
+			}
+			if seen[name] {
+				path, found = "."+name, true
+				return false
+			}
+			seen[name] = true
+			if sub, ok := duplicate(value, elem); ok {
+				path, found = "."+name+sub, true
+			}
+			return !found
+		})
+	case data[0] == '[' && typ.Kind() == reflect.Slice:
+		i := 0
+		eachRawElement(data, func(value []byte) bool {
+			if sub, ok := duplicate(value, typ.Elem()); ok {
+				path, found = fmt.Sprintf("[%d]", i)+sub, true
+			}
+			i++
+			return !found
+		})
+	}
+	return path, found
+}
+
+// eachRawMember calls fn with each member of the valid JSON object data,
+// its key unescaped and its value as it is in data, until fn returns false.
+func eachRawMember(data []byte, fn func(key string, value []byte) bool) {
+	for i := skipSpace(data, 1); i < len(data) && data[i] == '"'; {
+		end := stringEnd(data, i)
+		raw, key := data[i:end], ""
+		if bytes.IndexByte(raw, '\\') < 0 {
+			key = string(raw[1 : len(raw)-1])
+		} else {
+			_ = json.Unmarshal(raw, &key)
+		}
+		i = skipSpace(data, skipSpace(data, end)+1) // past the colon
+		end = valueEnd(data, i)
+		if !fn(key, data[i:end]) {
+			return
+		}
+		i = skipSpace(data, skipSpace(data, end)+1) // past a comma or the end
+	}
+}
+
+// eachRawElement calls fn with each element of the valid JSON array data
+// until fn returns false.
+func eachRawElement(data []byte, fn func(value []byte) bool) {
+	for i := skipSpace(data, 1); i < len(data) && data[i] != ']'; {
+		end := valueEnd(data, i)
+		if !fn(data[i:end]) {
+			return
+		}
+		i = skipSpace(data, skipSpace(data, end)+1)
+	}
+}
+
+func skipSpace(data []byte, i int) int {
+	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// stringEnd returns the index just past the JSON string starting at i.
+func stringEnd(data []byte, i int) int {
+	for i++; i < len(data); i++ {
+		switch data[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return i
+}
+
+// valueEnd returns the index just past the valid JSON value starting at i.
+func valueEnd(data []byte, i int) int {
+	depth := 0
+	for ; i < len(data); i++ {
+		switch c := data[i]; {
+		case c == '"':
+			i = stringEnd(data, i) - 1
+		case c == '{' || c == '[':
+			depth++
+			continue
+		case c == '}' || c == ']':
+			depth--
+		case depth == 0 && c != ' ' && c != '\t' && c != '\n' && c != '\r':
+			// A number, true, false or null ends at a delimiter.
+			for i < len(data) && !bytes.ContainsRune([]byte(" \t\n\r,]}"), rune(data[i])) {
+				i++
+			}
+			return i
+		}
+		if depth == 0 {
+			return i + 1
+		}
+	}
+	return i
 }
 
 // locate finds where the JSON object data fails to decode into a value of

@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -30,4 +31,30 @@ func TestLocateCostsOneDecode(t *testing.T) {
 	require.True(t, errors.As(err, &fe), "%v", err)
 	require.Equal(t, "backoff[2599]", fe.Field)
 	require.Less(t, located, 4*plain, "decoding and locating cost %.0f allocations, one decode %.0f", located, plain)
+}
+
+// TestDuplicateReadsEveryShape walks bodies whose strings hold the JSON
+// punctuation and escapes a scanner could mistake for structure: a field is
+// found twice only when it is.
+func TestDuplicateReadsEveryShape(t *testing.T) {
+	tests := []struct {
+		name, body, want string
+	}{
+		{"None", `{"id":"a","topic":"jobs"}`, ""},
+		{"PunctuationInStrings", `{ "id" : "a\",\"id\":\"b" , "headers" : { "X" : "}]{[,:" , "Y" : "\\" } , "topic" : "jobs" }`, ""},
+		{"PayloadKeptAsGiven", `{"payload":{"id":1,"id":[{"id":2}]},"backoff":[1, 2.5e3, "1s"],"ttr":null,"topic":"jobs"}`, ""},
+		{"AfterThePayload", `{"payload":{"x":"}"},"topic":"a","topic":"b"}`, "topic"},
+		{"OtherCase", `{"Topic":"a","topic":"b"}`, "topic"},
+		{"HeaderKey", `{"headers":{"X":"1","Y":"2","X":"3"}}`, "headers.X"},
+		{"HeaderKeysDifferInCase", `{"headers":{"X":"1","x":"2"}}`, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var r notify.Request
+			require.NoError(t, json.Unmarshal([]byte(tt.body), &r), "a valid body")
+			path, found := duplicate([]byte(tt.body), reflect.TypeFor[notify.Request]())
+			require.Equal(t, tt.want != "", found, path)
+			require.Equal(t, tt.want, strings.TrimPrefix(path, "."))
+		})
+	}
 }

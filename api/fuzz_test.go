@@ -82,6 +82,8 @@ var enqueueSeeds = []string{
 	`null`,
 	``,
 	`{"topic":"jobs","delay":1e300,"ttr":"-1s"}`,
+	`{"topic":"jobs", "headers" : {"X":"}\\\"","x":"2","X":"3"} ,"Topic":"a","payload":[{"a":1,"a":[]}]}`,
+	`{"\u0074opic":"jobs","backoff":[ 1 ,"2s" ],"topic":"x"}`,
 }
 
 // FuzzDecodeEnqueue feeds arbitrary bodies to POST /v1/notifications: none

@@ -117,6 +117,51 @@ func TestEnqueueValidation(t *testing.T) {
 	}
 }
 
+// TestDuplicateMembersRefused: a body that gives a field twice is refused
+// naming the field, rather than one of the two values silently winning: an
+// id given as "id" and "ID" would store the notification under the second,
+// and a batch's "notifications" given twice would enqueue only the second
+// list. A payload is the caller's JSON and is kept as given.
+func TestDuplicateMembersRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t, api.Config{})
+	tests := []struct {
+		name, method, path, body, field string
+	}{
+		{"Topic", "POST", "/v1/notifications", `{"id":"dup-1","topic":"jobs","topic":"orders"}`, "topic"},
+		{"IDInOtherCase", "POST", "/v1/notifications", `{"id":"dup-2","topic":"jobs","ID":"dup-3"}`, "id"},
+		{"Escaped", "POST", "/v1/notifications", `{"id":"dup-4","topic":"jobs","\u0069d":"dup-5"}`, "id"},
+		{"Header", "POST", "/v1/notifications", `{"id":"dup-6","topic":"jobs","headers":{"X-A":"1","X-A":"2"}}`, "headers.X-A"},
+		{"BatchEnvelope", "POST", "/v1/notifications/batch", `{"notifications":[{"id":"dup-7","topic":"jobs"}],"notifications":[]}`, "notifications"},
+		{"Receipt", "POST", "/v1/notifications/dup-1/ack", `{"receipt":"a","receipt":"b"}`, "receipt"},
+		{"ReplayTopic", "POST", "/v1/dead/replay", `{"topic":"jobs","topic":"single"}`, "topic"},
+		{"EndpointSecret", "PUT", "/v1/endpoints/dup", `{"url":"https://m.example/n","secrets":[{"value":"x","value":"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}]}`, "secrets[0].value"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, tt.field, tt.method, tt.path, tt.body)
+		})
+	}
+	for _, id := range []string{"dup-1", "dup-2", "dup-3", "dup-4", "dup-5", "dup-6", "dup-7"} {
+		b.requireError(t, http.StatusNotFound, api.CodeNotFound, "", "GET", "/v1/notifications/"+id, nil)
+	}
+	b.requireError(t, http.StatusNotFound, api.CodeNotFound, "", "GET", "/v1/endpoints/dup", nil)
+
+	t.Run("BatchItem", func(t *testing.T) {
+		res := must[batchResults](t, b, http.StatusOK, "POST", "/v1/notifications/batch",
+			`{"notifications":[{"id":"dup-8","topic":"jobs","topic":"orders"},{"id":"dup-9","topic":"jobs"}]}`)
+		require.Len(t, res.Results, 2)
+		require.Equal(t, http.StatusBadRequest, res.Results[0].Status)
+		require.Equal(t, "topic", res.Results[0].Error.Field)
+		require.Equal(t, http.StatusCreated, res.Results[1].Status)
+	})
+	t.Run("PayloadIsKeptAsGiven", func(t *testing.T) {
+		rec := must[map[string]any](t, b, http.StatusCreated, "POST", "/v1/notifications",
+			`{"id":"dup-10","topic":"jobs","payload":{"a":1,"a":2}}`)
+		require.NotNil(t, rec["payload"])
+	})
+}
+
 func TestBodyLimit(t *testing.T) {
 	t.Parallel()
 	b := setup(t, api.Config{MaxBody: 2048, MaxBatchBody: 8192})
