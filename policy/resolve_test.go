@@ -95,3 +95,41 @@ func TestEnqueueSendAtInYear10000(t *testing.T) {
 	_, err = c.Get(ctx, "far")
 	require.ErrorIs(t, err, notify.ErrNotFound)
 }
+
+// TestEnqueueRetriedAcrossPolicyEdit enqueues a notification, edits the
+// policy and the topic it took its defaults from, and enqueues the very
+// same request again, as a producer does whose first answer was lost: it is
+// the same notification (Existing, its schedule as first resolved), not a
+// conflict.
+func TestEnqueueRetriedAcrossPolicyEdit(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ns := redistest.Namespace(t)
+	ctx := context.Background()
+
+	clientWith := func(backoff []notify.Duration, ttr time.Duration, target string) *herald.Client {
+		t.Helper()
+		set, err := policy.NewSet(map[string]policy.Policy{"p": {Backoff: backoff, TTR: notify.Duration(ttr)}},
+			map[string]policy.Topic{"orders": {Channel: notify.ChannelWebhook, Policy: "p", Target: target}})
+		require.NoError(t, err)
+		c, err := herald.NewClient(rdb, &herald.ClientConfig{Namespace: ns, Policies: set})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	enqueue := func(c *herald.Client) (*herald.EnqueueResult, error) {
+		return c.Enqueue(ctx, "orders", map[string]string{"order": "o-1"}, herald.ID("o-1"), herald.Delay(time.Hour))
+	}
+
+	first, err := enqueue(clientWith(durations(0, time.Minute), 30*time.Second, "https://a.example/notify"))
+	require.NoError(t, err)
+	require.Equal(t, herald.Created, first.Status)
+
+	again, err := enqueue(clientWith(durations(0, 2*time.Minute, 5*time.Minute), time.Minute, "https://b.example/notify"))
+	require.NoError(t, err)
+	require.Equal(t, herald.Existing, again.Status)
+	require.Equal(t, durations(0, time.Minute), again.Notification.Backoff)
+	require.Equal(t, "https://a.example/notify", again.Notification.Target)
+}

@@ -250,7 +250,19 @@ func (s *Set) Resolve(req *notify.Request, now time.Time, maxPayload int) (*noti
 		}
 		return nil, notify.Errorf(field, "puts the first attempt (backoff[0] after the send time) out of range: it %v", err)
 	}
-	n.Digest = n.ComputeDigest(schedule)
+	// The digest is of the request as its producer wrote it, not of the
+	// defaults it resolved to: a producer that retries an enqueue whose
+	// answer it lost gets the notification it made (200), not a conflict,
+	// when a policy or topic was edited in between.
+	asked := notify.Notification{Topic: n.Topic, Channel: req.Channel, Target: req.Target, Endpoint: req.Endpoint,
+		Template: req.Template, Policy: req.Policy, Headers: req.Headers, Payload: req.Payload, OrderKey: req.OrderKey}
+	if len(req.Backoff) > 0 {
+		asked.Backoff = req.Backoff
+	}
+	if req.TTR != nil {
+		asked.TTR = *req.TTR
+	}
+	n.Digest = asked.ComputeDigest(schedule)
 	return n, nil
 }
 
