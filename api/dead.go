@@ -1,8 +1,11 @@
 package api
 
 import (
+	"bytes"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -56,8 +59,9 @@ func NewDeadPage(items []*notify.Notification, next string) *DeadPage {
 	return &DeadPage{Notifications: redactedAll(items), NextCursor: next}
 }
 
-// replayRequest is the body of POST /v1/dead/replay: ids, or a topic with an
-// optional window of the time of death (since inclusive, until exclusive).
+// replayRequest is the body of POST /v1/dead/replay, and without
+// reset_attempts of DELETE /v1/dead: ids, or a topic with an optional window
+// of the time of death (since inclusive, until exclusive).
 type replayRequest struct {
 	IDs   []string   `json:"ids,omitempty"`
 	Topic string     `json:"topic,omitempty"`
@@ -89,13 +93,7 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	f := store.DeadFilter{IDs: req.IDs, Topic: req.Topic}
-	if req.Since != nil {
-		f.Since = *req.Since
-	}
-	if req.Until != nil {
-		f.Until = *req.Until
-	}
+	f := deadFilter(req.IDs, req.Topic, req.Since, req.Until)
 	ctx, cancel := s.storeContext(r)
 	defer cancel()
 	matched, replayed, err := s.client.Replay(ctx, f, store.DeadOptions{Reset: req.ResetAttempts, DryRun: req.DryRun})
@@ -106,13 +104,49 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, ReplayResult{Matched: matched, Replayed: replayed})
 }
 
+// deadFilter is the store's filter for the ids, or the topic and window,
+// of a replay or purge.
+func deadFilter(ids []string, topic string, since, until *time.Time) store.DeadFilter {
+	f := store.DeadFilter{IDs: ids, Topic: topic}
+	if since != nil {
+		f.Since = *since
+	}
+	if until != nil {
+		f.Until = *until
+	}
+	return f
+}
+
 // purge handles DELETE /v1/dead?ids=&topic=&since=&until=&dry_run=: the
-// replay filters, as query parameters since a DELETE carries no body. ids
-// may repeat or be comma-separated (ids never contain a comma).
+// replay filters, as query parameters or, as for a replay, as the body;
+// not both, so that no filter given is ignored. In the query ids may repeat
+// or be comma-separated (ids never contain a comma).
 func (s *Server) purge(w http.ResponseWriter, r *http.Request) {
 	q, err := query(r, "ids", "topic", "since", "until", "dry_run")
 	if err != nil {
 		s.fail(w, r, err)
+		return
+	}
+	body, err := readBody(w, r, s.cfg.MaxBody)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if len(bytes.TrimSpace(body)) > 0 {
+		if len(q) > 0 {
+			s.fail(w, r, notify.Errorf(slices.Sorted(maps.Keys(q))[0], "give the filters in the query or in the body, not both"))
+			return
+		}
+		var req replayRequest
+		if err := decodeJSON(body, &req); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		if req.ResetAttempts {
+			s.fail(w, r, notify.Errorf("reset_attempts", "is for a replay; a purge deletes"))
+			return
+		}
+		s.purgeDead(w, r, deadFilter(req.IDs, req.Topic, req.Since, req.Until), req.DryRun)
 		return
 	}
 	f := store.DeadFilter{Topic: q.Get("topic")}
@@ -137,6 +171,11 @@ func (s *Server) purge(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	s.purgeDead(w, r, f, dryRun)
+}
+
+// purgeDead purges what f selects and answers with the counts.
+func (s *Server) purgeDead(w http.ResponseWriter, r *http.Request, f store.DeadFilter, dryRun bool) {
 	ctx, cancel := s.storeContext(r)
 	defer cancel()
 	matched, purged, err := s.client.Purge(ctx, f, store.DeadOptions{DryRun: dryRun})

@@ -104,6 +104,24 @@ func TestDeadLetters(t *testing.T) {
 		require.Equal(t, counts{Matched: 3, Purged: 3}, got)
 		b.requireError(t, http.StatusNotFound, api.CodeNotFound, "", "GET", "/v1/notifications/d2", nil)
 	})
+	t.Run("PurgeByBody", func(t *testing.T) {
+		// DELETE takes the filters of a replay as its body too: a body is
+		// never ignored, least of all for a wider purge than it asked.
+		b.kill(t, "pb", 3)
+		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "topic", "DELETE", "/v1/dead?topic=single",
+			map[string]any{"ids": []string{"pb0"}})
+		dry := must[counts](t, b, http.StatusOK, "DELETE", "/v1/dead", map[string]any{"ids": []string{"pb0", "pb1", "pb2", "nope"}, "dry_run": true})
+		require.Equal(t, counts{Matched: 3}, dry)
+		got := must[counts](t, b, http.StatusOK, "DELETE", "/v1/dead", map[string]any{"ids": []string{"pb0", "pb1"}})
+		require.Equal(t, counts{Matched: 2, Purged: 2}, got)
+		b.requireError(t, http.StatusNotFound, api.CodeNotFound, "", "GET", "/v1/notifications/pb0", nil)
+		rec := must[notify.Notification](t, b, http.StatusOK, "GET", "/v1/notifications/pb2", nil)
+		require.Equal(t, notify.StateDead, rec.State, "only what the body named is purged")
+		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "reset_attempts", "DELETE", "/v1/dead",
+			`{"topic":"single","reset_attempts":true}`)
+		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "until", "DELETE", "/v1/dead",
+			`{"topic":"single","since":"2030-01-02T00:00:00Z","until":"2030-01-01T00:00:00Z"}`)
+	})
 	t.Run("PurgeArguments", func(t *testing.T) {
 		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "topic", "DELETE", "/v1/dead", nil)
 		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "dry_run", "DELETE", "/v1/dead?topic=single&dry_run=maybe", nil)
