@@ -56,7 +56,7 @@ func NewReport(file string, s *Set) *Report {
 func (r *Report) Print(out io.Writer) error {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	for _, p := range r.Policies {
-		fmt.Fprintf(tw, "policy %s: %d attempts", p.Name, len(p.Schedule))
+		fmt.Fprintf(tw, "policy %s: %d attempts", show.Clean(p.Name), len(p.Schedule))
 		if first := p.Schedule[0].Wait; first > 0 {
 			fmt.Fprintf(tw, ", the first %s after the send time", show.Duration(first))
 		}
@@ -82,7 +82,8 @@ func (r *Report) Print(out io.Writer) error {
 		fmt.Fprintln(tw, "TOPIC\tCHANNEL\tPOLICY\tTEMPLATE\tTARGET")
 		for _, name := range slices.Sorted(maps.Keys(r.Topics)) {
 			t := r.Topics[name]
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", name, show.Dash(t.Channel), show.Dash(t.Policy), show.Dash(t.Template), show.Dash(t.Target))
+			// Policy names and templates are any string the file holds.
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", name, show.Dash(t.Channel), show.Dash(show.Clean(t.Policy)), show.Dash(show.Clean(t.Template)), show.Dash(t.Target))
 		}
 		fmt.Fprintln(tw)
 	}
