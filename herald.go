@@ -543,8 +543,11 @@ func (w *Worker) Start(ctx context.Context) error {
 }
 
 // Stop stops reserving, waits for running attempts (up to 10s, then gives
-// them back unpenalised), records every outcome and returns. Stop before
-// Start, or a second Stop, does nothing.
+// them back unpenalised), records every outcome and returns. A handler that
+// ignores its cancelled context for a further second is left running: its
+// job stays reserved until its Deadline and is then retried, and what it
+// returns is not recorded. Stop before Start, or a second Stop, does
+// nothing.
 func (w *Worker) Stop() {
 	w.mu.Lock()
 	d := w.dispatcher

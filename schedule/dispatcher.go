@@ -65,6 +65,10 @@ const (
 	// others, and finishLingerBatch how many end the wait early.
 	finishLinger      = 5 * time.Millisecond
 	finishLingerBatch = 128
+	// cancelGrace is how long Stop waits for attempts to end once their
+	// context is cancelled. A sender that ignores its context would
+	// otherwise hold Stop, and the process, for ever.
+	cancelGrace = time.Second
 )
 
 // Store is what the dispatcher needs of the store; *store.Store implements
@@ -149,7 +153,10 @@ type Config struct {
 	// to absorb clock skew between dispatchers. Default 1s.
 	ReapGrace time.Duration
 	// ShutdownTimeout is how long Stop waits for running attempts before it
-	// cancels them and releases their notifications. Default 10s.
+	// cancels them and releases their notifications. An attempt that does
+	// not end within a second of that is left running, its outcome
+	// unrecorded: its notification stays reserved until its ttr runs out,
+	// when the reaper retries it. Default 10s.
 	ShutdownTimeout time.Duration
 	// Endpoints finds the endpoints notifications name, whose max_in_flight
 	// and rate every dispatcher together respects. nil: no limits.
@@ -227,6 +234,11 @@ type Dispatcher struct {
 	// finishes carries ended attempts to the finisher, which records them
 	// in batches.
 	finishes chan pendingFinish
+	// finishMu guards finishesClosed, which Stop sets as it closes
+	// finishes: an attempt left running past the shutdown must not send on
+	// it then.
+	finishMu       sync.RWMutex
+	finishesClosed bool
 
 	mu       sync.Mutex // guards started, stop
 	started  bool
@@ -338,7 +350,9 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 // Stop stops reserving, gives back the notifications reserved ahead that no
 // worker started, waits up to ShutdownTimeout for running attempts,
 // releases those still running (without counting an attempt), records every
-// outcome, and returns. A second Stop does nothing.
+// outcome, and returns. An attempt that ignores the cancellation for a
+// further second is left behind, reserved, as if its process had died. A
+// second Stop does nothing.
 func (d *Dispatcher) Stop() {
 	d.mu.Lock()
 	stop := d.stop
@@ -357,9 +371,16 @@ func (d *Dispatcher) Stop() {
 		case <-time.After(d.cfg.ShutdownTimeout):
 			d.log.Warn("schedule: shutdown timeout; releasing running attempts")
 			d.cancelAttempt()
-			<-done
+			select {
+			case <-done:
+			case <-time.After(cancelGrace):
+				d.log.Warn("schedule: attempts ignored their cancellation; leaving them reserved until their ttr runs out")
+			}
 		}
+		d.finishMu.Lock()
+		d.finishesClosed = true
 		close(d.finishes)
+		d.finishMu.Unlock()
 		d.finisher.Wait()
 		d.cancelAttempt()
 	})
@@ -564,10 +585,10 @@ func (d *Dispatcher) worker(ctx context.Context) {
 		p := d.cfg.PoliciesFunc().PolicyFor(n)
 		switch {
 		case ctx.Err() != nil:
-			d.finishes <- unstarted(n, d.store.Now())
+			d.finish(unstarted(n, d.store.Now()))
 		case !startable(&p, n, d.store.Now().Sub(q.handed)):
 			d.capacity.shrink()
-			d.finishes <- unstarted(n, d.store.Now())
+			d.finish(unstarted(n, d.store.Now()))
 			d.log.DebugContext(ctx, "schedule: gave back a notification that waited too long for a worker", "id", n.ID)
 		case !d.park(ctx, n):
 			if release, ok := d.acquire(ctx, n); ok {
@@ -647,8 +668,23 @@ func (d *Dispatcher) attempt(n *notify.Notification, p *policy.Policy) error {
 	if traced != nil {
 		traced(&f)
 	}
-	d.finishes <- pendingFinish{Finish: f, lateness: lateness, report: true}
+	if !d.finish(pendingFinish{Finish: f, lateness: lateness, report: true}) {
+		d.log.Warn("schedule: an attempt ended after shutdown; its outcome is not recorded, and it is retried once its ttr runs out",
+			"id", n.ID, "attempt", n.Attempts)
+	}
 	return err
+}
+
+// finish hands f to the finisher, or reports false once Stop no longer
+// waits for outcomes.
+func (d *Dispatcher) finish(f pendingFinish) bool {
+	d.finishMu.RLock()
+	defer d.finishMu.RUnlock()
+	if d.finishesClosed {
+		return false
+	}
+	d.finishes <- f
+	return true
 }
 
 func (d *Dispatcher) send(ctx context.Context, n *notify.Notification) (resp notify.Response, err error) {

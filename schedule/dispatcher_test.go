@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -107,7 +109,7 @@ func (b *testBundle) start(t *testing.T, cfg schedule.Config) *schedule.Dispatch
 	cfg.ReapInterval = cmp.Or(cfg.ReapInterval, 20*time.Millisecond)
 	cfg.ReapGrace = cmp.Or(cfg.ReapGrace, 10*time.Millisecond)
 	cfg.ShutdownTimeout = cmp.Or(cfg.ShutdownTimeout, time.Second)
-	cfg.Logger = heraldtest.Logger(t)
+	cfg.Logger = cmp.Or(cfg.Logger, heraldtest.Logger(t))
 	d, err := schedule.New(&cfg)
 	require.NoError(t, err)
 	require.NoError(t, d.Start(context.Background()))
@@ -483,5 +485,63 @@ func (l lateReplies) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 		err := next(ctx, cmds)
 		time.Sleep(time.Duration(l))
 		return err
+	}
+}
+
+// logLines is a log destination that hands the test its lines, for a
+// goroutine that may log after the test's own log is closed.
+type logLines chan string
+
+func (l logLines) Write(p []byte) (int, error) {
+	select {
+	case l <- string(p):
+	default:
+	}
+	return len(p), nil
+}
+
+// TestStopReturnsWhenASenderIgnoresItsContext: Stop is bounded even when a
+// sender (a library handler, typically) never returns. Its notification is
+// not given back while it may still run: it stays reserved until its ttr
+// runs out, as it would had the process died, and the outcome it reports
+// after Stop is dropped with a warning.
+func TestStopReturnsWhenASenderIgnoresItsContext(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	started, unblock := make(chan struct{}), make(chan struct{})
+	rec := newRecorder(func(context.Context, *notify.Notification) error {
+		close(started)
+		<-unblock
+		return nil
+	})
+	logs := make(logLines, 100)
+	d := b.start(t, schedule.Config{Senders: map[string]notify.Sender{notify.ChannelWebhook: rec},
+		ShutdownTimeout: 50 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	t.Cleanup(func() { close(unblock) }) // before the Stop of start's cleanup
+	b.enqueue(t, "stuck", ms(0, 0), 0)
+	<-started
+	stopped := make(chan struct{})
+	go func() { d.Stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Stop did not return within 10s of a 50ms shutdown timeout")
+	}
+	got, err := b.store.Get(context.Background(), "stuck")
+	require.NoError(t, err)
+	require.Equal(t, notify.StateReserved, got.State, "not given back while its attempt may still run")
+	require.Empty(t, got.History)
+
+	unblock <- struct{}{} // the sender returns at last
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case line := <-logs:
+			if strings.Contains(line, "an attempt ended after shutdown") {
+				return
+			}
+		case <-timeout:
+			t.Fatal("no warning that the late outcome is not recorded")
+		}
 	}
 }

@@ -92,5 +92,5 @@ func (d *Dispatcher) acquire(ctx context.Context, n *notify.Notification) (relea
 // giveBack returns n unattempted, due at about at.
 func (d *Dispatcher) giveBack(n *notify.Notification, at time.Time) {
 	at = at.Add(rand.N(waitSpread))
-	d.finishes <- pendingFinish{Finish: store.Finish{Notification: n, Action: notify.ActionRelease, NextAt: at}}
+	d.finish(pendingFinish{Finish: store.Finish{Notification: n, Action: notify.ActionRelease, NextAt: at}})
 }
