@@ -133,3 +133,31 @@ func TestEnqueueRetriedAcrossPolicyEdit(t *testing.T) {
 	require.Equal(t, durations(0, time.Minute), again.Notification.Backoff)
 	require.Equal(t, "https://a.example/notify", again.Notification.Target)
 }
+
+// TestResolvePollNeedsCondition enqueues to the poll channel on topics
+// without a done condition: every attempt of such a notification would
+// fail for good, so the enqueue is refused naming the field.
+func TestResolvePollNeedsCondition(t *testing.T) {
+	t.Parallel()
+	set, err := policy.NewSet(nil, map[string]policy.Topic{
+		"trade-poll": {Channel: notify.ChannelPoll, Poll: &policy.Poll{Field: "trade_status", Values: []string{"TRADE_SUCCESS"}}},
+		"no-cond":    {Channel: notify.ChannelPoll},
+	})
+	require.NoError(t, err)
+	now := time.Date(2026, 11, 27, 5, 0, 0, 0, time.UTC)
+	const target = "https://provider.example/query"
+
+	_, err = set.Resolve(&notify.Request{Topic: "trade-poll", Target: target}, now, 0)
+	require.NoError(t, err)
+
+	for _, req := range []*notify.Request{
+		{Topic: "no-cond", Target: target},
+		{Topic: "other", Channel: notify.ChannelPoll, Target: target},
+	} {
+		_, err = set.Resolve(req, now, 0)
+		var fe *notify.FieldError
+		require.ErrorAs(t, err, &fe, "topic %s", req.Topic)
+		require.Equal(t, "channel", fe.Field)
+		require.Contains(t, fe.Message, "topics."+req.Topic+".poll")
+	}
+}

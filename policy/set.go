@@ -244,6 +244,11 @@ func (s *Set) Resolve(req *notify.Request, now time.Time, maxPayload int) (*noti
 	if err := n.Validate(maxPayload); err != nil {
 		return nil, err
 	}
+	if n.Channel == notify.ChannelPoll && t.Poll == nil {
+		// The poll sender fails every attempt without the topic's done
+		// condition: better a 400 now than a dead notification later.
+		return nil, notify.Errorf("channel", "is poll, but topic %q has no done condition to poll for (topics.%s.poll in the policies file)", n.Topic, n.Topic)
+	}
 	if err := checkSendAt(n.SendAt.Add(time.Duration(n.Backoff[0]))); err != nil {
 		if len(req.Backoff) > 0 {
 			field = "backoff[0]"
