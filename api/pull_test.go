@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/api"
@@ -130,6 +132,67 @@ func TestReserveEndsWhenTheConsumerLeaves(t *testing.T) {
 	res := must[reserved](t, b, http.StatusOK, "POST", "/v1/topics/single/reserve?wait=5s", nil)
 	require.Len(t, res.Notifications, 1, "the next consumer gets what was enqueued after the first left")
 	require.Equal(t, "after", res.Notifications[0].ID)
+}
+
+// leaveHook hangs up a consumer once Redis has made its reservation, and
+// lets the answer come back only when the server has seen the hang-up: the
+// moment a consumer that gives up can always hit.
+type leaveHook struct {
+	armed atomic.Bool
+	leave func()
+}
+
+func (h *leaveHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *leaveHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return next
+}
+
+func (h *leaveHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		// The reservation's script, once it has run (not answered NOSCRIPT).
+		if h.armed.Load() && slices.ContainsFunc(cmds, func(c redis.Cmder) bool {
+			return c.Err() == nil && slices.ContainsFunc(c.Args(), func(a any) bool { s, _ := a.(string); return strings.HasSuffix(s, "reserved") })
+		}) {
+			h.armed.Store(false)
+			h.leave()
+			select {
+			case <-ctx.Done():
+			case <-time.After(10 * time.Second):
+			}
+		}
+		return err
+	}
+}
+
+// TestReserveGivesBackWhatNoOneReceives: a reservation made as its
+// consumer hangs up is given back, due as before and with no attempt
+// counted, instead of being held for no one until its ttr runs out (with a
+// policy of one attempt, that would make it dead).
+func TestReserveGivesBackWhatNoOneReceives(t *testing.T) {
+	t.Parallel()
+	hook := &leaveHook{}
+	rdb := redis.NewClient(sharedServer(t).Options())
+	rdb.AddHook(hook)
+	t.Cleanup(func() { _ = rdb.Close() })
+	b := setupOn(t, rdb, api.Config{})
+	must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications", map[string]any{"id": "held", "topic": "single"})
+
+	ctx, leave := context.WithCancel(t.Context())
+	hook.leave = leave
+	hook.armed.Store(true)
+	req, err := http.NewRequestWithContext(ctx, "POST", b.http.URL+"/v1/topics/single/reserve?wait=5s", nil)
+	require.NoError(t, err)
+	resp, err := b.http.Client().Do(req)
+	if err == nil {
+		_ = resp.Body.Close()
+	}
+	require.ErrorIs(t, err, context.Canceled)
+
+	res := must[reserved](t, b, http.StatusOK, "POST", "/v1/topics/single/reserve?wait=5s", nil)
+	require.Len(t, res.Notifications, 1, "the next consumer gets it")
+	require.Equal(t, "held", res.Notifications[0].ID)
+	require.Equal(t, 0, res.Notifications[0].Attempts, "no attempt was burnt")
 }
 
 func TestAckNack(t *testing.T) {

@@ -22,7 +22,9 @@ var ErrNacked = errors.New("nacked")
 //
 // A waiting Reserve sleeps until the earliest due time it knows of, wakes
 // early when an enqueue, a retry or a replay makes something due sooner, and
-// asks Redis at least every PollInterval.
+// asks Redis at least every PollInterval. When ctx ends as Redis reserves,
+// the notifications are given back, with no attempt counted, and Reserve
+// returns ctx.Err().
 func (c *Client) Reserve(ctx context.Context, topic string, limit int, wait time.Duration) ([]*notify.Notification, error) {
 	switch {
 	case !notify.ValidTopic(topic):
@@ -50,6 +52,13 @@ func (c *Client) Reserve(ctx context.Context, topic string, limit int, wait time
 		var err error
 		if !c.topicPaused(ctx, topic) {
 			items, next, err = c.reserveDue(ctx, queue, limit)
+		}
+		if len(items) > 0 && ctx.Err() != nil {
+			// The caller has gone (an HTTP consumer hung up) while Redis
+			// reserved these: no one would work on them, and they would
+			// wait out their ttr and burn an attempt.
+			c.release(ctx, items)
+			return nil, ctx.Err()
 		}
 		if err != nil || len(items) > 0 {
 			return items, err
@@ -106,6 +115,30 @@ func (c *Client) reserveDue(ctx context.Context, queue string, limit int) (items
 		}
 	}
 	return items, next, nil
+}
+
+// releaseTimeout bounds giving back reservations whose caller has gone.
+const releaseTimeout = 5 * time.Second
+
+// release gives back reserved notifications whose attempts never started:
+// each is due again when it was, keeps its place and counts no attempt.
+// ctx may have ended: the release outlives it, up to releaseTimeout.
+func (c *Client) release(ctx context.Context, items []*notify.Notification) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	now := c.store.Now()
+	finishes := make([]store.Finish, len(items))
+	for i, n := range items {
+		due := now
+		if n.NextAttemptAt != nil {
+			due = *n.NextAttemptAt
+		}
+		finishes[i] = store.Finish{Notification: n, Action: notify.ActionRelease, NextAt: due}
+	}
+	if _, err := c.store.Finish(ctx, finishes); err != nil {
+		// They come back when their reservations expire.
+		c.storeError("release", err)
+	}
 }
 
 // Ack records that the attempt of reservation receipt succeeded. It is
