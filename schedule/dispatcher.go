@@ -156,7 +156,9 @@ type Config struct {
 	// cancels them and releases their notifications. An attempt that does
 	// not end within a second of that is left running, its outcome
 	// unrecorded: its notification stays reserved until its ttr runs out,
-	// when the reaper retries it. Default 10s.
+	// when the reaper retries it. Stop then waits as long again, at most,
+	// for the outcomes to be recorded; those Redis has not taken by then
+	// are left to the reaper too. Default 10s.
 	ShutdownTimeout time.Duration
 	// Endpoints finds the endpoints notifications name, whose max_in_flight
 	// and rate every dispatcher together respects. nil: no limits.
@@ -250,6 +252,11 @@ type Dispatcher struct {
 	// only when ShutdownTimeout runs out, releasing what still runs.
 	attemptCtx    context.Context
 	cancelAttempt context.CancelFunc
+	// finishCtx bounds the finisher's writes; Stop cancels it
+	// ShutdownTimeout after the last outcome came, so that an outage cannot
+	// hold Stop until the longest reservation runs out.
+	finishCtx    context.Context
+	giveUpFinish context.CancelFunc
 
 	// pauses is what is paused, read from the store (pause.go).
 	pauses pauses
@@ -305,6 +312,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	d.started = true
 	ctx, d.stop = context.WithCancel(ctx)
 	d.attemptCtx, d.cancelAttempt = context.WithCancel(context.WithoutCancel(ctx))
+	d.finishCtx, d.giveUpFinish = context.WithCancel(context.WithoutCancel(ctx))
 
 	queues := map[string]chan store.Wake{}
 	if len(d.cfg.Senders) > 0 {
@@ -381,7 +389,10 @@ func (d *Dispatcher) Stop() {
 		d.finishesClosed = true
 		close(d.finishes)
 		d.finishMu.Unlock()
+		giveUp := time.AfterFunc(d.cfg.ShutdownTimeout, d.giveUpFinish)
 		d.finisher.Wait()
+		giveUp.Stop()
+		d.giveUpFinish()
 		d.cancelAttempt()
 	})
 }
@@ -761,9 +772,10 @@ func (d *Dispatcher) urgent(f *pendingFinish) bool {
 // finishBatch writes a batch, retrying through a Redis outage, and reports
 // each recorded attempt to the observer. It gives up only when every
 // reservation in the batch has passed its deadline, since the reaper then
-// owns them (the attempt is retried: at-least-once).
+// owns them (the attempt is retried: at-least-once), or when Stop has
+// waited long enough.
 func (d *Dispatcher) finishBatch(batch []pendingFinish) {
-	ctx := context.Background()
+	ctx := d.finishCtx
 	items := make([]store.Finish, len(batch))
 	for i, f := range batch {
 		items[i] = f.Finish
@@ -794,9 +806,14 @@ func (d *Dispatcher) finishBatch(batch []pendingFinish) {
 				"count", len(items), "error", err)
 			return
 		}
+		if ctx.Err() != nil {
+			d.log.ErrorContext(ctx, "schedule: could not record attempts before the shutdown timeout; they will be retried once their reservations expire",
+				"count", len(items), "error", err)
+			return
+		}
 		wait := d.retryDelay(failures)
 		d.log.WarnContext(ctx, "schedule: finish failed; retrying", "count", len(items), "error", err, "retry_in", wait)
-		time.Sleep(wait)
+		sleep(ctx, wait)
 	}
 }
 

@@ -488,6 +488,19 @@ func (l lateReplies) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 	}
 }
 
+// requireStopsWithin stops d and fails the test unless Stop returns within
+// limit.
+func requireStopsWithin(t *testing.T, d *schedule.Dispatcher, limit time.Duration) {
+	t.Helper()
+	stopped := make(chan struct{})
+	go func() { d.Stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(limit):
+		t.Fatalf("Stop did not return within %s", limit)
+	}
+}
+
 // logLines is a log destination that hands the test its lines, for a
 // goroutine that may log after the test's own log is closed.
 type logLines chan string
@@ -520,13 +533,7 @@ func TestStopReturnsWhenASenderIgnoresItsContext(t *testing.T) {
 	t.Cleanup(func() { close(unblock) }) // before the Stop of start's cleanup
 	b.enqueue(t, "stuck", ms(0, 0), 0)
 	<-started
-	stopped := make(chan struct{})
-	go func() { d.Stop(); close(stopped) }()
-	select {
-	case <-stopped:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Stop did not return within 10s of a 50ms shutdown timeout")
-	}
+	requireStopsWithin(t, d, 10*time.Second)
 	got, err := b.store.Get(context.Background(), "stuck")
 	require.NoError(t, err)
 	require.Equal(t, notify.StateReserved, got.State, "not given back while its attempt may still run")

@@ -362,3 +362,34 @@ func TestBacklogDrainsInLargeReservations(t *testing.T) {
 	require.Greater(t, perCall, 20.0, "reservations stay large under a backlog")
 	heraldtest.RequireStatsMatch(t, b.store)
 }
+
+// TestStopThroughAnOutage: Stop is bounded while Redis is down, however
+// long the reservations it cannot settle run. An outcome it could not record
+// is left to the reaper (at least once), as if the process had died.
+func TestStopThroughAnOutage(t *testing.T) {
+	t.Parallel()
+	srv, b := setupOutage(t, "stop-outage")
+	started, release := make(chan struct{}), make(chan struct{})
+	rec := newRecorder(func(context.Context, *notify.Notification) error {
+		close(started)
+		<-release
+		return nil
+	})
+	d := b.start(t, schedule.Config{Senders: map[string]notify.Sender{notify.ChannelWebhook: rec},
+		ShutdownTimeout: 200 * time.Millisecond})
+	ttr := notify.Duration(time.Minute)
+	b.enqueue(t, "unrecorded", ms(0, 10), 0, func(r *notify.Request) { r.TTR = &ttr })
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("not attempted in 10s")
+	}
+	srv.Kill()
+	close(release) // the attempt ends; Redis cannot hear of it
+	// Bounded by the shutdown timeout, not by the ttr's minute.
+	requireStopsWithin(t, d, 15*time.Second)
+	require.NoError(t, srv.Restart())
+	got, err := b.store.Get(context.Background(), "unrecorded")
+	require.NoError(t, err)
+	require.Equal(t, notify.StateReserved, got.State, "left to the reaper")
+}
