@@ -134,6 +134,27 @@ func TestReserveEndsWhenTheConsumerLeaves(t *testing.T) {
 	require.Equal(t, "after", res.Notifications[0].ID)
 }
 
+// TestReserveEarliestFirst: a reservation lists its notifications in the
+// order they came due, as documented, whichever shards they live in.
+func TestReserveEarliestFirst(t *testing.T) {
+	t.Parallel()
+	b := setup(t, api.Config{})
+	base := time.Now().Add(-time.Minute)
+	var want []string
+	for i := range 20 {
+		id := fmt.Sprintf("due%02d", i)
+		want = append(want, id)
+		must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications",
+			map[string]any{"id": id, "topic": "jobs", "send_at": base.Add(time.Duration(i) * time.Second).Format(time.RFC3339)})
+	}
+	res := must[reserved](t, b, http.StatusOK, "POST", "/v1/topics/jobs/reserve?max=20", nil)
+	var got []string
+	for _, n := range res.Notifications {
+		got = append(got, n.ID)
+	}
+	require.Equal(t, want, got)
+}
+
 // leaveHook hangs up a consumer once Redis has made its reservation, and
 // lets the answer come back only when the server has seen the hang-up: the
 // moment a consumer that gives up can always hit.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -15,10 +16,12 @@ import (
 var ErrNacked = errors.New("nacked")
 
 // Reserve reserves up to limit due notifications of a pull topic, earliest
-// first. When none is due it waits up to wait for one to become due and
-// returns as soon as one does; it returns an empty slice when the wait ends
-// first. Each notification comes with a Receipt and a Deadline (now + its
-// ttr) before which it must be acknowledged or failed.
+// first: the answer is in due order, and when more are due than limit, the
+// shards share the limit, each giving its earliest. When none is due it
+// waits up to wait for one to become due and returns as soon as one does;
+// it returns an empty slice when the wait ends first. Each notification
+// comes with a Receipt and a Deadline (now + its ttr) before which it must
+// be acknowledged or failed.
 //
 // A waiting Reserve sleeps until the earliest due time it knows of, wakes
 // early when an enqueue, a retry or a replay makes something due sooner, and
@@ -109,6 +112,11 @@ func (c *Client) reserveDue(ctx context.Context, queue string, limit int) (items
 		c.storeError("reserve", err)
 		return nil, time.Time{}, err
 	}
+	// The store answers shard by shard; a consumer works through the list
+	// in order, so the earliest due comes first.
+	slices.SortStableFunc(items, func(a, b *notify.Notification) int {
+		return dueTime(a).Compare(dueTime(b))
+	})
 	for _, h := range after {
 		if !h.Due.IsZero() && (next.IsZero() || h.Due.Before(next)) {
 			next = h.Due
@@ -139,6 +147,14 @@ func (c *Client) release(ctx context.Context, items []*notify.Notification) {
 		// They come back when their reservations expire.
 		c.storeError("release", err)
 	}
+}
+
+// dueTime is when n's reserved attempt was due; the zero time if unknown.
+func dueTime(n *notify.Notification) time.Time {
+	if n.NextAttemptAt == nil {
+		return time.Time{}
+	}
+	return *n.NextAttemptAt
 }
 
 // Ack records that the attempt of reservation receipt succeeded. It is
