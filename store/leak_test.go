@@ -1,0 +1,238 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/endpoint"
+	"github.com/heraldhq/herald/internal/heraldtest"
+	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/store"
+)
+
+// TestNothingLeftBehind drives notifications through every way a life can
+// end (succeeded, dead then purged, cancelled while scheduled, due and
+// reserved, replayed then succeeded, replaced, released, reaped and
+// retried, imported dead), with and without order keys, in pull and push
+// queues and to an endpoint with limits and health; once retention has
+// passed and the sweep has run, the namespace holds no trace of any of
+// them (requireNothingLeft).
+func TestNothingLeftBehind(t *testing.T) {
+	t.Parallel()
+	for _, shards := range []int{1, 4} {
+		t.Run(fmt.Sprintf("Shards%d", shards), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			b := setup(t, store.Config{Shards: shards, Retention: time.Minute})
+			hook := heraldtest.Channel(notify.ChannelWebhook, "https://example.com/hook")
+			ep := &endpoint.Endpoint{URL: "https://example.com/ep", MaxInFlight: 4, Rate: 100, DisableAfter: notify.Duration(time.Hour)}
+			enqueue := func(id string, opts ...heraldtest.NotificationOption) {
+				t.Helper()
+				opts = append([]heraldtest.NotificationOption{heraldtest.Backoff(0, time.Second, time.Second)}, opts...)
+				b.enqueue(t, heraldtest.Notification(t, id, b.clock.Now(), opts...))
+			}
+			held := map[string]*notify.Notification{}
+			reserve := func() {
+				t.Helper()
+				for _, q := range []string{store.PullQueue("jobs"), store.PullQueue("other"), store.QueuePush} {
+					items, _, err := b.store.Reserve(ctx, q, heraldtest.AllShards(t, b.store), store.MaxReserve)
+					require.NoError(t, err)
+					for _, n := range items {
+						held[n.ID] = n
+					}
+				}
+			}
+			finish := func(id string, action notify.Action) {
+				t.Helper()
+				n := held[id]
+				require.NotNil(t, n, "%s is not reserved", id)
+				delete(held, id)
+				if n.Endpoint != "" {
+					lease := n.ID + "|" + n.Receipt
+					ok, _, err := b.store.Acquire(ctx, n.Endpoint, ep, lease, time.Duration(n.TTR))
+					require.NoError(t, err)
+					require.True(t, ok)
+					require.NoError(t, b.store.Release(ctx, n.Endpoint, lease))
+					if action == notify.ActionAck {
+						require.NoError(t, b.store.EndpointSucceeded(ctx, n.Endpoint))
+					} else {
+						_, err := b.store.EndpointFailed(ctx, n.Endpoint, time.Duration(ep.DisableAfter))
+						require.NoError(t, err)
+					}
+				}
+				b.finishOne(t, b.finish(action, n, b.clock.Now()))
+			}
+
+			enqueue("ok")
+			enqueue("ok-push", hook, heraldtest.Topic("hooks"))
+			enqueue("ok-ep", heraldtest.Endpoint("ep"), heraldtest.Topic("hooks"))
+			enqueue("dead")
+			enqueue("dead-ep", heraldtest.Endpoint("ep"), heraldtest.Topic("hooks"))
+			enqueue("cancel-later", heraldtest.Delay(time.Hour))
+			enqueue("cancel-due")
+			enqueue("cancel-due-push", hook, heraldtest.Topic("hooks"))
+			enqueue("cancel-reserved")
+			enqueue("replay")
+			enqueue("replace", heraldtest.Delay(time.Hour))
+			enqueue("release")
+			enqueue("reap", heraldtest.Topic("other"))
+			enqueue("k1", heraldtest.OrderKey("trade"))
+			enqueue("k2", heraldtest.OrderKey("trade"))
+			enqueue("k3", heraldtest.OrderKey("trade"))
+			enqueue("k4", heraldtest.OrderKey("trade"))
+			enqueue("k-push", hook, heraldtest.Topic("hooks"), heraldtest.OrderKey("trade"))
+			enqueue("k-alone", heraldtest.OrderKey("lonely"))
+			_, status, err := b.store.Enqueue(ctx, heraldtest.Notification(t, "replace", b.clock.Now(), heraldtest.Payload(`{"v":2}`)), true)
+			require.NoError(t, err)
+			require.Equal(t, store.Replaced, status)
+			_, err = b.store.Cancel(ctx, "cancel-later")
+			require.NoError(t, err)
+			_, err = b.store.Cancel(ctx, "cancel-due")
+			require.NoError(t, err)
+			_, err = b.store.Cancel(ctx, "cancel-due-push")
+			require.NoError(t, err)
+			_, err = b.store.Cancel(ctx, "k3")
+			require.NoError(t, err, "cancelled while waiting in its key's line")
+			imported := heraldtest.Notification(t, "imported", b.clock.Now())
+			_, err = b.store.EnqueueBatch(ctx, []store.EnqueueRequest{{Notification: imported,
+				Dead: &notify.Attempt{StartedAt: b.clock.Now(), FinishedAt: b.clock.Now(), Outcome: notify.OutcomePermanent}}})
+			require.NoError(t, err)
+			require.NoError(t, b.store.Pause(ctx, store.PauseEndpoint, "ep"))
+
+			reserve()
+			require.NoError(t, b.store.Pause(ctx, store.PauseTopic, "jobs"))
+			_, err = b.store.Resume(ctx, store.PauseTopic, "jobs")
+			require.NoError(t, err)
+			_, err = b.store.Resume(ctx, store.PauseEndpoint, "ep")
+			require.NoError(t, err)
+			finish("ok", notify.ActionAck)
+			finish("ok-push", notify.ActionAck)
+			finish("ok-ep", notify.ActionRetry)
+			finish("dead", notify.ActionDead)
+			finish("dead-ep", notify.ActionDead)
+			_, err = b.store.Cancel(ctx, "cancel-reserved")
+			require.NoError(t, err)
+			delete(held, "cancel-reserved")
+			finish("replay", notify.ActionDead)
+			finish("replace", notify.ActionAck)
+			finish("release", notify.ActionRelease)
+			finish("k1", notify.ActionAck)
+			finish("k-alone", notify.ActionRetry)
+			b.clock.Advance(10 * time.Minute) // reap's ttr has passed
+			expired, err := b.store.Expired(ctx, 0, 100)
+			require.NoError(t, err)
+			for _, n := range expired {
+				f := b.finish(notify.ActionRetry, n, b.clock.Now())
+				f.Attempt.Outcome = notify.OutcomeTTRExpired
+				b.finishOne(t, f)
+				delete(held, n.ID)
+			}
+			require.Empty(t, held, "every reservation has ended")
+			_, _, err = b.store.Replay(ctx, store.DeadFilter{IDs: []string{"replay"}}, store.DeadOptions{})
+			require.NoError(t, err)
+
+			reserve()
+			finish("ok-ep", notify.ActionAck)
+			finish("replay", notify.ActionAck)
+			finish("release", notify.ActionAck)
+			finish("reap", notify.ActionAck)
+			finish("k2", notify.ActionDead)
+			finish("k-alone", notify.ActionAck)
+			reserve()
+			finish("k4", notify.ActionAck)
+			reserve()
+			finish("k-push", notify.ActionAck)
+			require.Empty(t, held)
+			_, _, err = b.store.Purge(ctx, store.DeadFilter{Topic: "jobs"}, store.DeadOptions{})
+			require.NoError(t, err)
+			_, _, err = b.store.Purge(ctx, store.DeadFilter{IDs: []string{"dead-ep"}}, store.DeadOptions{})
+			require.NoError(t, err)
+
+			b.clock.Advance(time.Minute)
+			for more := true; more; {
+				_, more, err = b.store.Sweep(ctx, 3)
+				require.NoError(t, err)
+			}
+			requireNothingLeft(t, b.store)
+		})
+	}
+}
+
+// requireNothingLeft fails t unless st's namespace holds nothing of any
+// notification: only the shard count, statistics whose gauges are zero,
+// activity hashes and endpoint rate slots that expire, and nothing else.
+func requireNothingLeft(t *testing.T, st *store.Store) {
+	t.Helper()
+	ctx := context.Background()
+	client := server.Client(t)
+	ns := st.Namespace()
+	var left []string
+	// The hot paths count in shard 0 on a single Redis, the others in the
+	// notification's shard: only the sums must be zero.
+	gauges := map[string]int64{}
+	iter := client.Scan(ctx, 0, ns+":*", 100).Iterator()
+	for iter.Next(ctx) {
+		key := iter.Val()
+		suffix := strings.TrimPrefix(key, ns+":")
+		if i := strings.Index(suffix, "}:"); i >= 0 {
+			suffix = suffix[i+2:]
+		}
+		ttl, err := client.PTTL(ctx, key).Result()
+		require.NoError(t, err)
+		switch {
+		case key == ns+":meta":
+		case suffix == "stats":
+			fields, err := client.HGetAll(ctx, key).Result()
+			require.NoError(t, err)
+			for f, v := range fields {
+				if !strings.HasSuffix(f, "_total") {
+					n, err := strconv.ParseInt(v, 10, 64)
+					require.NoError(t, err)
+					gauges[f] += n
+				}
+			}
+		case strings.HasPrefix(suffix, "act:"), suffix == "rate":
+			if ttl <= 0 {
+				left = append(left, fmt.Sprintf("%s without expiry", key))
+			}
+		default:
+			left = append(left, fmt.Sprintf("%s (ttl %v): %s", key, ttl, describe(t, client, key)))
+		}
+	}
+	require.NoError(t, iter.Err())
+	for f, n := range gauges {
+		if n != 0 {
+			left = append(left, fmt.Sprintf("stats %s = %d", f, n))
+		}
+	}
+	slices.Sort(left)
+	require.Empty(t, left, "left behind once every notification ended and retention passed")
+}
+
+// describe returns what key holds, for a failure message.
+func describe(t *testing.T, client *redis.Client, key string) string {
+	t.Helper()
+	ctx := context.Background()
+	var v any
+	var err error
+	switch typ, _ := client.Type(ctx, key).Result(); typ {
+	case "hash":
+		v, err = client.HGetAll(ctx, key).Result()
+	case "zset":
+		v, err = client.ZRangeWithScores(ctx, key, 0, -1).Result()
+	case "list":
+		v, err = client.LRange(ctx, key, 0, -1).Result()
+	default:
+		v, err = client.Dump(ctx, key).Result()
+	}
+	require.NoError(t, err)
+	return fmt.Sprint(v)
+}
