@@ -236,3 +236,48 @@ func describe(t *testing.T, client *redis.Client, key string) string {
 	require.NoError(t, err)
 	return fmt.Sprint(v)
 }
+
+// TestActivityKeysExpire: the per-minute activity hashes expire however a
+// minute's finishes begin. A store sets a minute's expiry with its first
+// finish in that minute; one that counted no attempt (a notification given
+// back, as at an endpoint's limit or a pause, or a finish that came too
+// late) must not use that turn up, or the hash the next finish writes is
+// kept for ever.
+func TestActivityKeysExpire(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, first := range []notify.Action{notify.ActionRelease, "stale"} {
+		t.Run(strings.ToUpper(string(first[:1]))+string(first[1:]), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, store.Config{})
+			for _, id := range []string{"a", "b"} {
+				b.enqueue(t, b.newNotification(t, id, 0, 0, time.Second))
+			}
+			items := b.reserveAll(t)
+			require.Len(t, items, 2)
+			b.clock.Advance(time.Minute) // a minute no finish has written yet
+			if first == "stale" {
+				_, err := b.store.Cancel(ctx, items[0].ID)
+				require.NoError(t, err)
+				errs, err := b.store.Finish(ctx, []store.Finish{b.finish(notify.ActionAck, items[0], time.Time{})})
+				require.NoError(t, err)
+				require.ErrorIs(t, errs[0], notify.ErrStaleReceipt)
+			} else {
+				b.finishOne(t, store.Finish{Notification: items[0], Action: notify.ActionRelease, NextAt: b.clock.Now().Add(time.Hour)})
+			}
+			b.finishOne(t, b.finish(notify.ActionAck, items[1], time.Time{}))
+
+			client := server.Client(t)
+			var acts int
+			iter := client.Scan(ctx, 0, b.store.Namespace()+":*:act:*", 100).Iterator()
+			for iter.Next(ctx) {
+				acts++
+				ttl, err := client.PTTL(ctx, iter.Val()).Result()
+				require.NoError(t, err)
+				require.Positive(t, ttl, "%s is kept for ever", iter.Val())
+			}
+			require.NoError(t, iter.Err())
+			require.Equal(t, 1, acts, "the ack counted in one activity hash")
+		})
+	}
+}

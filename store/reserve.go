@@ -280,17 +280,24 @@ func (s *Store) Finish(ctx context.Context, items []Finish) ([]error, error) {
 		if err != nil {
 			s.forgetActivityExpiry()
 		}
+		acted := false
 		for j, i := range order[c] {
 			switch {
 			case err != nil:
 				errs[i] = fmt.Errorf("finish: %w", err)
 				failed = errs[i]
 			case codes[j] == codeOK:
+				acted = acted || items[i].Action != notify.ActionRelease
 			case codes[j] == codeStale:
 				errs[i] = notify.ErrStaleReceipt
 			default:
 				errs[i] = fmt.Errorf("finish: unexpected code %d", codes[j])
 			}
+		}
+		if keep, _ := call.args[6].(int); keep > 0 && !acted && err == nil {
+			// The call given this minute's expiry wrote no activity, so it
+			// set none: the next finish of the minute must.
+			s.unclaimActivityExpiry(s.counters(batches[c][0].shard), minute)
 		}
 	}
 	// A shard that could not be reached fails the whole call so the caller
@@ -489,6 +496,17 @@ func (s *Store) activityExpiry(shard int, minute int64) int {
 	}
 	s.actMinute[shard] = minute
 	return int(ActivityRetention / time.Second)
+}
+
+// unclaimActivityExpiry makes the next finish of shard in minute set its
+// activity hash's expiry, after a call that was given the turn counted no
+// attempt (releases only, or only stale items) and so set none.
+func (s *Store) unclaimActivityExpiry(shard int, minute int64) {
+	s.actMu.Lock()
+	defer s.actMu.Unlock()
+	if m, ok := s.actMinute[shard]; ok && m == minute {
+		delete(s.actMinute, shard)
+	}
 }
 
 // forgetActivityExpiry makes the next finish of every shard set its
