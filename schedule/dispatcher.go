@@ -29,7 +29,10 @@
 // context ends at that deadline, the reaper only takes a reservation back
 // after its deadline plus a grace for clock skew, and a finish with a stale
 // receipt changes nothing, so two attempts of one notification never overlap
-// however many dispatchers run.
+// however many dispatchers run. A sender that ignores the end of its
+// context can outlive its reservation: the dispatcher running it then holds
+// back the retry the reaper made due until the sender returns, but another
+// dispatcher cannot know of it, so senders must heed their context.
 package schedule
 
 import (
@@ -258,6 +261,12 @@ type Dispatcher struct {
 	finishCtx    context.Context
 	giveUpFinish context.CancelFunc
 
+	// runningMu guards running, the ids whose attempt a sender of this
+	// dispatcher is making: one that outlived its ttr, ignoring its
+	// context, still runs when the reaper has made its retry due.
+	runningMu sync.Mutex
+	running   map[string]struct{}
+
 	// pauses is what is paused, read from the store (pause.go).
 	pauses pauses
 	// limits is what the dispatcher knows of endpoints at their limits
@@ -294,6 +303,7 @@ func New(cfg *Config) (*Dispatcher, error) {
 		work:     make(chan queued, total),
 		finishes: make(chan pendingFinish, total),
 		ready:    make(chan struct{}),
+		running:  map[string]struct{}{},
 	}, nil
 }
 
@@ -602,13 +612,37 @@ func (d *Dispatcher) worker(ctx context.Context) {
 			d.finish(unstarted(n, d.store.Now()))
 			d.log.DebugContext(ctx, "schedule: gave back a notification that waited too long for a worker", "id", n.ID)
 		case !d.park(ctx, n):
-			if release, ok := d.acquire(ctx, n); ok {
-				err := d.attempt(n, &p)
-				release()
-				d.recordHealth(ctx, n, err)
-			}
+			d.run(ctx, n, &p)
 		}
 		d.capacity.give(1)
+	}
+}
+
+// run makes an attempt of n within its endpoint's limits, unless the
+// attempt this dispatcher made of n before still runs: its sender ignored
+// the end of its context and the reaper, past the ttr, made n due again.
+// Then n is given back unattempted, to wait for it.
+func (d *Dispatcher) run(ctx context.Context, n *notify.Notification, p *policy.Policy) {
+	d.runningMu.Lock()
+	_, busy := d.running[n.ID]
+	if !busy {
+		d.running[n.ID] = struct{}{}
+	}
+	d.runningMu.Unlock()
+	if busy {
+		d.log.DebugContext(ctx, "schedule: an earlier attempt still runs past its ttr; the next waits for it", "id", n.ID)
+		d.giveBack(n, d.store.Now().Add(d.cfg.PollInterval))
+		return
+	}
+	defer func() {
+		d.runningMu.Lock()
+		delete(d.running, n.ID)
+		d.runningMu.Unlock()
+	}()
+	if release, ok := d.acquire(ctx, n); ok {
+		err := d.attempt(n, p)
+		release()
+		d.recordHealth(ctx, n, err)
 	}
 }
 

@@ -552,3 +552,38 @@ func TestStopReturnsWhenASenderIgnoresItsContext(t *testing.T) {
 		}
 	}
 }
+
+// TestNoOverlapWithAnAttemptPastItsTTR: a handler that ignores its context
+// outlives its ttr; the reaper counts the attempt as expired, but the retry
+// does not start while that attempt still runs in this dispatcher.
+func TestNoOverlapWithAnAttemptPastItsTTR(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	released := make(chan struct{})
+	rec := newRecorder(func(_ context.Context, n *notify.Notification) error {
+		if n.Attempts == 0 {
+			<-released
+		}
+		return nil
+	})
+	b.start(t, schedule.Config{Handlers: map[string]notify.Sender{"jobs": rec}, PollInterval: 50 * time.Millisecond})
+	zero, ttr := notify.Duration(0), notify.Duration(50*time.Millisecond)
+	n, err := b.policies.Resolve(&notify.Request{ID: "job1", Topic: "jobs", Channel: notify.ChannelPull,
+		Backoff: ms(0, 0, 0), Delay: &zero, TTR: &ttr}, time.Now(), 0)
+	require.NoError(t, err)
+	_, _, err = b.store.Enqueue(context.Background(), n, false)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		got, err := b.store.Get(context.Background(), "job1")
+		return err == nil && len(got.History) == 1
+	}, 10*time.Second, 5*time.Millisecond)
+	// Due at once, the retry would start within milliseconds.
+	require.Never(t, func() bool { return rec.attempts("job1") > 1 }, 500*time.Millisecond, 5*time.Millisecond,
+		"a second attempt started while the first still ran")
+	close(released)
+	got := b.waitState(t, "job1", notify.StateSucceeded)
+	require.Len(t, got.History, 2)
+	require.Equal(t, []notify.Outcome{notify.OutcomeTTRExpired, notify.OutcomeSuccess},
+		[]notify.Outcome{got.History[0].Outcome, got.History[1].Outcome})
+	require.Equal(t, 2, rec.attempts("job1"))
+}
