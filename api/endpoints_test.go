@@ -190,3 +190,26 @@ func TestPauseResume(t *testing.T) {
 	require.Nil(t, v.FailingSince)
 	b.requireError(t, http.StatusNotFound, api.CodeNotFound, "", http.MethodPost, "/v1/endpoints/nobody/enable", nil)
 }
+
+// TestEndpointListShowsHealth: the list of endpoints shows each one's
+// health as GET of the one does, so that an operator finds the failing
+// ones in one call.
+func TestEndpointListShowsHealth(t *testing.T) {
+	t.Parallel()
+	b := setup(t, api.Config{})
+	for _, name := range []string{"fine", "flaky"} {
+		must[endpoint.View](t, b, http.StatusCreated, http.MethodPut, "/v1/endpoints/"+name,
+			map[string]any{"url": "https://" + name + ".example", "disable_after": "72h"})
+	}
+	disabled, err := b.store.EndpointFailed(t.Context(), "flaky", 72*time.Hour)
+	require.NoError(t, err)
+	require.False(t, disabled)
+	one := must[endpoint.View](t, b, http.StatusOK, http.MethodGet, "/v1/endpoints/flaky", nil)
+	require.NotNil(t, one.FailingSince)
+
+	list := must[endpointList](t, b, http.StatusOK, http.MethodGet, "/v1/endpoints", nil)
+	require.Len(t, list.Endpoints, 2)
+	require.Equal(t, "fine", list.Endpoints[0].Name)
+	require.Nil(t, list.Endpoints[0].FailingSince)
+	require.Equal(t, one, list.Endpoints[1], "the list shows what GET of the one does")
+}

@@ -123,7 +123,7 @@ func (c *Client) endPauses(ctx context.Context, name string) error {
 
 // ListEndpoints returns every endpoint in name order: the policies file's,
 // and those registered over the API, marked Shadowed where the file defines
-// the same name.
+// the same name; each with its health, as GetEndpoint.
 func (c *Client) ListEndpoints(ctx context.Context) ([]endpoint.View, error) {
 	stored, err := c.store.Endpoints(ctx)
 	if err != nil {
@@ -148,7 +148,18 @@ func (c *Client) ListEndpoints(ctx context.Context) ([]endpoint.View, error) {
 		out = append(out, v)
 	}
 	for i := range out {
-		markPaused(&out[i], paused)
+		v := &out[i]
+		markPaused(v, paused)
+		// Only an endpoint with a disable_after keeps a health record, and
+		// one disabled before its disable_after was removed still has one.
+		if v.DisableAfter > 0 || v.Disabled {
+			h, err := c.store.EndpointHealth(ctx, v.Name)
+			if err != nil {
+				c.storeError("list_endpoints", err)
+				return nil, err
+			}
+			v.DisabledAt, v.FailingSince = h.DisabledAt, h.FailingSince
+		}
 	}
 	slices.SortStableFunc(out, func(a, b endpoint.View) int {
 		if a.Name != b.Name {
