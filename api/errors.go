@@ -43,8 +43,9 @@ type errorBody struct {
 
 // classify maps an error to its status and body: validation errors to 400
 // with their field, the notify sentinels to 404 and 409, an oversized body
-// to 413. Anything else comes from failing to reach Redis in time and is 503,
-// which tells a client to try again; its detail is logged, not returned.
+// to 413, a change not confirmed by replicas to 503 saying so. Anything
+// else comes from failing to reach Redis in time and is 503, which tells a
+// client to try again; its detail is logged, not returned.
 func classify(err error) (int, Error) {
 	var fe *notify.FieldError
 	var tooLarge *http.MaxBytesError
@@ -75,6 +76,9 @@ func classify(err error) (int, Error) {
 		return http.StatusConflict, Error{Code: CodeConflict, Message: err.Error(), Field: "name"}
 	case errors.Is(err, notify.ErrStaleReceipt):
 		return http.StatusConflict, Error{Code: CodeStaleReceipt, Message: err.Error()}
+	case errors.Is(err, notify.ErrNotReplicated):
+		return http.StatusServiceUnavailable, Error{Code: CodeUnavailable, Message: "the change reached Redis but not enough replicas " +
+			"in time (redis.wait_replicas): it may be lost if the master fails; read it back before trying again"}
 	case errors.Is(err, notify.ErrOrdered):
 		return http.StatusConflict, Error{Code: CodeOrdered, Message: err.Error() + "; cancel it and enqueue anew to go to the back of its line"}
 	}

@@ -209,3 +209,25 @@ func TestServeShutsDownGracefully(t *testing.T) {
 	require.NoError(t, <-served)
 	require.Less(t, time.Since(start), 10*time.Second, "the long poll did not hold up the shutdown")
 }
+
+// TestNotReplicatedSaysSo: with redis.wait_replicas, a change that reached
+// Redis but not enough replicas in time is 503, as DESIGN asks, and says
+// so: the store answered, and the change is on the master, so a client
+// reads before it tries again rather than look for an outage.
+func TestNotReplicatedSaysSo(t *testing.T) {
+	t.Parallel()
+	st, err := store.New(&store.Config{Client: sharedServer(t).Client(t), Namespace: redistest.Namespace(t), Shards: 4,
+		WaitReplicas: 1, WaitTimeout: 20 * time.Millisecond, Logger: testLogger(t)}) // there is no replica
+	require.NoError(t, err)
+	srv, err := api.New(&api.Config{Store: st, Logger: testLogger(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Close() })
+	b := &testBundle{api: srv, store: st, http: httptest.NewServer(srv)}
+	t.Cleanup(b.http.Close)
+
+	e := b.requireError(t, http.StatusServiceUnavailable, api.CodeUnavailable, "", "POST", "/v1/notifications",
+		map[string]any{"id": "unconfirmed", "topic": "x", "channel": "pull"})
+	require.Contains(t, e.Message, "replicas")
+	rec := must[notify.Notification](t, b, http.StatusOK, "GET", "/v1/notifications/unconfirmed", nil)
+	require.Equal(t, notify.StateScheduled, rec.State, "the master has it")
+}
