@@ -211,4 +211,16 @@ func randomOperations(t *testing.T, seed uint64) {
 		}
 	}
 	check()
+	// Once the dead are purged and retention has passed, nothing is left.
+	for _, topic := range topics {
+		_, _, err := b.store.Purge(ctx, store.DeadFilter{Topic: topic}, store.DeadOptions{})
+		require.NoError(t, err)
+	}
+	b.clock.Advance(3 * time.Second)
+	for more := true; more; {
+		var err error
+		_, more, err = b.store.Sweep(ctx, 100)
+		require.NoError(t, err)
+	}
+	requireNothingLeft(t, b.store)
 }
