@@ -1,8 +1,11 @@
 package api_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"testing"
 	"time"
@@ -178,4 +181,23 @@ func TestHealthReadyMetrics(t *testing.T) {
 	_, body = b.do(t, "GET", "/metrics", nil)
 	require.Contains(t, string(body), `herald_attempts_total{channel="pull",outcome="success",topic="jobs"} 1`)
 	require.Contains(t, string(body), `herald_lateness_seconds_count{channel="pull",topic="jobs"} 1`)
+}
+
+// TestNotReadyKeepsDetails: /readyz says what puts data at risk whether or
+// not Redis answers at the moment, as it does while serve waits for Redis.
+func TestNotReadyKeepsDetails(t *testing.T) {
+	t.Parallel()
+	details := map[string]any{"redis": map[string]any{"eviction_ok": false}}
+	h := api.NewProbes(&api.ProbeConfig{
+		ReadyFunc:   func(context.Context) error { return errors.New("connection refused") },
+		DetailsFunc: func() any { return details },
+		Logger:      testLogger(t),
+	})
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	b := &testBundle{http: srv}
+	e := b.requireError(t, http.StatusServiceUnavailable, api.CodeUnavailable, "", "GET", "/readyz", nil)
+	require.NotEmpty(t, e.Message)
+	body := must[map[string]any](t, b, http.StatusServiceUnavailable, "GET", "/readyz", nil)
+	require.Equal(t, map[string]any{"redis": map[string]any{"eviction_ok": false}}, body["details"])
 }

@@ -84,18 +84,21 @@ func (p *probes) readyz(w http.ResponseWriter, r *http.Request) {
 	if p.cfg.DetailsFunc != nil {
 		details = p.cfg.DetailsFunc()
 	}
-	if p.cfg.ReadyFunc == nil {
+	notReady := func(message string) {
 		writeJSON(w, http.StatusServiceUnavailable, struct {
 			Error   Error `json:"error"`
 			Details any   `json:"details,omitempty"`
-		}{Error{Code: CodeUnavailable, Message: "starting: waiting for Redis"}, details})
+		}{Error{Code: CodeUnavailable, Message: message}, details})
+	}
+	if p.cfg.ReadyFunc == nil {
+		notReady("starting: waiting for Redis")
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), p.cfg.Timeout)
 	defer cancel()
 	if err := p.cfg.ReadyFunc(ctx); err != nil {
 		p.cfg.Logger.WarnContext(ctx, "api: not ready", "error", err)
-		writeError(w, http.StatusServiceUnavailable, CodeUnavailable, "the store is unreachable")
+		notReady("the store is unreachable")
 		return
 	}
 	writeJSON(w, http.StatusOK, statusResponse{Status: "ready", Details: details})
