@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 
 	"github.com/heraldhq/herald/endpoint"
 	"github.com/heraldhq/herald/internal/heraldtest"
+	"github.com/heraldhq/herald/internal/redistest"
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/store"
 )
@@ -27,11 +29,19 @@ import (
 // them (requireNothingLeft).
 func TestNothingLeftBehind(t *testing.T) {
 	t.Parallel()
-	for _, shards := range []int{1, 4} {
-		t.Run(fmt.Sprintf("Shards%d", shards), func(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		shards  int
+		cluster bool
+	}{{"Shards1", 1, false}, {"Shards4", 4, false}, {"Cluster", 4, true}} {
+		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			b := setup(t, store.Config{Shards: shards, Retention: time.Minute})
+			var client redis.UniversalClient = server.Client(t)
+			if tt.cluster {
+				client = redistest.StartCluster(t, 3).Client(t)
+			}
+			b := setup(t, store.Config{Client: client, Shards: tt.shards, Retention: time.Minute})
 			hook := heraldtest.Channel(notify.ChannelWebhook, "https://example.com/hook")
 			ep := &endpoint.Endpoint{URL: "https://example.com/ep", MaxInFlight: 4, Rate: 100, DisableAfter: notify.Duration(time.Hour)}
 			enqueue := func(id string, opts ...heraldtest.NotificationOption) {
@@ -161,7 +171,7 @@ func TestNothingLeftBehind(t *testing.T) {
 				_, more, err = b.store.Sweep(ctx, 3)
 				require.NoError(t, err)
 			}
-			requireNothingLeft(t, b.store)
+			requireNothingLeft(t, client, b.store)
 		})
 	}
 }
@@ -169,18 +179,31 @@ func TestNothingLeftBehind(t *testing.T) {
 // requireNothingLeft fails t unless st's namespace holds nothing of any
 // notification: only the shard count, statistics whose gauges are zero,
 // activity hashes and endpoint rate slots that expire, and nothing else.
-func requireNothingLeft(t *testing.T, st *store.Store) {
+func requireNothingLeft(t *testing.T, client redis.UniversalClient, st *store.Store) {
 	t.Helper()
 	ctx := context.Background()
-	client := server.Client(t)
 	ns := st.Namespace()
 	var left []string
 	// The hot paths count in shard 0 on a single Redis, the others in the
 	// notification's shard: only the sums must be zero.
 	gauges := map[string]int64{}
-	iter := client.Scan(ctx, 0, ns+":*", 100).Iterator()
-	for iter.Next(ctx) {
-		key := iter.Val()
+	var mu sync.Mutex // guards all: ForEachMaster scans the masters at once
+	var all []string
+	scan := func(ctx context.Context, c *redis.Client) error {
+		iter := c.Scan(ctx, 0, ns+":*", 100).Iterator()
+		for iter.Next(ctx) {
+			mu.Lock()
+			all = append(all, iter.Val())
+			mu.Unlock()
+		}
+		return iter.Err()
+	}
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		require.NoError(t, cc.ForEachMaster(ctx, scan))
+	} else {
+		require.NoError(t, scan(ctx, client.(*redis.Client)))
+	}
+	for _, key := range all {
 		suffix := strings.TrimPrefix(key, ns+":")
 		if i := strings.Index(suffix, "}:"); i >= 0 {
 			suffix = suffix[i+2:]
@@ -207,7 +230,6 @@ func requireNothingLeft(t *testing.T, st *store.Store) {
 			left = append(left, fmt.Sprintf("%s (ttl %v): %s", key, ttl, describe(t, client, key)))
 		}
 	}
-	require.NoError(t, iter.Err())
 	for f, n := range gauges {
 		if n != 0 {
 			left = append(left, fmt.Sprintf("stats %s = %d", f, n))
@@ -218,7 +240,7 @@ func requireNothingLeft(t *testing.T, st *store.Store) {
 }
 
 // describe returns what key holds, for a failure message.
-func describe(t *testing.T, client *redis.Client, key string) string {
+func describe(t *testing.T, client redis.UniversalClient, key string) string {
 	t.Helper()
 	ctx := context.Background()
 	var v any

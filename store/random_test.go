@@ -222,5 +222,5 @@ func randomOperations(t *testing.T, seed uint64) {
 		_, more, err = b.store.Sweep(ctx, 100)
 		require.NoError(t, err)
 	}
-	requireNothingLeft(t, b.store)
+	requireNothingLeft(t, server.Client(t), b.store)
 }
