@@ -72,6 +72,30 @@ func TestReservePausedTopic(t *testing.T) {
 	require.Equal(t, 0, got[0].Attempts)
 }
 
+// TestReserveHonoursAPauseAtOnce: once Pause has returned, the client that
+// paused the topic hands out none of its work, though it read a moment ago
+// that the topic was not paused; and after Resume it hands it out at once.
+func TestReserveHonoursAPauseAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := setup(t)
+	got, err := c.Reserve(ctx, "appointment-reminder", 10, 0)
+	require.NoError(t, err)
+	require.Empty(t, got)
+	require.NoError(t, c.Pause(ctx, store.PauseTopic, "appointment-reminder"))
+	_, _, err = c.Enqueue(ctx, &notify.Request{ID: "r1", Topic: "appointment-reminder"})
+	require.NoError(t, err)
+	got, err = c.Reserve(ctx, "appointment-reminder", 10, 0)
+	require.NoError(t, err)
+	require.Empty(t, got, "a topic paused by this client handed out work")
+
+	_, err = c.Resume(ctx, store.PauseTopic, "appointment-reminder")
+	require.NoError(t, err)
+	got, err = c.Reserve(ctx, "appointment-reminder", 10, 0)
+	require.NoError(t, err)
+	require.Len(t, got, 1, "a resumed topic held back its work")
+}
+
 // TestDeleteEndpointFreesWhatIsParked: the notifications parked behind an
 // endpoint's pause come due when the endpoint is deleted (to fail at their
 // next attempt, for want of it), instead of waiting for a resume no one

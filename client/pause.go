@@ -23,6 +23,7 @@ func (c *Client) Pause(ctx context.Context, kind, name string) error {
 		c.storeError("pause", err)
 		return err
 	}
+	c.pausedCache.forget()
 	return nil
 }
 
@@ -34,8 +35,10 @@ func (c *Client) Resume(ctx context.Context, kind, name string) (resumed int, er
 	}
 	if resumed, err = c.store.Resume(ctx, kind, name); err != nil {
 		c.storeError("resume", err)
+		return resumed, err
 	}
-	return resumed, err
+	c.pausedCache.forget()
+	return resumed, nil
 }
 
 func (c *Client) checkPausable(ctx context.Context, kind, name string) error {
@@ -71,7 +74,8 @@ func shown(n *notify.Notification) {
 }
 
 // pausedTTL is how long a client trusts what it read of the paused topics
-// before pull consumers' reservations read it again.
+// before pull consumers' reservations read it again; its own pauses and
+// resumes hold at once.
 const pausedTTL = 250 * time.Millisecond
 
 // pausedCache is what a client last read of what is paused, for Reserve.
@@ -79,6 +83,15 @@ type pausedCache struct {
 	mu     sync.Mutex
 	read   time.Time
 	paused map[string]time.Time
+}
+
+// forget drops what was read, so that this client's own pause or resume
+// holds for its next reservation. A read under way holds mu, so it is
+// dropped too once done.
+func (p *pausedCache) forget() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.read = time.Time{}
 }
 
 // topicPaused reports whether topic is paused, from a read at most
