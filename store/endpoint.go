@@ -59,7 +59,10 @@ func (s *Store) Endpoint(ctx context.Context, name string) (*endpoint.Endpoint, 
 
 // DeleteEndpoint removes the endpoint stored under name, or returns
 // endpoint.ErrNotFound. Notifications naming it fail permanently at their
-// next attempt unless an endpoint of that name exists again by then.
+// next attempt unless an endpoint of that name exists again by then. Its
+// failing streak ends with it, so that an endpoint registered again under
+// the name is not disabled at its first failure for the failures of this
+// one; a disabling stays until EnableEndpoint.
 func (s *Store) DeleteEndpoint(ctx context.Context, name string) error {
 	if err := s.open(ctx); err != nil {
 		return err
@@ -70,6 +73,9 @@ func (s *Store) DeleteEndpoint(ctx context.Context, name string) error {
 	}
 	if n == 0 {
 		return endpoint.ErrNotFound
+	}
+	if err := s.client.HDel(ctx, s.keys.health(name), "failing_since").Err(); err != nil {
+		return fmt.Errorf("store: delete endpoint %q: forget its failures: %w", name, err)
 	}
 	return nil
 }

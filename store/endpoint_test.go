@@ -44,3 +44,33 @@ func TestEndpoints(t *testing.T) {
 	_, err = b.store.Endpoint(ctx, "m")
 	require.ErrorIs(t, err, endpoint.ErrNotFound)
 }
+
+// TestDeletedEndpointForgetsItsFailures: an endpoint deleted while its
+// attempts were failing and registered again under its name starts with a
+// clean record: its first failure does not disable it for the failures of
+// the endpoint deleted long before.
+func TestDeletedEndpointForgetsItsFailures(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, store.Config{})
+	e := &endpoint.Endpoint{URL: "https://m.example", DisableAfter: notify.Duration(time.Hour)}
+	_, err := b.store.PutEndpoint(ctx, "m", e)
+	require.NoError(t, err)
+	disabled, err := b.store.EndpointFailed(ctx, "m", time.Hour)
+	require.NoError(t, err)
+	require.False(t, disabled)
+	require.NoError(t, b.store.DeleteEndpoint(ctx, "m"))
+
+	b.clock.Advance(30 * 24 * time.Hour)
+	_, err = b.store.PutEndpoint(ctx, "m", e)
+	require.NoError(t, err)
+	h, err := b.store.EndpointHealth(ctx, "m")
+	require.NoError(t, err)
+	require.Nil(t, h.FailingSince, "a new endpoint has failed nothing yet")
+	disabled, err = b.store.EndpointFailed(ctx, "m", time.Hour)
+	require.NoError(t, err)
+	require.False(t, disabled, "disabled by its first failure")
+	paused, err := b.store.Paused(ctx)
+	require.NoError(t, err)
+	require.Empty(t, paused)
+}
