@@ -107,6 +107,19 @@ func TestDeadLetters(t *testing.T) {
 		require.Equal(t, counts{Matched: 3, Purged: 3}, got)
 		b.requireError(t, http.StatusNotFound, api.CodeNotFound, "", "GET", "/v1/notifications/d2", nil)
 	})
+	t.Run("WindowIsForATopic", func(t *testing.T) {
+		// A window narrows a topic's purge or replay; given with ids it would
+		// be ignored, and more done than asked: it is refused.
+		b.kill(t, "w", 1)
+		future := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "since", "POST", "/v1/dead/replay",
+			map[string]any{"ids": []string{"w0"}, "since": future})
+		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "until", "DELETE", "/v1/dead",
+			map[string]any{"ids": []string{"w0"}, "until": future})
+		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "since", "DELETE", "/v1/dead?ids=w0&since="+url.QueryEscape(future), nil)
+		rec := must[notify.Notification](t, b, http.StatusOK, "GET", "/v1/notifications/w0", nil)
+		require.Equal(t, notify.StateDead, rec.State, "neither replayed nor purged")
+	})
 	t.Run("PurgeByBody", func(t *testing.T) {
 		// DELETE takes the filters of a replay as its body too: a body is
 		// never ignored, least of all for a wider purge than it asked.
