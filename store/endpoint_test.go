@@ -74,3 +74,21 @@ func TestDeletedEndpointForgetsItsFailures(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, paused)
 }
+
+// TestDisableAfterUnderAMillisecond: a disable_after shorter than the
+// millisecond the health record counts in is kept to, rounded up, rather
+// than refused at every failure.
+func TestDisableAfterUnderAMillisecond(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, store.Config{})
+	disabled, err := b.store.EndpointFailed(ctx, "m", 500*time.Microsecond)
+	require.NoError(t, err)
+	require.False(t, disabled)
+	b.clock.Advance(time.Millisecond)
+	disabled, err = b.store.EndpointFailed(ctx, "m", 500*time.Microsecond)
+	require.NoError(t, err)
+	require.True(t, disabled, "failing for longer than its disable_after")
+	_, err = b.store.EnableEndpoint(ctx, "m")
+	require.NoError(t, err)
+}

@@ -50,7 +50,10 @@ func (s *Store) EndpointFailed(ctx context.Context, name string, disableAfter ti
 	if err := s.open(ctx); err != nil {
 		return false, err
 	}
-	v, err := s.runScript(ctx, failedScript, []string{s.keys.health(name)}, ms(s.Now()), disableAfter.Milliseconds())
+	// Rounded up: the record counts whole milliseconds, and a part of one
+	// must not read as 0, which the script refuses.
+	after := (disableAfter + time.Millisecond - 1) / time.Millisecond
+	v, err := s.runScript(ctx, failedScript, []string{s.keys.health(name)}, ms(s.Now()), int64(after))
 	if err != nil {
 		return false, fmt.Errorf("store: endpoint %q health: %w", name, err)
 	}
