@@ -80,12 +80,15 @@ func (s *Store) quarantine(ctx context.Context, shard int, id, content string, w
 	h, _, _ := parseHeader(content) // the topic, when the header survived
 	_, err := s.runScript(ctx, quarantineScript,
 		[]string{k.job(shard), k.state(shard), k.quarantine(shard), k.reserved(shard), k.stats(shard),
-			k.order(shard), k.link(shard), k.due(shard, QueuePush), k.due(shard, PullQueue(h.topic))},
+			k.order(shard), k.link(shard), k.due(shard, QueuePush), k.due(shard, PullQueue(h.topic)), k.hist(shard)},
 		id, why.Error(), ms(s.Now()), k.wake(), shard)
 	if err != nil {
 		s.cfg.Logger.ErrorContext(ctx, "store: could not quarantine an undecodable notification", "id", id, "reason", why, "error", err)
 		return
 	}
+	// One of an order key that lives away from its id's shard leaves a
+	// stub there, which leads nowhere now.
+	s.dropStubs(ctx, shard, []string{id})
 	s.quarantined.Add(1)
 	s.cfg.Logger.ErrorContext(ctx, "store: quarantined an undecodable notification", "id", id, "reason", why,
 		"key", k.quarantine(shard))

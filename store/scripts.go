@@ -1164,7 +1164,10 @@ return {more, #gone, unpack(keyed)}
 // quarantineScript moves a reserved notification whose content cannot be
 // decoded out of the way, so that it stops every batch it falls in. When its
 // header still names its topic, the topic's reserved gauge is lowered, and
-// the line of its order key, if it has one, moves on without it.
+// the line of its order key, if it has one, moves on without it. Its
+// history goes, when its state line says how long it is: nothing could
+// read it without the record, and a later notification of the id would
+// not delete it.
 //
 //	KEYS[1]  job HASH
 //	KEYS[2]  st HASH
@@ -1175,6 +1178,7 @@ return {more, #gone, unpack(keyed)}
 //	KEYS[7]  link HASH
 //	KEYS[8]  due ZSET of the topic's push queue
 //	KEYS[9]  due ZSET of the topic's pull queue
+//	KEYS[10] hist HASH
 //	ARGV[1]  id
 //	ARGV[2]  why
 //	ARGV[3]  now (ms)
@@ -1192,6 +1196,11 @@ local o = st_parse(redis.call('HGET', KEYS[2], id))
 redis.call('HSET', KEYS[3], id, ARGV[2] .. '\n' .. c)
 redis.call('HDEL', KEYS[1], id)
 redis.call('HDEL', KEYS[2], id)
+if o then
+  local hist = {}
+  hist_fields(hist, id, o.h)
+  if #hist > 0 then chunked('HDEL', KEYS[10], hist) end
+end
 local topic = select(3, route(c))
 local deltas, adds, sts = {}, {}, {}
 if redis.call('ZREM', KEYS[4], id) == 1 and topic then bump(deltas, topic, 'reserved', -1) end

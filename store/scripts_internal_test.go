@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -290,4 +292,46 @@ func startStore(t *testing.T, shards int) (*Store, *redis.Client) {
 	_, err = st.Shards(context.Background())
 	require.NoError(t, err)
 	return st, client
+}
+
+// TestQuarantineLeavesNoHistory: a notification quarantined after attempts
+// takes its history and the stub of its order key with it, as a swept one
+// does; only the quarantine entry is left.
+func TestQuarantineLeavesNoHistory(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, client := startStore(t, 4)
+	now := time.Now().UTC().Add(-time.Second)
+	n := &notify.Notification{ID: "bad", Topic: "jobs", Channel: notify.ChannelPull, Payload: json.RawMessage(`{}`),
+		Backoff: []notify.Duration{0, 0}, TTR: notify.Duration(time.Minute), SendAt: now, Digest: "bad", OrderKey: "k"}
+	for shard := 0; st.keys.shardOf(n.ID) == st.keys.shardFor(n); shard++ {
+		n.OrderKey = fmt.Sprint("k", shard) // one whose record lives away from its id's shard, behind a stub
+	}
+	_, _, err := st.Enqueue(ctx, n, false)
+	require.NoError(t, err)
+	all := []int{0, 1, 2, 3}
+	got, _, err := st.Reserve(ctx, PullQueue("jobs"), all, 10)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	errs, err := st.Finish(ctx, []Finish{{Notification: got[0], Action: notify.ActionRetry, NextAt: now,
+		Attempt: notify.Attempt{Outcome: notify.OutcomeRetry, StartedAt: now, FinishedAt: now}}})
+	require.NoError(t, err)
+	require.NoError(t, errs[0])
+	shard := st.keys.shardFor(n)
+	require.NoError(t, client.HSet(ctx, st.keys.job(shard), "bad", "d u 1000 jobs\nnot a body").Err())
+	got, _, err = st.Reserve(ctx, PullQueue("jobs"), all, 10)
+	require.NoError(t, err)
+	require.Empty(t, got)
+	require.EqualValues(t, 1, st.Quarantined())
+
+	left := map[string]string{}
+	for key := range dumpAll(t, st) {
+		switch {
+		case key == st.keys.quarantine(shard), key == st.keys.meta(), strings.HasSuffix(key, ":stats"),
+			strings.Contains(key, ":act:") && client.PTTL(ctx, key).Val() > 0:
+		default:
+			left[key] = fmt.Sprint(client.Type(ctx, key).Val())
+		}
+	}
+	require.Empty(t, left, "left behind by the quarantined notification")
 }
