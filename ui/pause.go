@@ -144,8 +144,8 @@ type endpointRow struct {
 	Actions     []formAction
 }
 
-// endpointRows lists the endpoints with their health, attempts and
-// buttons; paused is store.Paused's answer, minutes the endpoints' activity
+// endpointRows lists the endpoints with their health (ListEndpoints reads
+// it), attempts and buttons; paused is store.Paused's answer, minutes the endpoints' activity
 // by name.
 func (h *Handler) endpointRows(ctx context.Context, paused map[string]time.Time, minutes map[string][]store.MinuteActivity,
 	now time.Time) ([]endpointRow, error) {
@@ -155,15 +155,6 @@ func (h *Handler) endpointRows(ctx context.Context, paused map[string]time.Time,
 	}
 	rows := make([]endpointRow, 0, len(views))
 	for _, v := range views {
-		// Only an endpoint with a disable_after keeps a health record, and
-		// one disabled before its disable_after was removed still has one.
-		if v.DisableAfter > 0 || v.Disabled {
-			health, err := h.store.EndpointHealth(ctx, v.Name)
-			if err != nil {
-				return nil, err
-			}
-			v.FailingSince, v.DisabledAt = health.FailingSince, health.DisabledAt
-		}
 		row := endpointRow{View: v, PausedSince: paused[store.PauseKey(store.PauseEndpoint, v.Name)]}
 		for _, s := range v.Secrets {
 			if s.Expired {
