@@ -92,3 +92,32 @@ func TestDisableAfterUnderAMillisecond(t *testing.T) {
 	_, err = b.store.EnableEndpoint(ctx, "m")
 	require.NoError(t, err)
 }
+
+// TestEnableAnEnabledEndpoint: enabling an endpoint that is not disabled
+// changes nothing: its failing streak goes on, and it is disabled once that
+// has lasted its disable_after, not a whole disable_after after the enable.
+func TestEnableAnEnabledEndpoint(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, store.Config{})
+	since := b.clock.Now()
+	_, err := b.store.EndpointFailed(ctx, "m", time.Hour)
+	require.NoError(t, err)
+	b.clock.Advance(59 * time.Minute)
+	resumed, err := b.store.EnableEndpoint(ctx, "m")
+	require.NoError(t, err)
+	require.Zero(t, resumed)
+	h, err := b.store.EndpointHealth(ctx, "m")
+	require.NoError(t, err)
+	require.NotNil(t, h.FailingSince, "the enable ended its failing streak")
+	require.Equal(t, since, *h.FailingSince)
+	b.clock.Advance(time.Minute)
+	disabled, err := b.store.EndpointFailed(ctx, "m", time.Hour)
+	require.NoError(t, err)
+	require.True(t, disabled, "failing for its disable_after")
+	_, err = b.store.EnableEndpoint(ctx, "m")
+	require.NoError(t, err)
+	h, err = b.store.EndpointHealth(ctx, "m")
+	require.NoError(t, err)
+	require.Equal(t, store.Health{}, h, "enabled afresh")
+}

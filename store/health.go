@@ -85,12 +85,14 @@ func (s *Store) EndpointFailed(ctx context.Context, name string, disableAfter ti
 }
 
 // EnableEndpoint enables an endpoint its health disabled and makes its
-// waiting notifications due at once; resumed counts them.
+// waiting notifications due at once; resumed counts them. Its health starts
+// afresh. An endpoint not disabled keeps its failing streak: enabling it
+// changes nothing.
 func (s *Store) EnableEndpoint(ctx context.Context, name string) (resumed int, err error) {
 	if err := s.open(ctx); err != nil {
 		return 0, err
 	}
-	if err := s.client.Del(ctx, s.keys.health(name)).Err(); err != nil {
+	if _, err := s.runScript(ctx, enableScript, []string{s.keys.health(name)}); err != nil {
 		return 0, fmt.Errorf("store: enable endpoint %q: %w", name, err)
 	}
 	return s.Resume(ctx, PauseDisabled, name)
@@ -131,4 +133,15 @@ local since = tonumber(redis.call('HGET', KEYS[1], 'failing_since'))
 if now - since < after then return 0 end
 redis.call('HSET', KEYS[1], 'disabled_at', ARGV[1])
 return 2
+`)
+
+// enableScript clears the health of a disabled endpoint, and leaves that
+// of one not disabled alone.
+//
+// KEYS[1] the endpoint's health hash.
+// Returns 1 when the endpoint was disabled, 0 otherwise.
+var enableScript = newScript(`
+if redis.call('HEXISTS', KEYS[1], 'disabled_at') == 0 then return 0 end
+redis.call('DEL', KEYS[1])
+return 1
 `)
