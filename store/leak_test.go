@@ -2,6 +2,8 @@ package store_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -17,6 +19,8 @@ import (
 	"github.com/heraldhq/herald/internal/heraldtest"
 	"github.com/heraldhq/herald/internal/redistest"
 	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/policy"
+	"github.com/heraldhq/herald/schedule"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -178,7 +182,8 @@ func TestNothingLeftBehind(t *testing.T) {
 
 // requireNothingLeft fails t unless st's namespace holds nothing of any
 // notification: only the shard count, statistics whose gauges are zero,
-// activity hashes and endpoint rate slots that expire, and nothing else.
+// endpoints' health, activity hashes and endpoint rate slots that expire,
+// and nothing else.
 func requireNothingLeft(t *testing.T, client redis.UniversalClient, st *store.Store) {
 	t.Helper()
 	ctx := context.Background()
@@ -211,7 +216,9 @@ func requireNothingLeft(t *testing.T, client redis.UniversalClient, st *store.St
 		ttl, err := client.PTTL(ctx, key).Result()
 		require.NoError(t, err)
 		switch {
-		case key == ns+":meta":
+		case key == ns+":meta", suffix == "health":
+			// The endpoint's, not a notification's: whether its last
+			// attempts failed.
 		case suffix == "stats":
 			fields, err := client.HGetAll(ctx, key).Result()
 			require.NoError(t, err)
@@ -302,4 +309,94 @@ func TestActivityKeysExpire(t *testing.T) {
 			require.Equal(t, 1, acts, "the ack counted in one activity hash")
 		})
 	}
+}
+
+// TestNothingLeftByDispatchers runs a dispatcher over webhooks to endpoints
+// with limits and a disable_after, some failing before they succeed, some
+// dying, some under a pause, and checks, once every one has ended, the dead
+// are purged and the dispatcher's sweep has passed their retention, that
+// nothing of theirs is left (requireNothingLeft).
+func TestNothingLeftByDispatchers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := server.Client(t)
+	st, err := store.New(&store.Config{Client: client, Namespace: redistest.Namespace(t), Shards: 4,
+		Retention: 100 * time.Millisecond, Logger: heraldtest.Logger(t)})
+	require.NoError(t, err)
+	ms := func(vals ...int) []notify.Duration {
+		out := make([]notify.Duration, len(vals))
+		for i, v := range vals {
+			out[i] = notify.Duration(time.Duration(v) * time.Millisecond)
+		}
+		return out
+	}
+	set, err := policy.NewSet(map[string]policy.Policy{
+		"fast": {Backoff: ms(0, 0, 10, 10), TTR: notify.Duration(2 * time.Second), Timeout: notify.Duration(time.Second)},
+	}, nil)
+	require.NoError(t, err)
+	eps := endpoint.Map{
+		"narrow": {URL: "https://narrow.example", MaxInFlight: 2, Rate: 200, DisableAfter: notify.Duration(time.Hour)},
+		"wide":   {URL: "https://wide.example", DisableAfter: notify.Duration(time.Hour)},
+	}
+	var mu sync.Mutex
+	tries := map[string]int{}
+	send := notify.SenderFunc(func(_ context.Context, n *notify.Notification) (notify.Response, error) {
+		mu.Lock()
+		tries[n.ID]++
+		try := tries[n.ID]
+		mu.Unlock()
+		switch {
+		case strings.HasPrefix(n.ID, "dead"):
+			return notify.Response{}, notify.Permanent(errors.New("410 gone"))
+		case strings.HasPrefix(n.ID, "flaky") && try < 3:
+			return notify.Response{}, notify.Retry(errors.New("503"), 0)
+		}
+		return notify.Response{}, nil
+	})
+	d, err := schedule.New(&schedule.Config{Store: st, Senders: map[string]notify.Sender{notify.ChannelWebhook: send},
+		PoliciesFunc: func() *policy.Set { return set }, Endpoints: eps, ReapInterval: 20 * time.Millisecond,
+		ReapGrace: 10 * time.Millisecond, ShutdownTimeout: time.Second, Logger: heraldtest.Logger(t)})
+	require.NoError(t, err)
+	require.NoError(t, st.Pause(ctx, store.PauseEndpoint, "wide"))
+	require.NoError(t, d.Start(ctx))
+	t.Cleanup(d.Stop)
+
+	var ids []string
+	for i := range 60 {
+		id := []string{"ok", "flaky", "dead"}[i%3] + fmt.Sprint(i)
+		req := &notify.Request{ID: id, Topic: "orders", Endpoint: []string{"narrow", "wide"}[i%2],
+			Channel: notify.ChannelWebhook, Payload: json.RawMessage(`{}`), Policy: "fast"}
+		if i%4 == 0 {
+			req.OrderKey = fmt.Sprint("trade", i%8)
+		}
+		n, err := set.Resolve(req, time.Now(), 0)
+		require.NoError(t, err)
+		_, _, err = st.Enqueue(ctx, n, false)
+		require.NoError(t, err)
+		ids = append(ids, id)
+	}
+	time.Sleep(50 * time.Millisecond) // a few parked under the pause first
+	_, err = st.Resume(ctx, store.PauseEndpoint, "wide")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		for _, id := range ids {
+			n, err := st.Get(ctx, id)
+			if err == nil && (n.State == notify.StateScheduled || n.State == notify.StateReserved) {
+				return false
+			}
+		}
+		return true
+	}, 20*time.Second, 10*time.Millisecond, "every notification ended")
+	_, _, err = st.Purge(ctx, store.DeadFilter{Topic: "orders"}, store.DeadOptions{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		for _, id := range ids {
+			if _, err := st.Get(ctx, id); err == nil {
+				return false
+			}
+		}
+		return true
+	}, 20*time.Second, 10*time.Millisecond, "the sweep deleted every record")
+	d.Stop()
+	requireNothingLeft(t, client, st)
 }
