@@ -476,8 +476,9 @@ func NewWorker(rdb redis.UniversalClient, cfg *WorkerConfig) (*Worker, error) {
 	return &Worker{rdb: rdb, cfg: *cfg, handlers: map[string]notify.Sender{}}, nil
 }
 
-// Handle registers h for topic's jobs. It panics when called after Start
-// or with an invalid topic name: both are programming errors.
+// Handle registers h for topic's jobs. It panics when called after Start,
+// with an invalid topic name, or for a topic that already has a handler:
+// all are programming errors.
 func (w *Worker) Handle(topic string, h Handler) {
 	if !notify.ValidTopic(topic) {
 		panic(fmt.Sprintf("herald: handler topic %q must match [a-z0-9._-]{1,64}", topic))
@@ -486,6 +487,9 @@ func (w *Worker) Handle(topic string, h Handler) {
 	defer w.mu.Unlock()
 	if w.dispatcher != nil {
 		panic("herald: Handle after Start")
+	}
+	if _, ok := w.handlers[topic]; ok {
+		panic(fmt.Sprintf("herald: a handler is already registered for topic %q", topic))
 	}
 	w.handlers[topic] = notify.SenderFunc(func(ctx context.Context, n *notify.Notification) (notify.Response, error) {
 		job := &Job{ID: n.ID, Topic: n.Topic, Payload: n.Payload, Attempt: n.Attempts, Headers: n.Headers}

@@ -219,3 +219,16 @@ func TestRetryAfter(t *testing.T) {
 	require.GreaterOrEqual(t, retried["honours"].Sub(failed["honours"]), 300*time.Millisecond, "honoured: not before the wait asked for")
 	require.GreaterOrEqual(t, retried["capped"].Sub(failed["capped"]), 50*time.Millisecond, "capped: not before the cap")
 }
+
+// TestHandleTwicePanics: a second handler for a topic is a programming
+// error, as an invalid topic is, not a silent replacement of the first.
+func TestHandleTwicePanics(t *testing.T) {
+	t.Parallel()
+	rdb, _, _ := connect(t, nil)
+	w, err := herald.NewWorker(rdb, nil)
+	require.NoError(t, err)
+	nop := func(context.Context, *herald.Job) error { return nil }
+	w.HandleFunc("jobs", nop)
+	require.PanicsWithValue(t, `herald: a handler is already registered for topic "jobs"`, func() { w.HandleFunc("jobs", nop) })
+	w.HandleFunc("other", nop)
+}
