@@ -217,7 +217,7 @@ On a terminal, a replay of many shows a progress bar.`,
 			return c.onDead(cmd, &f, func(cl *client.Client, filter store.DeadFilter) error {
 				var r api.ReplayResult
 				var err error
-				if r.Matched, r.Replayed, err = c.replay(cmd.Context(), cl, filter, reset, dryRun); err != nil {
+				if r.Matched, r.Replayed, err = c.replay(cmd.Context(), cl, filter, reset, dryRun, !asJSON); err != nil {
 					return err
 				}
 				return c.output(asJSON, r, func(out io.Writer) error { return printCount(out, dryRun, "replayed", r.Matched, r.Replayed) })
@@ -231,22 +231,23 @@ On a terminal, a replay of many shows a progress bar.`,
 	return cmd
 }
 
-// replay replays what f selects. On a terminal it first counts what
-// matches, then shows a progress bar that the store advances after each
-// batch it moves.
-func (c *app) replay(ctx context.Context, cl *client.Client, f store.DeadFilter, reset, dryRun bool) (matched, replayed int, err error) {
+// replay replays what f selects. With bar, on a terminal, it first counts
+// what matches, then shows a progress bar that the store advances after
+// each batch it moves; --json asks for none, so that what it prints is JSON
+// alone.
+func (c *app) replay(ctx context.Context, cl *client.Client, f store.DeadFilter, reset, dryRun, bar bool) (matched, replayed int, err error) {
 	opts := store.DeadOptions{Reset: reset, DryRun: dryRun}
-	if dryRun || !c.terminal(c.base.Out) {
+	if dryRun || !bar || !c.terminal(c.base.Out) {
 		return cl.Replay(ctx, f, opts)
 	}
 	total, _, err := cl.Replay(ctx, f, store.DeadOptions{DryRun: true})
 	if err != nil || total <= replayChunk {
 		return cl.Replay(ctx, f, opts)
 	}
-	bar := &progressBar{out: c.base.Out, label: "replaying", total: total}
-	bar.set(0)
-	defer bar.finish()
-	opts.Progress = func(matched, _ int) { bar.set(min(matched, total)) }
+	pb := &progressBar{out: c.base.Out, label: "replaying", total: total}
+	pb.set(0)
+	defer pb.finish()
+	opts.Progress = func(matched, _ int) { pb.set(min(matched, total)) }
 	return cl.Replay(ctx, f, opts)
 }
 

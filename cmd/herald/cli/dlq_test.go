@@ -116,21 +116,11 @@ func TestDLQ(t *testing.T) {
 
 	t.Run("ProgressOnTerminal", func(t *testing.T) {
 		t.Parallel()
-		e := newEnv(t, "")
-		ids := make([]string, replayChunk+1)
-		for i := range ids {
-			ids[i] = fmt.Sprintf("p%d", i)
-		}
-		e.dead(t, "jobs", ids...)
-
-		var out bytes.Buffer
-		c := newApp(Deps{Out: &out, Err: io.Discard})
-		c.terminal = func(io.Writer) bool { return true }
-		require.NoError(t, execute(t.Context(), c, []string{"--config", e.config, "dlq", "replay", "--topic", "jobs"}))
-		require.Contains(t, out.String(), "\rreplaying [..............................] 0/501")
-		require.Greater(t, strings.Count(out.String(), "\rreplaying ["), 2, "the bar advances as the store moves batches")
-		require.Contains(t, out.String(), "\rreplaying [##############################] 501/501\n")
-		require.Contains(t, out.String(), "501 matched, 501 replayed\n")
+		e, out := replayOnTerminal(t)
+		require.Contains(t, out, "\rreplaying [..............................] 0/501")
+		require.Greater(t, strings.Count(out, "\rreplaying ["), 2, "the bar advances as the store moves batches")
+		require.Contains(t, out, "\rreplaying [##############################] 501/501\n")
+		require.Contains(t, out, "501 matched, 501 replayed\n")
 
 		r := e.run(t, "stats", "--json")
 		require.NoError(t, r.err)
@@ -139,6 +129,35 @@ func TestDLQ(t *testing.T) {
 		require.EqualValues(t, 0, got.Topics["jobs"].Dead)
 		require.EqualValues(t, 501, got.Topics["jobs"].Scheduled)
 	})
+
+	// --json prints the answer alone, on a terminal too, as import does.
+	t.Run("JSONOnTerminalHasNoBar", func(t *testing.T) {
+		t.Parallel()
+		_, out := replayOnTerminal(t, "--json")
+		var got api.ReplayResult
+		require.NoError(t, json.Unmarshal([]byte(out), &got), "stdout: %q", out)
+		require.Equal(t, api.ReplayResult{Matched: 501, Replayed: 501}, got)
+	})
+}
+
+// replayOnTerminal replays one more dead notification than a replay moves
+// without a progress bar, with output on a stand-in terminal, and returns
+// the environment and what the command printed.
+func replayOnTerminal(t *testing.T, flags ...string) (*testEnv, string) {
+	t.Helper()
+	e := newEnv(t, "")
+	ids := make([]string, replayChunk+1)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("p%d", i)
+	}
+	e.dead(t, "jobs", ids...)
+
+	var out bytes.Buffer
+	c := newApp(Deps{Out: &out, Err: io.Discard})
+	c.terminal = func(io.Writer) bool { return true }
+	args := append([]string{"--config", e.config, "dlq", "replay", "--topic", "jobs"}, flags...)
+	require.NoError(t, execute(t.Context(), c, args))
+	return e, out.String()
 }
 
 func TestShellQuote(t *testing.T) {
