@@ -1222,11 +1222,12 @@ return 1
 //	KEYS[1]  a dead ZSET
 //	ARGV[1]  cursor score ("" to start)
 //	ARGV[2]  cursor id
-//	ARGV[3]  limit
+//	ARGV[3]  limit, up to a page of MAX_BATCH and one more, which tells
+//	         whether another page follows
 //
 // Returns {id, score, ...}: up to limit entries after (score, id).
 var deadPageScript = newScript(`
-local limit = int_arg(ARGV[3], 1, MAX_BATCH)
+local limit = int_arg(ARGV[3], 1, MAX_BATCH + 1)
 if not limit or (ARGV[1] ~= '' and not int_arg(ARGV[1], -2^53, 2^53)) then
   return redis.error_reply('ERR herald dead page: bad arguments')
 end

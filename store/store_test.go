@@ -543,7 +543,7 @@ func TestDeadLetters(t *testing.T) {
 
 	// Every one dies in the same millisecond (the test's clock stands
 	// still), so the pages part entries of one score, in one shard.
-	for _, tc := range []struct{ dead, limit int }{{25, 10}, {300, 1}} {
+	for _, tc := range []struct{ dead, limit int }{{25, 10}, {300, 1}, {store.MaxBatch, store.MaxBatch}} {
 		t.Run(fmt.Sprintf("ListPages%dBy%d", tc.dead, tc.limit), func(t *testing.T) {
 			t.Parallel()
 			b := setup(t, store.Config{Shards: 1})
