@@ -24,7 +24,8 @@ type Rules struct {
 	// is permanent. nil: RetryOnDefault.
 	RetryOn []string
 	// SuccessBody, when set, must equal the trimmed response body for a 2xx
-	// to count as success; a JSON value compares as JSON.
+	// to count as success; a JSON value compares as JSON, and a JSON object
+	// is held by any object with at least its members.
 	SuccessBody string
 	// HonorRetryAfter passes a receiver's Retry-After on with the retry.
 	HonorRetryAfter bool

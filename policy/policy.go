@@ -69,7 +69,8 @@ type Policy struct {
 	// SuccessBody, when set, must equal the trimmed response body for a 2xx
 	// to count as success (Alipay's "success"). Empty: any 2xx succeeds. A
 	// JSON value is compared as JSON, so {"code":"SUCCESS"} matches however
-	// it is spaced.
+	// it is spaced, and a JSON object is held by any object with at least
+	// its members: {"code":"SUCCESS","message":"OK"} matches it too.
 	SuccessBody string `koanf:"success_body" json:"success_body,omitempty"`
 	// HonorRetryAfter lets a receiver's Retry-After push the next attempt
 	// later than the array says (never earlier), up to MaxRetryAfter.

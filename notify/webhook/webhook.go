@@ -219,7 +219,10 @@ func (s *Sender) destination(ctx context.Context, n *notify.Notification) (strin
 
 // successBodyMatches reports whether a response body acknowledges the
 // delivery: always when want is empty; otherwise when the trimmed body
-// equals want, or when both are JSON and decode to the same value.
+// equals want, or when both are JSON and the body holds want: the same
+// value, or, for an object, an object with at least want's members, so
+// that {"code":"SUCCESS"} accepts {"code":"SUCCESS","message":"OK"}, as a
+// receiver that adds a message to its acknowledgement means it.
 func successBodyMatches(want string, body []byte) bool {
 	if want == "" {
 		return true
@@ -233,5 +236,24 @@ func successBodyMatches(want string, body []byte) bool {
 	if json.Unmarshal([]byte(want), &w) != nil || json.Unmarshal(got, &g) != nil {
 		return false
 	}
-	return reflect.DeepEqual(w, g)
+	return holds(g, w)
+}
+
+// holds reports whether the JSON value got holds want: equal, or, for
+// objects, with every member of want held by got's of the same name.
+func holds(got, want any) bool {
+	wo, isObject := want.(map[string]any)
+	if !isObject {
+		return reflect.DeepEqual(got, want)
+	}
+	gotObject, ok := got.(map[string]any)
+	if !ok {
+		return false
+	}
+	for k, v := range wo {
+		if g, ok := gotObject[k]; !ok || !holds(g, v) {
+			return false
+		}
+	}
+	return true
 }

@@ -42,6 +42,7 @@ func testPolicies(tb testing.TB) func() *policy.Set {
 		"slow":      {Backoff: backoff, Timeout: notify.Duration(100 * time.Millisecond)},
 		"alipay":    {Backoff: backoff, SuccessBody: "success"},
 		"wechat":    {Backoff: backoff, SuccessBody: `{"code":"SUCCESS"}`},
+		"nested":    {Backoff: backoff, SuccessBody: `{"result":{"code":"SUCCESS"}}`},
 		"redirects": {Backoff: backoff, RetryOn: []string{"3xx"}},
 	}, nil)
 	require.NoError(tb, err)
@@ -336,6 +337,11 @@ func TestSendSuccessBody(t *testing.T) {
 		{name: "WeChatSuccess", policy: "wechat", body: `{ "code" : "SUCCESS" }`, want: success},
 		{name: "WeChatFail", policy: "wechat", body: `{"code":"FAIL","message":"sign error"}`, want: retry},
 		{name: "WeChatNotJSON", policy: "wechat", body: `SUCCESS`, want: retry},
+		{name: "WeChatWithMessage", policy: "wechat", body: `{"code":"SUCCESS","message":"成功"}`, want: success},
+		{name: "WeChatFailWithMessage", policy: "wechat", body: `{"message":"SUCCESS","code":"FAIL"}`, want: retry},
+		{name: "WeChatArray", policy: "wechat", body: `[{"code":"SUCCESS"}]`, want: retry},
+		{name: "WeChatNested", policy: "nested", body: `{"result":{"code":"SUCCESS","id":7},"ts":1}`, want: success},
+		{name: "WeChatNestedFail", policy: "nested", body: `{"result":{"code":"FAIL"},"code":"SUCCESS"}`, want: retry},
 		{name: "NoSuccessBodyAnything", policy: "default", body: "whatever", want: success},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
