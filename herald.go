@@ -505,8 +505,10 @@ func (w *Worker) HandleFunc(topic string, fn func(ctx context.Context, job *Job)
 	w.Handle(topic, HandlerFunc(fn))
 }
 
-// Start starts reserving and running jobs and returns at once. It fails
-// when called twice or with neither handlers nor senders.
+// Start starts reserving and running jobs and returns. It fails when
+// called twice, with neither handlers nor senders, or with a Shards the
+// namespace's recorded count contradicts. A Redis that cannot answer yet
+// does not fail it: the worker waits for Redis in the background.
 func (w *Worker) Start(ctx context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -515,6 +517,9 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	st, err := openStore(w.rdb, w.cfg.Namespace, w.cfg.Shards, w.cfg.Logger)
 	if err != nil {
+		return err
+	}
+	if err := settleShards(ctx, st); err != nil {
 		return err
 	}
 	set, err := policiesOrDefault(w.cfg.Policies)
@@ -543,6 +548,25 @@ func (w *Worker) Start(ctx context.Context) error {
 		return err
 	}
 	w.dispatcher = d
+	return nil
+}
+
+// settleShardsTimeout bounds how long Start asks Redis for the namespace's
+// shard count before leaving the question to the dispatcher.
+const settleShardsTimeout = time.Second
+
+// settleShards reads the namespace's shard count, so that a Shards setting
+// it contradicts fails Start, as it fails herald serve: the dispatcher
+// would otherwise retry for ever what no retry can mend. Any other failure
+// is left to the dispatcher, which waits for Redis.
+func settleShards(ctx context.Context, st *store.Store) error {
+	ctx, cancel := context.WithTimeout(ctx, settleShardsTimeout)
+	defer cancel()
+	_, err := st.Shards(ctx)
+	var fe *FieldError
+	if errors.As(err, &fe) {
+		return fmt.Errorf("herald: %w", err)
+	}
 	return nil
 }
 

@@ -232,3 +232,22 @@ func TestHandleTwicePanics(t *testing.T) {
 	require.PanicsWithValue(t, `herald: a handler is already registered for topic "jobs"`, func() { w.HandleFunc("jobs", nop) })
 	w.HandleFunc("other", nop)
 }
+
+// TestWorkerStartRefusesAnotherShardCount: a Shards that contradicts the
+// namespace's recorded count fails Start, as it fails the client's calls,
+// rather than leaving a started worker that never takes a job.
+func TestWorkerStartRefusesAnotherShardCount(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb, ns, c := connect(t, nil)
+	_, err := c.Enqueue(ctx, "jobs", nil) // records the namespace's count
+	require.NoError(t, err)
+	w, err := herald.NewWorker(rdb, &herald.WorkerConfig{Namespace: ns, Shards: herald.ShardsSingleDefault + 3})
+	require.NoError(t, err)
+	w.HandleFunc("jobs", func(context.Context, *herald.Job) error { return nil })
+	err = w.Start(ctx)
+	t.Cleanup(w.Stop)
+	var fe *herald.FieldError
+	require.ErrorAs(t, err, &fe)
+	require.Equal(t, "shards", fe.Field)
+}
