@@ -26,7 +26,8 @@
 //   - /ui/dead browses the dead letters by topic and time of death, a page
 //     at a time through a cursor, and offers replay and purge of what the
 //     filter selects: a confirmation page first counts the matches (a dry
-//     run), and only its form changes anything.
+//     run), and only its form changes anything, leaving alone what died
+//     after the count.
 //   - /ui/policies prints each policy's schedule table and the topics.
 //
 // Every page reads without JavaScript; a small embedded script refreshes

@@ -279,6 +279,11 @@ type deadQuery struct {
 	since, until time.Time
 	// IDs select single notifications (replay and purge only).
 	IDs []string
+	// AsOf ends a topic's selection where the confirmation page counted it
+	// (RFC 3339, exclusive), so that its form acts on what it counted and
+	// not on what died since; empty when nothing was counted.
+	AsOf string
+	asOf time.Time
 }
 
 // parseDeadQuery reads and checks the filter of q.
@@ -296,6 +301,12 @@ func parseDeadQuery(q url.Values) (*deadQuery, error) {
 	}
 	if !f.since.IsZero() && !f.until.IsZero() && !f.until.After(f.since) {
 		return nil, notify.Errorf("until", "must be after since")
+	}
+	if v := q.Get("as_of"); v != "" {
+		if f.asOf, err = time.Parse(time.RFC3339Nano, v); err != nil {
+			return nil, notify.Errorf("as_of", "must be an RFC 3339 time")
+		}
+		f.AsOf = v
 	}
 	for _, v := range q["ids"] {
 		for id := range strings.SplitSeq(v, ",") {
@@ -337,7 +348,21 @@ func (f *deadQuery) values() url.Values {
 
 // filter returns the store's filter for replay and purge.
 func (f *deadQuery) filter() store.DeadFilter {
-	return store.DeadFilter{IDs: f.IDs, Topic: f.Topic, Since: f.since, Until: f.until}
+	until := f.until
+	if !f.asOf.IsZero() && len(f.IDs) == 0 && (until.IsZero() || until.After(f.asOf)) && f.asOf.After(f.since) {
+		until = f.asOf
+	}
+	return store.DeadFilter{IDs: f.IDs, Topic: f.Topic, Since: f.since, Until: until}
+}
+
+// pin ends a topic's selection at now, death times being whole
+// milliseconds: what the count sees is what the form acts on.
+func (f *deadQuery) pin(now time.Time) {
+	if len(f.IDs) > 0 {
+		return
+	}
+	f.asOf = time.UnixMilli(now.UnixMilli() + 1).UTC()
+	f.AsOf = f.asOf.Format(time.RFC3339Nano)
 }
 
 type deadData struct {
@@ -423,6 +448,7 @@ func (h *Handler) confirm(w http.ResponseWriter, r *http.Request, s *session) {
 	}
 	ctx, cancel := h.storeContext(r)
 	defer cancel()
+	f.pin(h.store.Now())
 	matched, _, err := h.runDead(ctx, action, f.filter(), store.DeadOptions{DryRun: true})
 	if err != nil {
 		h.fail(w, r, s, err)

@@ -494,6 +494,33 @@ func TestStateChanges(t *testing.T) {
 		require.EqualValues(t, 1, stats["billing"].Dead)
 	})
 
+	// A confirmation acts on what it counted: a notification that dies
+	// after the count is not purged with the others unseen.
+	t.Run("ActsOnWhatItCounted", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, testToken)
+		b.login(t)
+		for _, id := range []string{"d1", "d2"} {
+			b.bury(t, id, "orders", `{}`, "x")
+		}
+		_, page := b.get(t, "/ui/dead/confirm?action=purge&topic=orders")
+		require.Contains(t, page, "<strong>2</strong> dead notifications match.")
+		b.clock.Advance(time.Second)
+		b.bury(t, "d3", "orders", `{}`, "x")
+
+		form := url.Values{"csrf": {csrf(t, page)}}
+		for _, m := range hiddenRe.FindAllStringSubmatch(page, -1) {
+			if m[1] != "csrf" {
+				form.Set(m[1], html.UnescapeString(m[2]))
+			}
+		}
+		res, body := b.post(t, "/ui/dead/purge", form, b.server.URL)
+		require.Equal(t, http.StatusOK, res.StatusCode)
+		require.Contains(t, body, "Purged 2 of 2 matching dead notifications.")
+		status, _ := b.get(t, "/ui/notifications/d3")
+		require.Equal(t, http.StatusOK, status, "the one that died after the count is still there")
+	})
+
 	t.Run("PurgeOneFromItsPage", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, testToken)
@@ -577,6 +604,9 @@ func TestDeadBrowser(t *testing.T) {
 		require.Contains(t, body, "since")
 	})
 }
+
+// hiddenRe finds the hidden fields of a page's forms: name and value.
+var hiddenRe = regexp.MustCompile(`<input type="hidden" name="([^"]+)" value="([^"]*)">`)
 
 // nextPageRe finds the dead-letter browser's next-page link.
 var nextPageRe = regexp.MustCompile(`<a href="([^"]+)" id="next-page"`)
