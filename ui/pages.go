@@ -201,6 +201,8 @@ type notificationData struct {
 	Headers [][2]string
 	// Next is the attempt due next, for a scheduled notification.
 	Next *nextAttempt
+	// Running is the attempt under way, for a reserved notification.
+	Running *runningAttempt
 	// Pauses are what holds back a notification parked by a pause (N.Paused):
 	// its topic or endpoint, paused or disabled now. None when they have
 	// all ended since, until a dispatcher unparks it.
@@ -233,6 +235,15 @@ type nextAttempt struct {
 	In      time.Duration
 }
 
+// runningAttempt is the attempt of a reservation: started when it was
+// reserved, it counts as failed unless it ends by Deadline.
+type runningAttempt struct {
+	Attempt  int
+	Since    time.Time
+	For      time.Duration
+	Deadline time.Time
+}
+
 // notification handles GET /ui/notifications/{id}.
 func (h *Handler) notification(w http.ResponseWriter, r *http.Request, s *session) {
 	ctx, cancel := h.storeContext(r)
@@ -253,7 +264,12 @@ func (h *Handler) notification(w http.ResponseWriter, r *http.Request, s *sessio
 	for _, k := range slices.Sorted(maps.Keys(n.Headers)) {
 		d.Headers = append(d.Headers, [2]string{k, n.Headers[k]})
 	}
-	if n.NextAttemptAt != nil && !n.State.Finished() {
+	switch {
+	case n.State == notify.StateReserved && n.Deadline != nil:
+		// Its due time has passed: the attempt is running, not due.
+		since := n.Deadline.Add(-time.Duration(n.TTR))
+		d.Running = &runningAttempt{Attempt: n.Attempts, Since: since, For: max(h.store.Now().Sub(since), 0), Deadline: *n.Deadline}
+	case n.NextAttemptAt != nil && !n.State.Finished():
 		d.Next = &nextAttempt{Attempt: n.Attempts, At: *n.NextAttemptAt, In: n.NextAttemptAt.Sub(h.store.Now())}
 	}
 	if n.Paused {

@@ -272,6 +272,33 @@ func TestNotificationPage(t *testing.T) {
 	require.Equal(t, "/ui/notifications/dead-1", res.Header.Get("Location"))
 }
 
+// TestNotificationPageRunning: the timeline of a reserved notification
+// shows its attempt running since its reservation and until when, not a
+// next attempt due in the past.
+func TestNotificationPageRunning(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, testToken)
+	b.login(t)
+	n := heraldtest.Notification(t, "run-1", b.clock.Now(), heraldtest.Topic("orders"),
+		heraldtest.Channel(notify.ChannelWebhook, "http://127.0.0.1:9/hook"))
+	_, _, err := b.store.Enqueue(ctx, n, false)
+	require.NoError(t, err)
+	b.clock.Advance(2 * time.Second)
+	items, _, err := b.store.Reserve(ctx, store.QueuePush, []int{0, 1, 2, 3}, store.MaxReserve)
+	require.NoError(t, err)
+	require.Len(t, items, 1)
+	b.clock.Advance(5 * time.Second)
+
+	status, body := b.get(t, "/ui/notifications/run-1")
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, body, `id="state">reserved<`)
+	require.NotContains(t, body, "next attempt due")
+	deadline := items[0].Deadline.UTC().Format("2006-01-02 15:04:05.000")
+	require.Contains(t, body, `<tr class="next" id="running"><td class="n">0</td><td colspan="6">running since 2026-03-01 12:00:02.000 UTC (for 5s); `+
+		`counted as failed (ttr expired) unless it ends by `+deadline+` UTC</td></tr>`)
+}
+
 // TestNotificationPagePaused: the page of a notification a dispatcher
 // parked names its endpoint and says it is paused, and by what, where its
 // next attempt would be.
