@@ -101,7 +101,8 @@ func (s *Store) Quarantined() int64 { return s.quarantined.Load() }
 // Sweep deletes about limit records per shard whose retention has passed,
 // and returns how many it deleted and whether any shard may hold more that
 // have: the count alone cannot tell, as records replaced since they were
-// finished are kept.
+// finished are kept. It records the namespace's shard count again where it
+// is missing.
 func (s *Store) Sweep(ctx context.Context, limit int) (deleted int, more bool, err error) {
 	if err := s.open(ctx); err != nil {
 		return 0, false, err
@@ -120,7 +121,10 @@ func (s *Store) Sweep(ctx context.Context, limit int) (deleted int, more bool, e
 	if err := s.runScripts(ctx, calls); err != nil {
 		return 0, false, fmt.Errorf("sweep: %w", err)
 	}
-	var firstErr error
+	// Redis may have restarted without its data, the shard count with it,
+	// while this store kept writing with the count it read: recorded again,
+	// it is what the next store to open the namespace reads.
+	firstErr := s.client.HSetNX(ctx, k.meta(), "shards", k.shards).Err()
 	for shard, c := range calls {
 		n, left, keyed, err := replySwept(c.cmd.Result())
 		if err != nil {

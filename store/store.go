@@ -259,12 +259,16 @@ func (s *Store) recordShards(ctx context.Context) (int, error) {
 }
 
 // holdsRecords reports whether the namespace holds what a version that
-// did not record its shard count wrote with ShardsDefault shards.
+// did not record its shard count wrote with ShardsDefault shards. Only
+// shards past the first tell: a single shard's keys are those of shard 0
+// too, and what a namespace holds in shard 0 alone is where one shard
+// finds it, whichever layout wrote it. (A process that read one shard
+// keeps writing there when Redis restarts without its data.)
 func (s *Store) holdsRecords(ctx context.Context) (bool, error) {
 	legacy := keys{ns: s.keys.ns, shards: ShardsDefault}
-	names := []string{legacy.stats(0), legacy.deadAll(0)}
-	for shard := range ShardsDefault {
-		names = append(names, legacy.job(shard))
+	var names []string
+	for shard := 1; shard < ShardsDefault; shard++ {
+		names = append(names, legacy.job(shard), legacy.stats(shard), legacy.deadAll(shard))
 	}
 	n, err := s.client.Exists(ctx, names...).Result()
 	if err != nil {

@@ -860,4 +860,54 @@ func TestShardCount(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "16", shards, "recorded now")
 	})
+
+	// Redis restarted without its data while a process kept writing with
+	// the count it had read: the next process to open the namespace, and
+	// the writer's own maintenance, agree with it.
+	lose := func(t *testing.T, ns string) {
+		t.Helper()
+		client := server.Client(t)
+		for it := client.Scan(ctx, 0, ns+":*", 0).Iterator(); it.Next(ctx); {
+			require.NoError(t, client.Del(ctx, it.Val()).Err())
+		}
+	}
+	t.Run("LostWithRedis", func(t *testing.T) {
+		t.Parallel()
+		ns := redistest.Namespace(t)
+		st := open(t, ns, 0)
+		_, _, err := st.Enqueue(ctx, heraldtest.Notification(t, "before", time.Now()), false)
+		require.NoError(t, err)
+		lose(t, ns)
+		_, _, err = st.Enqueue(ctx, heraldtest.Notification(t, "after", time.Now()), false)
+		require.NoError(t, err)
+		other := open(t, ns, 0)
+		count, err := other.Shards(ctx)
+		require.NoError(t, err)
+		require.Equal(t, store.ShardsSingleDefault, count, "one shard's records are no older layout's")
+		got, err := other.Get(ctx, "after")
+		require.NoError(t, err)
+		require.Equal(t, "after", got.ID)
+	})
+	t.Run("RecordedAgainBySweep", func(t *testing.T) {
+		t.Parallel()
+		ns := redistest.Namespace(t)
+		st := open(t, ns, 4)
+		_, err := st.Shards(ctx)
+		require.NoError(t, err)
+		lose(t, ns)
+		var ids []string
+		for i := range 20 {
+			ids = append(ids, fmt.Sprint("n", i))
+			_, _, err := st.Enqueue(ctx, heraldtest.Notification(t, ids[i], time.Now()), false)
+			require.NoError(t, err)
+		}
+		_, _, err = st.Sweep(ctx, 10)
+		require.NoError(t, err)
+		other := open(t, ns, 0)
+		for _, id := range ids {
+			got, err := other.Get(ctx, id)
+			require.NoError(t, err, "a store opened after the loss reads what was written since")
+			require.Equal(t, id, got.ID)
+		}
+	})
 }
