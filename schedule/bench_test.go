@@ -195,7 +195,7 @@ func BenchmarkLateness(b *testing.B) {
 
 // serverCost reads what a redis-server has done so far: commands run,
 // counting those inside scripts, and CPU seconds.
-func serverCost(b *testing.B, client *redis.Client) (calls int64, cpu float64) {
+func serverCost(b testing.TB, client *redis.Client) (calls int64, cpu float64) {
 	b.Helper()
 	info, err := client.Info(context.Background(), "commandstats", "cpu").Result()
 	require.NoError(b, err)

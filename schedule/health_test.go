@@ -13,6 +13,7 @@ import (
 	"github.com/heraldhq/herald/endpoint"
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/policy"
+	"github.com/heraldhq/herald/schedule"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -35,7 +36,7 @@ func TestDisableAfter(t *testing.T) {
 		"flaky": {URL: rcv.URL, DisableAfter: notify.Duration(100 * time.Millisecond)},
 	})
 	require.NoError(t, err)
-	b.startLimited(t, 1)
+	b.startLimited(t, 1, schedule.Config{})
 	var ids []string
 	for i := range 5 {
 		ids = append(ids, fmt.Sprint("h", i))

@@ -18,6 +18,7 @@ import (
 
 	"github.com/heraldhq/herald/endpoint"
 	"github.com/heraldhq/herald/internal/heraldtest"
+	"github.com/heraldhq/herald/internal/redistest"
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/notify/httpsend"
 	"github.com/heraldhq/herald/notify/webhook"
@@ -26,9 +27,9 @@ import (
 	"github.com/heraldhq/herald/store"
 )
 
-// startLimited runs count dispatchers on one store, each honouring the
-// endpoints' limits, as count processes would.
-func (b *testBundle) startLimited(t *testing.T, count int) {
+// startLimited runs count dispatchers configured as cfg on one store, each
+// honouring the endpoints' limits, as count processes would.
+func (b *testBundle) startLimited(t *testing.T, count int, cfg schedule.Config) {
 	t.Helper()
 	registry := endpoint.NewRegistry(&endpoint.RegistryConfig{
 		FileFunc: func() map[string]endpoint.Endpoint { return b.policies.Endpoints }, Source: b.store})
@@ -37,7 +38,8 @@ func (b *testBundle) startLimited(t *testing.T, count int) {
 			Rules: policy.CurrentRules(func() *policy.Set { return b.policies }),
 			HTTP:  httpsend.Config{AllowNetworks: []string{"127.0.0.0/8"}, Logger: heraldtest.Logger(t)}}})
 		require.NoError(t, err)
-		b.start(t, schedule.Config{Senders: map[string]notify.Sender{notify.ChannelWebhook: hook}, Endpoints: registry})
+		cfg.Senders, cfg.Endpoints = map[string]notify.Sender{notify.ChannelWebhook: hook}, registry
+		b.start(t, cfg)
 	}
 }
 
@@ -78,7 +80,7 @@ func TestEndpointLimits(t *testing.T) {
 			"limited": {URL: limited.URL, MaxInFlight: 4}, "other": {URL: other.URL},
 		})
 		require.NoError(t, err)
-		b.startLimited(t, 3)
+		b.startLimited(t, 3, schedule.Config{})
 		// The backlog takes at least 500 * 5 ms / 4 to drain; batches make
 		// both enqueues short next to that, however loaded the machine.
 		const total = 500
@@ -109,7 +111,7 @@ func TestEndpointLimits(t *testing.T) {
 		var err error
 		b.policies, err = b.policies.WithEndpoints(map[string]endpoint.Endpoint{"slow": {URL: rcv.URL, Rate: 50}})
 		require.NoError(t, err)
-		b.startLimited(t, 3)
+		b.startLimited(t, 3, schedule.Config{})
 		for i := range 700 {
 			b.enqueueEndpoint(t, fmt.Sprint("r", i), "slow")
 		}
@@ -129,6 +131,47 @@ func TestEndpointLimits(t *testing.T) {
 		t.Logf("rate 50: %d requests in the first 10s", in)
 		require.InDelta(t, 500, in, 50, "rate: 50 held within 10%% over 10s")
 	})
+}
+
+// TestBacklogAtALimitedEndpoint: notifications waiting for an endpoint at
+// its limits come back to be tried about as fast as the endpoint can take
+// them, not all of them every few hundred milliseconds. A backlog of
+// thousands for one slow merchant would otherwise keep Redis and the
+// dispatchers busy in proportion to its size, for nothing, and slow every
+// other endpoint's notifications.
+func TestBacklogAtALimitedEndpoint(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	b := setupOn(t, srv.Client(t), "herald")
+	// Each endpoint takes 20 a second, with 3,000 waiting for it.
+	endpoints := map[string]endpoint.Endpoint{"rate": {Rate: 20}, "in-flight": {MaxInFlight: 2}}
+	receivers := map[string]*countingReceiver{"rate": newCountingReceiver(t, 0),
+		"in-flight": newCountingReceiver(t, 100*time.Millisecond)}
+	for name, e := range endpoints {
+		e.URL = receivers[name].URL
+		endpoints[name] = e
+	}
+	var err error
+	b.policies, err = b.policies.WithEndpoints(endpoints)
+	require.NoError(t, err)
+	for name := range endpoints {
+		for i := range 3 {
+			b.enqueueEndpointBatch(t, fmt.Sprint(name, i, "-"), name, 1000)
+		}
+	}
+	b.startLimited(t, 1, schedule.Config{ReapInterval: time.Second})
+	attempts := func() int { return len(receivers["rate"].requests()) + len(receivers["in-flight"].requests()) }
+	// The first second gives each waiting notification back once; what is
+	// measured is the time after, while the backlogs wait.
+	require.Eventually(t, func() bool { return attempts() >= 40 }, 20*time.Second, 10*time.Millisecond)
+	calls0, _ := serverCost(t, b.client)
+	attempts0 := attempts()
+	require.Eventually(t, func() bool { return attempts()-attempts0 >= 60 }, 20*time.Second, 10*time.Millisecond)
+	calls1, _ := serverCost(t, b.client)
+	attempts1 := attempts()
+	perAttempt := float64(calls1-calls0) / float64(attempts1-attempts0)
+	t.Logf("%d Redis commands for %d attempts: %.0f an attempt", calls1-calls0, attempts1-attempts0, perAttempt)
+	require.Less(t, perAttempt, 100.0, "Redis work grew with the backlog")
 }
 
 const limitChildEnv = "HERALD_LIMIT_CHILD"

@@ -208,7 +208,9 @@ func (t *Tracer) inject(ctx context.Context, headers map[string]string) map[stri
 // NewOTLPProvider returns a TracerProvider that batches spans to an OTLP
 // collector over HTTP, for the service "herald". endpoint is a URL such as
 // http://otel-collector:4318 (its path defaults to /v1/traces), or a bare
-// host:port for plain HTTP. Shut the provider down to flush its spans.
+// host:port for plain HTTP. The service is named by OTEL_SERVICE_NAME when
+// set, and described by OTEL_RESOURCE_ATTRIBUTES. Shut the provider down to
+// flush its spans.
 func NewOTLPProvider(ctx context.Context, endpoint string) (*sdktrace.TracerProvider, error) {
 	var opts []otlptracehttp.Option
 	if strings.Contains(endpoint, "://") {
@@ -229,6 +231,11 @@ func NewOTLPProvider(ctx context.Context, endpoint string) (*sdktrace.TracerProv
 	if err != nil {
 		return nil, fmt.Errorf("otel.endpoint: %w", err)
 	}
-	res := resource.NewSchemaless(attribute.String("service.name", "herald"))
+	// "herald" is only the default: the operator's OTEL_SERVICE_NAME and
+	// OTEL_RESOURCE_ATTRIBUTES name the deployment, as for any service.
+	res, err := resource.Merge(resource.NewSchemaless(attribute.String("service.name", "herald")), resource.Environment())
+	if err != nil {
+		return nil, fmt.Errorf("OTEL_RESOURCE_ATTRIBUTES: %w", err)
+	}
 	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res)), nil
 }

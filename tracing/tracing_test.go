@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -278,3 +279,48 @@ func TestPullAttempts(t *testing.T) {
 		require.GreaterOrEqual(t, s.EndTime().Sub(s.StartTime()), 20*time.Millisecond, "attempt %d lasts until its answer", i)
 	}
 }
+
+// TestOTLPProvider runs a loopback OTLP/HTTP receiver: the spans of a
+// provider reach it when the provider shuts down, under the service name
+// the operator's OTEL_SERVICE_NAME gives ("herald" without it) and with
+// the attributes of OTEL_RESOURCE_ATTRIBUTES.
+func TestOTLPProvider(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		service string
+		want    string
+	}{
+		{name: "DefaultName", want: "herald"},
+		{name: "OperatorsName", service: "herald-eu", want: "herald-eu"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("OTEL_SERVICE_NAME", tt.service)
+			t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=staging")
+			bodies := make(chan []byte, 10)
+			rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				body, _ := io.ReadAll(r.Body)
+				if r.URL.Path == "/v1/traces" {
+					bodies <- body
+				}
+			}))
+			t.Cleanup(rcv.Close)
+
+			tp, err := tracing.NewOTLPProvider(context.Background(), rcv.URL)
+			require.NoError(t, err)
+			_, span := tp.Tracer("test").Start(context.Background(), "probe-span")
+			span.End()
+			require.NoError(t, tp.Shutdown(context.Background()))
+			require.Len(t, bodies, 1, "shutting down sends what is left")
+			body := <-bodies
+			require.Contains(t, string(body), "probe-span")
+			require.Contains(t, string(body), "staging")
+			m := serviceNameRe.FindSubmatch(body)
+			require.NotNil(t, m, "no service.name in the export")
+			require.Equal(t, tt.want, string(m[1]))
+		})
+	}
+}
+
+// serviceNameRe reads the service name of an OTLP export, a protobuf
+// whose key-value pairs put each string after a tag and its length.
+var serviceNameRe = regexp.MustCompile(`service\.name\x12.\x0a.([a-z0-9._-]+)`)
