@@ -451,8 +451,12 @@ func TestReservedAheadKeepTheirTime(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
+	// Each is given back once it has waited for a worker longer than its
+	// ttr less its timeout allows; the third in line would otherwise start
+	// with none of its ttr left. A loaded machine can take a few tens of
+	// milliseconds from a reservation's round trip and a worker's wake-up.
 	for i, l := range left {
-		require.GreaterOrEqual(t, l, 200*time.Millisecond, "attempt %d started with %s of its 300ms ttr left", i, l)
+		require.GreaterOrEqual(t, l, 100*time.Millisecond, "attempt %d started with %s of its 300ms ttr left", i, l)
 	}
 }
 
