@@ -38,7 +38,8 @@
 //
 // The dashboard takes the API's bearer tokens: an operator signs in once
 // with a token and gets a session cookie (HttpOnly, SameSite=Strict, scoped
-// to /ui/), signed with a key derived from that token, so it lasts across
+// to /ui/, and Secure when reached over TLS, which a proxy in front says in
+// X-Forwarded-Proto), signed with a key derived from that token, so it lasts across
 // restarts and every API process accepts it, and removing the token from
 // the configuration ends its sessions. With no tokens configured the
 // dashboard is open, as /v1 is, and every page says so.

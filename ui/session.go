@@ -120,13 +120,23 @@ func b64(b []byte) string { return base64.RawURLEncoding.EncodeToString(b) }
 func setCookie(w http.ResponseWriter, r *http.Request, name, value string, ttl time.Duration) {
 	c := &http.Cookie{
 		Name: name, Value: value, Path: Prefix,
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: overTLS(r),
 		MaxAge: int(ttl / time.Second),
 	}
 	if value == "" {
 		c.MaxAge = -1
 	}
 	http.SetCookie(w, c)
+}
+
+// overTLS reports whether the browser reached the dashboard over TLS:
+// directly, or through a proxy that ended TLS and said so in
+// X-Forwarded-Proto, the usual way to serve Herald, which listens on plain
+// HTTP; of a list of proxies, the first, the browser's, counts. A forged
+// header only keeps the sender's own cookie off plain HTTP.
+func overTLS(r *http.Request) bool {
+	proto, _, _ := strings.Cut(r.Header.Get("X-Forwarded-Proto"), ",")
+	return r.TLS != nil || strings.EqualFold(strings.TrimSpace(proto), "https")
 }
 
 // sessionHandler is a page handler that runs inside a checked session.

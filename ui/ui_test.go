@@ -174,6 +174,31 @@ func TestLogin(t *testing.T) {
 		require.NotContains(t, body, "No API tokens are configured")
 	})
 
+	// Herald serves plain HTTP: TLS ends at a proxy in front of it, which
+	// says so in X-Forwarded-Proto, and the cookie must then be Secure.
+	t.Run("SecureBehindATLSProxy", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, testToken)
+		for _, tt := range []struct {
+			proto  string
+			secure bool
+		}{{proto: "https", secure: true}, {proto: "", secure: false}, {proto: "http", secure: false}} {
+			req, err := http.NewRequest(http.MethodPost, b.server.URL+"/ui/login",
+				strings.NewReader(url.Values{"token": {testToken}}.Encode()))
+			require.NoError(t, err)
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			if tt.proto != "" {
+				req.Header.Set("X-Forwarded-Proto", tt.proto)
+			}
+			res, err := b.http.Do(req)
+			require.NoError(t, err)
+			res.Body.Close()
+			require.Equal(t, http.StatusSeeOther, res.StatusCode)
+			require.Len(t, res.Cookies(), 1)
+			require.Equal(t, tt.secure, res.Cookies()[0].Secure, "X-Forwarded-Proto %q", tt.proto)
+		}
+	})
+
 	t.Run("NextStaysInTheDashboard", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, testToken)
