@@ -15,7 +15,7 @@ import (
 const EndpointDisabled = "herald_endpoint_disabled"
 
 var disabledDesc = prometheus.NewDesc(EndpointDisabled,
-	"1 for an endpoint disabled because every attempt failed for its disable_after; its notifications wait until it is enabled.",
+	"1 for an endpoint disabled because every attempt failed for its disable_after; its notifications wait until it is enabled."+shared,
 	[]string{"endpoint"}, nil)
 
 // endpointCollector reads the disabled endpoints at scrape time.

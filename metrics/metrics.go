@@ -2,7 +2,10 @@
 // that imports the Prometheus client: the dispatcher and the Go client report
 // through their Observer interfaces, which Metrics implements, and the queue
 // gauges are read from the store when Prometheus scrapes, so they are true
-// across every dispatcher and API process sharing the Redis.
+// across every dispatcher and API process sharing the Redis. Every such
+// process reports the same figures: aggregate them across processes with
+// max (or scrape one process for them), since a sum counts each
+// notification once per process. Their help says so.
 //
 // Metrics uses its own registry, never the global one, so that two instances
 // (or tests) do not collide; serve it with Handler.
@@ -203,11 +206,16 @@ type queueCollector struct {
 	topics  *topicLabels
 }
 
+// shared ends the help of the gauges read from the store, which every
+// process sharing the Redis reports alike.
+const shared = " Read from Redis: every process reports the same, so aggregate processes with max, not sum."
+
 var (
-	scheduledDesc = prometheus.NewDesc(ScheduledNotifications, "Notifications waiting for an attempt, by topic.", []string{"topic"}, nil)
-	waitingDesc   = prometheus.NewDesc(WaitingNotifications, "Notifications held behind an earlier one of their order key, by topic.", []string{"topic"}, nil)
-	reservedDesc  = prometheus.NewDesc(ReservedNotifications, "Notifications with an attempt running, by topic.", []string{"topic"}, nil)
-	deadDesc      = prometheus.NewDesc(DeadNotifications, "Notifications in the dead-letter set, by topic.", []string{"topic"}, nil)
+	scheduledDesc = prometheus.NewDesc(ScheduledNotifications, "Notifications waiting for an attempt, by topic."+shared, []string{"topic"}, nil)
+	waitingDesc   = prometheus.NewDesc(WaitingNotifications, "Notifications held behind an earlier one of their order key, by topic."+shared,
+		[]string{"topic"}, nil)
+	reservedDesc = prometheus.NewDesc(ReservedNotifications, "Notifications with an attempt running, by topic."+shared, []string{"topic"}, nil)
+	deadDesc     = prometheus.NewDesc(DeadNotifications, "Notifications in the dead-letter set, by topic."+shared, []string{"topic"}, nil)
 )
 
 var _ prometheus.Collector = (*queueCollector)(nil)
@@ -254,8 +262,9 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 type safetyCollector func() (evictionOK, persistenceOK *bool)
 
 var (
-	evictionDesc    = prometheus.NewDesc(RedisEvictionPolicyOK, "1 when Redis's maxmemory-policy is noeviction, 0 when Redis may evict Herald's keys.", nil, nil)
-	persistenceDesc = prometheus.NewDesc(RedisPersistenceOK, "1 when Redis persists its data (AOF or RDB), 0 when a restart loses it.", nil, nil)
+	evictionDesc = prometheus.NewDesc(RedisEvictionPolicyOK,
+		"1 when Redis's maxmemory-policy is noeviction, 0 when Redis may evict Herald's keys."+shared, nil, nil)
+	persistenceDesc = prometheus.NewDesc(RedisPersistenceOK, "1 when Redis persists its data (AOF or RDB), 0 when a restart loses it."+shared, nil, nil)
 )
 
 var _ prometheus.Collector = safetyCollector(nil)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldhq/herald/internal/heraldtest"
 	"github.com/heraldhq/herald/internal/redistest"
 	"github.com/heraldhq/herald/metrics"
 	"github.com/heraldhq/herald/notify"
@@ -121,4 +122,27 @@ func TestTopicFlood(t *testing.T) {
 	require.Contains(t, text, `herald_enqueued_total{result="created",topic="other"} 50`+"\n")
 	require.Contains(t, text, `herald_scheduled_notifications{topic="other"} 50`+"\n")
 	require.Contains(t, text, `herald_enqueued_total{result="created",topic="t099"} 1`+"\n")
+}
+
+// TestSharedGaugesSaySo: every process that shares a Redis reports the
+// same store-wide gauges, so their help tells the operator to aggregate
+// them across processes with max: a sum counts each notification once per
+// process.
+func TestSharedGaugesSaySo(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	st, err := store.New(&store.Config{Client: srv.Client(t), Namespace: redistest.Namespace(t), Shards: 2})
+	require.NoError(t, err)
+	_, _, err = st.Enqueue(context.Background(), heraldtest.Notification(t, "n1", time.Now(), heraldtest.Topic("jobs")), false)
+	require.NoError(t, err)
+	require.NoError(t, st.Pause(context.Background(), store.PauseDisabled, "m42"))
+	ok := true
+	m := metrics.New(&metrics.Config{Store: st, RedisSafetyFunc: func() (*bool, *bool) { return &ok, &ok }})
+	text := scrape(t, m)
+	for _, name := range []string{metrics.ScheduledNotifications, metrics.WaitingNotifications, metrics.ReservedNotifications,
+		metrics.DeadNotifications, metrics.EndpointDisabled, metrics.RedisEvictionPolicyOK, metrics.RedisPersistenceOK} {
+		help := regexp.MustCompile(`(?m)^# HELP ` + name + ` (.*)$`).FindStringSubmatch(text)
+		require.NotNil(t, help, "no help for %s", name)
+		require.Contains(t, help[1], "aggregate processes with max, not sum", name)
+	}
 }
