@@ -54,6 +54,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"text/template"
 	"time"
 
@@ -66,10 +67,11 @@ const (
 	ContentTypeText = "text/plain; charset=utf-8"
 )
 
-// Set is the templates of one folder, parsed. It is immutable and safe for
-// concurrent use.
+// Set is the templates of one folder, parsed. It is safe for concurrent
+// use; Reload replaces them all at once.
 type Set struct {
-	byName map[string]*entry
+	dir    string
+	byName atomic.Pointer[map[string]*entry]
 	// nowFunc is the clock of the now function; tests stop it.
 	nowFunc func() time.Time
 }
@@ -99,44 +101,57 @@ func isJSON(name string) bool {
 // Load parses every template in dir. The error of a broken template names
 // its file and line.
 func Load(dir string) (*Set, error) {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("templates: %w", err)
+	s := &Set{dir: dir, nowFunc: time.Now}
+	if err := s.Reload(); err != nil {
+		return nil, err
 	}
-	s := &Set{byName: map[string]*entry{}, nowFunc: time.Now}
+	return s, nil
+}
+
+// Reload parses the folder's templates again and puts them in place of
+// those loaded before, for the renders that start after it; when one does
+// not parse, or the folder cannot be read, it returns the error and the
+// templates loaded before stay.
+func (s *Set) Reload() error {
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return fmt.Errorf("templates: %w", err)
+	}
+	byName := map[string]*entry{}
 	for _, e := range entries {
 		if !isTemplate(e.Name()) {
 			continue
 		}
-		path := filepath.Join(dir, e.Name())
+		path := filepath.Join(s.dir, e.Name())
 		// What counts is what a link leads to: a ConfigMap volume holds
 		// every file as a link through its hidden ..data. A broken link is
 		// an error, as a file that cannot be read is.
 		info, err := os.Stat(path)
 		if err != nil {
-			return nil, fmt.Errorf("templates: %w", err)
+			return fmt.Errorf("templates: %w", err)
 		}
 		if !info.Mode().IsRegular() {
 			continue
 		}
 		text, err := os.ReadFile(path)
 		if err != nil {
-			return nil, fmt.Errorf("templates: %w", err)
+			return fmt.Errorf("templates: %w", err)
 		}
 		t, err := template.New(e.Name()).Option("missingkey=error").Funcs(s.funcs()).Parse(string(text))
 		if err != nil {
 			// text/template names the template and line ("template:
 			// order-notify.json:3: ..."); the path says which folder.
-			return nil, fmt.Errorf("templates: %s: %w", path, err)
+			return fmt.Errorf("templates: %s: %w", path, err)
 		}
-		s.byName[e.Name()] = &entry{tmpl: t, json: isJSON(e.Name())}
+		byName[e.Name()] = &entry{tmpl: t, json: isJSON(e.Name())}
 	}
-	return s, nil
+	s.byName.Store(&byName)
+	return nil
 }
 
 // Names returns the names of the loaded templates, sorted.
 func (s *Set) Names() []string {
-	return slices.Sorted(maps.Keys(s.byName))
+	return slices.Sorted(maps.Keys(*s.byName.Load()))
 }
 
 // ContentType returns the media type of what the named template renders:
@@ -152,7 +167,7 @@ func ContentType(name string) string {
 // one not loaded, a missing field, a failing function, or JSON output that
 // is not valid JSON.
 func (s *Set) Render(name string, n *notify.Notification) ([]byte, error) {
-	e, ok := s.byName[name]
+	e, ok := (*s.byName.Load())[name]
 	if !ok {
 		return nil, fmt.Errorf("template %q is not loaded (have %s)", name, strings.Join(s.Names(), ", "))
 	}

@@ -280,3 +280,32 @@ func FuzzRenderOrderNotify(f *testing.F) {
 		require.Equal(t, want["total_amount"], got["total_amount"])
 	})
 }
+
+// TestReload: a template added to the folder renders once the set is
+// reloaded; a folder that no longer parses is refused and what was loaded
+// stays.
+func TestReload(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write := func(name, text string) {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600))
+	}
+	write("a.json", `{"a": {{json .id}}}`)
+	b := setup(t, dir)
+	n := notification(`{}`)
+	_, err := b.set.Render("b.sms", n)
+	require.ErrorContains(t, err, `template "b.sms" is not loaded`)
+
+	write("b.sms", "Order {{.id}}")
+	require.NoError(t, b.set.Reload())
+	got, err := b.set.Render("b.sms", n)
+	require.NoError(t, err)
+	require.Equal(t, "Order ord-1001", string(got))
+
+	write("c.json", `{{.Nope`)
+	require.ErrorContains(t, b.set.Reload(), "c.json")
+	got, err = b.set.Render("b.sms", n)
+	require.NoError(t, err, "the templates loaded before stay")
+	require.Equal(t, "Order ord-1001", string(got))
+	require.Equal(t, []string{"a.json", "b.sms"}, b.set.Names())
+}

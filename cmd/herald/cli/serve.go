@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -41,7 +42,8 @@ that its attempt and lateness metrics are scraped too.
 SIGINT or SIGTERM shuts down gracefully: the API stops taking requests and
 finishes those in flight, the dispatcher lets running attempts end (or gives
 them back, unpenalised, after 10s). SIGHUP rereads the policies file, as a
-change to it does; a bad file is refused, logged, and the old one stays.
+change to it does, and the templates; a bad file or template is refused,
+logged, and the old ones stay.
 
 With redis.addrs empty, serve runs on an embedded in-process Redis and logs
 its address; nothing survives exit.`,
@@ -135,6 +137,7 @@ func (c *app) serveOn(cmd *cobra.Command, role string, addr net.Addr, h *handler
 			return err
 		}
 		defer d.Stop()
+		defer w.reloadTemplates(ctx, syscall.SIGHUP)()
 	}
 	if role == RoleDispatcher {
 		h.set(api.NewProbes(&api.ProbeConfig{Metrics: m.Handler(), ReadyFunc: w.store.Ping, DetailsFunc: details, Logger: c.base.Logger}))

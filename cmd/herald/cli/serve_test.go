@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -418,4 +419,43 @@ func gauge(ok bool) int {
 		return 1
 	}
 	return 0
+}
+
+// TestServeReloadsTemplates: a template added to templates_dir while serve
+// runs renders the notifications that name it once SIGHUP arrives, as a
+// topic added to the policies file takes effect.
+func TestServeReloadsTemplates(t *testing.T) {
+	t.Parallel()
+	bodies := make(chan string, 1)
+	rcv := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		bodies <- string(b)
+	}))
+	t.Cleanup(rcv.Close)
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "first.json"), []byte(`{"first": {{json .id}}}`), 0o600))
+	e := newEnv(t, "")
+	// At info level, to see the reload.
+	config := strings.Replace(readFile(t, e.config), repoPath(t, "templates"), dir, 1)
+	e.config = writeConfig(t, strings.Replace(config, "log: {level: warn}", "log: {level: info}", 1))
+	s := startServe(t, e.config)
+
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "added.json"), []byte(`{"added": {{json .id}}}`), 0o600))
+	// Caught here too, so that the test binary outlives a serve that does
+	// not catch SIGHUP.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	t.Cleanup(func() { signal.Stop(hup) })
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
+	waitFor(t, 10*time.Second, "the templates to be reloaded", func() bool {
+		return strings.Contains(s.logs.String(), "templates reloaded")
+	})
+	require.Equal(t, http.StatusCreated, s.call(t, http.MethodPost, "/v1/notifications",
+		fmt.Sprintf(`{"id": "tpl-1", "topic": "merchant-notify", "target": %q, "template": "added.json", "payload": {}}`, rcv.URL), nil))
+	select {
+	case b := <-bodies:
+		require.JSONEq(t, `{"added": "tpl-1"}`, b)
+	case <-time.After(10 * time.Second):
+		require.FailNow(t, "not delivered", "logs:\n%s", s.logs.String())
+	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"os/signal"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -39,6 +41,8 @@ type wiring struct {
 	store *store.Store
 	// tracer is set by startTracing when otel.endpoint is set.
 	tracer *tracing.Tracer
+	// templates is set by newSenders: the templates they render.
+	templates *templates.Set
 }
 
 // wire connects to the configured Redis and opens the store on it for cmd.
@@ -116,6 +120,7 @@ func (w *wiring) newSenders(policies func() *policy.Set) (map[string]notify.Send
 	if err != nil {
 		return nil, &UsageError{Err: fmt.Errorf("templates_dir: %w", err)}
 	}
+	w.templates = tmpl
 	sc := &w.cfg.Senders
 	common := httpsend.Common{Timeout: sc.Webhook.Timeout, Rules: policy.CurrentRules(policies), Templates: tmpl, HTTP: httpsend.Config{
 		AllowNetworks: sc.Webhook.AllowNetworks,
@@ -170,6 +175,35 @@ func (w *wiring) startTracing(ctx context.Context) (stop func(), err error) {
 			w.log.Warn("herald: flushing traces failed", "error", err)
 		}
 	}, nil
+}
+
+// reloadTemplates rereads the templates newSenders loaded whenever one of
+// signals arrives, until stop is called: a topic added to the policies
+// with a template of its own would otherwise have every notification die
+// for want of it until a restart. A folder that does not parse is refused
+// and logged, and the templates loaded before stay.
+func (w *wiring) reloadTemplates(ctx context.Context, signals ...os.Signal) (stop func()) {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, signals...)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-sig:
+				if err := w.templates.Reload(); err != nil {
+					w.log.ErrorContext(ctx, "herald: templates not reloaded; the ones loaded before stay", "error", err)
+					continue
+				}
+				w.log.InfoContext(ctx, "herald: templates reloaded", "templates_dir", w.cfg.TemplatesDir, "count", len(w.templates.Names()))
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(sig)
+		close(done)
+	}
 }
 
 // newDispatcher returns a dispatcher sized by the dispatcher section, on
