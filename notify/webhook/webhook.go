@@ -113,7 +113,9 @@ func New(cfg *Config) (*Sender, error) {
 		return nil, err
 	}
 	if len(key) == 0 {
-		httpsend.LoggerOrDefault(cfg.HTTP.Logger).Warn("webhook: no secret configured; requests go out unsigned")
+		// Endpoints sign with their own secrets; only a notification with a
+		// target of its own is signed with this one.
+		httpsend.LoggerOrDefault(cfg.HTTP.Logger).Warn("webhook: senders.webhook.secret is empty; webhooks to a target, rather than an endpoint, go out unsigned")
 	}
 	base, err := httpsend.NewBase(&cfg.Common)
 	if err != nil {
