@@ -11,11 +11,14 @@
 //     started, and whether it is paused; then each endpoint, the policies
 //     file's and the API's: its URL, signing scheme, how many secrets (never
 //     a value), max_in_flight, rate, health (failing since, disabled at) and
-//     whether it is paused. Buttons there pause and resume a topic or an
-//     endpoint and enable an endpoint its disable_after disabled: these
-//     lose nothing, so they act at once, with no confirmation page, and the
-//     overview they return to says what happened (a one-time message
-//     carried in a short-lived cookie).
+//     whether it is paused. Each table shows 100 rows a page, so that the
+//     page stays small with thousands of topics or endpoints; the totals
+//     count them all, and every paused topic is linked from each page.
+//     Buttons there pause and resume a topic or an endpoint and enable an
+//     endpoint its disable_after disabled: these lose nothing, so they act
+//     at once, with no confirmation page, and the overview they return to
+//     says what happened (a one-time message carried in a short-lived
+//     cookie).
 //   - /ui/notifications/{id} shows a notification, its endpoint (linked to
 //     its row on the overview), its payload and headers (credential headers
 //     such as Authorization redacted, as api.Redacted shows them), and its

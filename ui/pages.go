@@ -69,6 +69,54 @@ type overviewData struct {
 	Topics    []topicRow
 	Totals    store.TopicStats
 	Endpoints []endpointRow
+	// TopicPages and EndpointPages page the two tables.
+	TopicPages, EndpointPages pager
+	// PausedTopics are every paused topic, whatever its page, with a link
+	// to its row.
+	PausedTopics []pausedLink
+}
+
+// overviewPageSize bounds the rows of each of the overview's tables, so
+// that with thousands of topics or endpoints the page, which refreshes
+// every few seconds, stays small; the others are a link away.
+const overviewPageSize = 100
+
+// pager is where a page of a table is among all its rows.
+type pager struct {
+	// First and Last are the 1-based rows shown, of Total.
+	First, Last, Total int
+	// PrevURL and NextURL link the neighbouring pages; empty at the ends.
+	PrevURL, NextURL string
+}
+
+// pausedLink names a paused topic and the overview page of its row.
+type pausedLink struct {
+	Name, URL string
+}
+
+// pageOf returns the rows of page param of q among total, and its pager;
+// a page past the last shows the last.
+func pageOf(q url.Values, param string, total int) (lo, hi int, p pager) {
+	page, _ := strconv.Atoi(q.Get(param))
+	page = min(max(page, 1), max((total+overviewPageSize-1)/overviewPageSize, 1))
+	lo, hi = (page-1)*overviewPageSize, min(page*overviewPageSize, total)
+	p = pager{First: lo + 1, Last: hi, Total: total}
+	if page > 1 {
+		p.PrevURL = overviewURL(q, param, page-1)
+	}
+	if hi < total {
+		p.NextURL = overviewURL(q, param, page+1)
+	}
+	return lo, hi, p
+}
+
+// overviewURL links the overview as q asks for it, but at page n of the
+// table that param pages.
+func overviewURL(q url.Values, param string, n int) string {
+	v := url.Values{}
+	maps.Copy(v, q)
+	v.Set(param, strconv.Itoa(n))
+	return Prefix + "?" + v.Encode()
 }
 
 // overview handles GET /ui/.
@@ -100,7 +148,8 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request, s *session) {
 		}
 	}
 	var d overviewData
-	if d.Endpoints, err = h.endpointRows(ctx, paused, byEndpoint, now); err != nil {
+	q := r.URL.Query()
+	if d.Endpoints, d.EndpointPages, err = h.endpointRows(ctx, q, paused, byEndpoint, now); err != nil {
 		h.fail(w, r, s, err)
 		return
 	}
@@ -116,12 +165,18 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request, s *session) {
 	}
 	slices.Sort(names)
 	names = slices.Compact(names)
-	for _, t := range names {
+	for i, t := range names {
+		d.Totals.Add(stats[t])
+		if _, ok := topicsPaused[t]; ok {
+			d.PausedTopics = append(d.PausedTopics, pausedLink{Name: t, URL: overviewURL(q, "page", i/overviewPageSize+1) + "#topic-" + t})
+		}
+	}
+	lo, hi, pages := pageOf(q, "page", len(names))
+	d.TopicPages = pages
+	for _, t := range names[lo:hi] {
 		since, isPaused := topicsPaused[t]
-		row := topicRow{Topic: t, TopicStats: stats[t], activity: newActivity(byTopic[t], now), PausedSince: since,
-			Actions: pauseActions(store.PauseTopic, t, isPaused)}
-		d.Topics = append(d.Topics, row)
-		d.Totals.Add(row.TopicStats)
+		d.Topics = append(d.Topics, topicRow{Topic: t, TopicStats: stats[t], activity: newActivity(byTopic[t], now), PausedSince: since,
+			Actions: pauseActions(store.PauseTopic, t, isPaused)})
 	}
 	h.render(w, r, http.StatusOK, "overview", s, &d)
 }

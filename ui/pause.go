@@ -144,15 +144,17 @@ type endpointRow struct {
 	Actions     []formAction
 }
 
-// endpointRows lists the endpoints with their health (ListEndpoints reads
-// it), attempts and buttons; paused is store.Paused's answer, minutes the endpoints' activity
-// by name.
-func (h *Handler) endpointRows(ctx context.Context, paused map[string]time.Time, minutes map[string][]store.MinuteActivity,
-	now time.Time) ([]endpointRow, error) {
+// endpointRows lists the endpoints of the page q asks for (parameter
+// epage) with their health (ListEndpoints reads it), attempts and buttons;
+// paused is store.Paused's answer, minutes the endpoints' activity by name.
+func (h *Handler) endpointRows(ctx context.Context, q url.Values, paused map[string]time.Time,
+	minutes map[string][]store.MinuteActivity, now time.Time) ([]endpointRow, pager, error) {
 	views, err := h.client.ListEndpoints(ctx)
 	if err != nil {
-		return nil, err
+		return nil, pager{}, err
 	}
+	lo, hi, pages := pageOf(q, "epage", len(views))
+	views = views[lo:hi]
 	rows := make([]endpointRow, 0, len(views))
 	for _, v := range views {
 		row := endpointRow{View: v, PausedSince: paused[store.PauseKey(store.PauseEndpoint, v.Name)]}
@@ -173,7 +175,7 @@ func (h *Handler) endpointRows(ctx context.Context, paused map[string]time.Time,
 		}
 		rows = append(rows, row)
 	}
-	return rows, nil
+	return rows, pages, nil
 }
 
 // pausedTopics returns the topics paused has, with when each was paused.

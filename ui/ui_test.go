@@ -679,6 +679,67 @@ func TestOverview(t *testing.T) {
 	require.Contains(t, body, `data-refresh="5"`)
 }
 
+// TestOverviewIsPaged: with 250 topics and 150 endpoints, each of the
+// overview's tables shows 100 rows a page, every topic and endpoint is on
+// exactly one page, the totals count them all on every page, and a paused
+// topic is linked from every page.
+func TestOverviewIsPaged(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, testToken)
+	b.login(t)
+	var reqs []store.EnqueueRequest
+	for i := range 250 {
+		reqs = append(reqs, store.EnqueueRequest{Notification: heraldtest.Notification(t, fmt.Sprintf("n%03d", i), b.clock.Now(),
+			heraldtest.Topic(fmt.Sprintf("t%03d", i)), heraldtest.Delay(time.Hour))})
+	}
+	_, err := b.store.EnqueueBatch(ctx, reqs)
+	require.NoError(t, err)
+	for i := range 149 { // and the file's acme-shop
+		_, err := b.store.PutEndpoint(ctx, fmt.Sprintf("e%03d", i), &endpoint.Endpoint{URL: "https://e.example/"})
+		require.NoError(t, err)
+	}
+	require.NoError(t, b.store.Pause(ctx, store.PauseTopic, "t180"))
+
+	// walk follows the next-page links of the table of kind (topic or
+	// endpoint) and counts the rows it lists.
+	walk := func(kind string) map[string]int {
+		rowRe := regexp.MustCompile(`<tr data-` + kind + `="([^"]+)"`)
+		nextRe := regexp.MustCompile(`<div id="` + kind + `-pages"><p class="pager">[^<]*(?:<a[^>]*>[^<]*</a>[^<]*)*?<a href="([^"]+)" rel="next">`)
+		seen := map[string]int{}
+		path := "/ui/"
+		for page := 1; page <= 3; page++ {
+			status, body := b.get(t, path)
+			require.Equal(t, http.StatusOK, status)
+			rows := rowRe.FindAllStringSubmatch(body, -1)
+			require.LessOrEqual(t, len(rows), 100, "%s page %d", kind, page)
+			for _, m := range rows {
+				seen[m[1]]++
+			}
+			require.True(t, strings.Contains(body, `<th>All topics</th><td class="n">250</td>`), "%s page %d: totals", kind, page)
+			require.Regexp(t, `Paused topics: <a href="/ui/\?(epage=\d&amp;)?page=2#topic-t180">t180</a>`,
+				body[:strings.Index(body, "<table")], "%s page %d", kind, page)
+			m := nextRe.FindStringSubmatch(body)
+			if m == nil {
+				return seen
+			}
+			path = html.UnescapeString(m[1])
+		}
+		t.Fatalf("more %s pages than expected", kind)
+		return nil
+	}
+	for kind, want := range map[string]int{"topic": 250, "endpoint": 150} {
+		seen := walk(kind)
+		require.Len(t, seen, want, kind)
+		for name, n := range seen {
+			require.Equal(t, 1, n, "%s %s", kind, name)
+		}
+	}
+	_, body := b.get(t, "/ui/?page=2")
+	require.True(t, strings.Contains(body, `<td class="topic" id="topic-t180">`), "the paused topic's link leads to its row")
+	require.True(t, strings.Contains(body, "101–200 of 250"), "the pager says where the page is")
+}
+
 func TestOverviewActivity(t *testing.T) {
 	t.Parallel()
 	b := setup(t, testToken)
