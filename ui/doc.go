@@ -45,7 +45,9 @@
 // X-Forwarded-Proto), signed with a key derived from that token, so it lasts across
 // restarts and every API process accepts it, and removing the token from
 // the configuration ends its sessions. With no tokens configured the
-// dashboard is open, as /v1 is, and every page says so.
+// dashboard is open, as /v1 is, and every page says so; it still gives
+// each browser a session, under a key every process shares, for the
+// CSRF token of its forms.
 //
 // Forms that change state (replay, purge, pause, resume, enable, sign-out)
 // carry a per-session token that the server checks, and a request whose

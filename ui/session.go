@@ -20,8 +20,8 @@ const cookieName = "herald_session"
 
 // sessions signs and checks session cookies. A cookie holds its expiry and
 // a random nonce, signed with HMAC-SHA256 under a key derived from the
-// token it was signed in with; with no tokens, under a random key of this
-// process. Nothing is kept server-side.
+// token it was signed in with; with no tokens, under openKey. Nothing is
+// kept server-side.
 type sessions struct {
 	// keys are the signing keys, one per configured token.
 	keys [][]byte
@@ -49,14 +49,19 @@ func newSessions(tokens []string, ttl time.Duration) (*sessions, error) {
 		s.keys = append(s.keys, mac.Sum(nil))
 	}
 	if s.open {
-		key := make([]byte, 32)
-		if _, err := rand.Read(key); err != nil {
-			return nil, err
-		}
-		s.keys = [][]byte{key}
+		s.keys = [][]byte{openKey}
 	}
 	return s, nil
 }
+
+// openKey signs the sessions of a dashboard without tokens. Such a
+// dashboard gives a session to whoever asks, so the key guards nothing a
+// visitor could not have; what it must be is the same in every process
+// behind one address, or a form from one process's page is refused by
+// the next. A state change still needs the session's CSRF token, which
+// another site cannot read, a cookie that SameSite=Strict keeps off its
+// requests, and an origin that names this site.
+var openKey = []byte("herald ui session key without tokens")
 
 // tokenIndex returns the index of the configured token equal to token, or
 // -1. Every token is compared, in constant time.

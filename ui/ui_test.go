@@ -226,6 +226,34 @@ func TestLogin(t *testing.T) {
 		require.Equal(t, http.StatusSeeOther, status)
 	})
 
+	// Without tokens, any number of API processes serve the dashboard
+	// behind one address: a form from one's page works on another.
+	t.Run("NoTokensFormsWorkAcrossProcesses", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		other, err := ui.New(&ui.Config{Store: b.store, Logger: heraldtest.Logger(t)})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = other.Close() })
+		_, page := b.get(t, "/ui/")
+		u, err := url.Parse(b.server.URL + "/ui/")
+		require.NoError(t, err)
+		pause := func(token string) int {
+			req := httptest.NewRequest(http.MethodPost, "/ui/topics/orders/pause", strings.NewReader(url.Values{"csrf": {token}}.Encode()))
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			for _, c := range b.http.Jar.Cookies(u) {
+				req.AddCookie(c)
+			}
+			rec := httptest.NewRecorder()
+			other.ServeHTTP(rec, req)
+			return rec.Code
+		}
+		require.Equal(t, http.StatusForbidden, pause("made-up"), "the CSRF token is still needed")
+		require.Equal(t, http.StatusSeeOther, pause(csrf(t, page)))
+		paused, err := b.store.IsPaused(context.Background(), store.PauseTopic, "orders")
+		require.NoError(t, err)
+		require.True(t, paused)
+	})
+
 	t.Run("NoTokensSaysSoOnEveryPage", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
