@@ -13,7 +13,8 @@
 //     a value), max_in_flight, rate, health (failing since, disabled at) and
 //     whether it is paused. Each table shows 100 rows a page, so that the
 //     page stays small with thousands of topics or endpoints; the totals
-//     count them all, and every paused topic is linked from each page.
+//     count them all, and every paused topic and every paused or disabled
+//     endpoint is linked from each page.
 //     Buttons there pause and resume a topic or an endpoint and enable an
 //     endpoint its disable_after disabled: these lose nothing, so they act
 //     at once, with no confirmation page, and the overview they return to

@@ -72,8 +72,8 @@ type overviewData struct {
 	// TopicPages and EndpointPages page the two tables.
 	TopicPages, EndpointPages pager
 	// PausedTopics are every paused topic, whatever its page, with a link
-	// to its row.
-	PausedTopics []pausedLink
+	// to its row; HeldEndpoints every paused or disabled endpoint.
+	PausedTopics, HeldEndpoints []pausedLink
 }
 
 // overviewPageSize bounds the rows of each of the overview's tables, so
@@ -89,9 +89,12 @@ type pager struct {
 	PrevURL, NextURL string
 }
 
-// pausedLink names a paused topic and the overview page of its row.
+// pausedLink names a paused topic or endpoint and the overview page of its
+// row.
 type pausedLink struct {
 	Name, URL string
+	// Why is "paused" or "disabled", for an endpoint.
+	Why string
 }
 
 // pageOf returns the rows of page param of q among total, and its pager;
@@ -149,7 +152,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request, s *session) {
 	}
 	var d overviewData
 	q := r.URL.Query()
-	if d.Endpoints, d.EndpointPages, err = h.endpointRows(ctx, q, paused, byEndpoint, now); err != nil {
+	if d.Endpoints, d.EndpointPages, d.HeldEndpoints, err = h.endpointRows(ctx, q, paused, byEndpoint, now); err != nil {
 		h.fail(w, r, s, err)
 		return
 	}

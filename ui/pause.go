@@ -145,13 +145,27 @@ type endpointRow struct {
 }
 
 // endpointRows lists the endpoints of the page q asks for (parameter
-// epage) with their health (ListEndpoints reads it), attempts and buttons;
-// paused is store.Paused's answer, minutes the endpoints' activity by name.
+// epage) with their health (ListEndpoints reads it), attempts and buttons,
+// and links to every paused or disabled one; paused is store.Paused's
+// answer, minutes the endpoints' activity by name.
 func (h *Handler) endpointRows(ctx context.Context, q url.Values, paused map[string]time.Time,
-	minutes map[string][]store.MinuteActivity, now time.Time) ([]endpointRow, pager, error) {
+	minutes map[string][]store.MinuteActivity, now time.Time) ([]endpointRow, pager, []pausedLink, error) {
 	views, err := h.client.ListEndpoints(ctx)
 	if err != nil {
-		return nil, pager{}, err
+		return nil, pager{}, nil, err
+	}
+	var held []pausedLink
+	for i, v := range views {
+		why := "paused"
+		switch {
+		case v.Shadowed: // the file's, of the same name, is listed
+			continue
+		case v.Disabled || v.DisabledAt != nil:
+			why = "disabled"
+		case !v.Paused:
+			continue
+		}
+		held = append(held, pausedLink{Name: v.Name, Why: why, URL: overviewURL(q, "epage", i/overviewPageSize+1) + "#endpoint-" + v.Name})
 	}
 	lo, hi, pages := pageOf(q, "epage", len(views))
 	views = views[lo:hi]
@@ -175,7 +189,7 @@ func (h *Handler) endpointRows(ctx context.Context, q url.Values, paused map[str
 		}
 		rows = append(rows, row)
 	}
-	return rows, pages, nil
+	return rows, pages, held, nil
 }
 
 // pausedTopics returns the topics paused has, with when each was paused.

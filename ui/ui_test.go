@@ -728,6 +728,7 @@ func TestOverviewIsPaged(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, b.store.Pause(ctx, store.PauseTopic, "t180"))
+	require.NoError(t, b.store.Pause(ctx, store.PauseEndpoint, "e140"))
 
 	// walk follows the next-page links of the table of kind (topic or
 	// endpoint) and counts the rows it lists.
@@ -746,6 +747,8 @@ func TestOverviewIsPaged(t *testing.T) {
 			}
 			require.True(t, strings.Contains(body, `<th>All topics</th><td class="n">250</td>`), "%s page %d: totals", kind, page)
 			require.Regexp(t, `Paused topics: <a href="/ui/\?(epage=\d&amp;)?page=2#topic-t180">t180</a>`,
+				body[:strings.Index(body, "<table")], "%s page %d", kind, page)
+			require.Regexp(t, `Paused or disabled endpoints: <a href="/ui/\?epage=2(&amp;page=\d)?#endpoint-e140">e140</a> \(paused\)`,
 				body[:strings.Index(body, "<table")], "%s page %d", kind, page)
 			m := nextRe.FindStringSubmatch(body)
 			if m == nil {
