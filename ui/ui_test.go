@@ -59,7 +59,8 @@ func setup(t *testing.T, tokens ...string) *testBundle {
 	require.NoError(t, err)
 	set, err := policy.NewSet(map[string]policy.Policy{
 		"merchant-notify": {Backoff: []notify.Duration{0, 0, notify.Duration(2 * time.Minute), notify.Duration(10 * time.Minute)}},
-	}, map[string]policy.Topic{"orders": {Channel: notify.ChannelWebhook, Policy: "merchant-notify"}})
+	}, map[string]policy.Topic{"orders": {Channel: notify.ChannelWebhook, Policy: "merchant-notify"},
+		"refunds": {Channel: notify.ChannelWebhook, Endpoint: "acme-shop"}})
 	require.NoError(t, err)
 	set, err = set.WithEndpoints(map[string]endpoint.Endpoint{"acme-shop": {URL: "https://acme.example/hooks",
 		Secrets: []endpoint.Secret{{Value: fileSecret}}, MaxInFlight: 4, Rate: 10}})
@@ -858,6 +859,8 @@ func TestPolicies(t *testing.T) {
 	// 0, 0, 2m, 10m: the fourth attempt starts 12m after send_at.
 	require.Contains(t, body, `<td class="n">3</td><td class="n">10m0s</td><td class="n">12m0s</td>`)
 	require.Contains(t, body, `<td>orders</td><td>webhook</td><td>merchant-notify</td>`)
+	// A topic's default endpoint is where it sends, as a target would be.
+	require.Contains(t, body, `<td>refunds</td><td>webhook</td><td>default</td><td></td><td>endpoint acme-shop</td>`)
 }
 
 // park stores a webhook notification of topic orders, changed by opts, and
