@@ -11,7 +11,9 @@
 // however much later, starts a child span of it, and the webhook sent by
 // that attempt carries the attempt span's traceparent. A pull consumer's
 // attempt is a child span too, from its reservation to its ack or nack,
-// recorded when that answer comes.
+// recorded when that answer comes. The enqueue span is a producer span, an
+// attempt Herald makes itself (webhook, sms, poll) a client span, since it
+// calls the receiver, and a pull consumer's attempt a consumer span.
 //
 //	tp, err := tracing.NewOTLPProvider(ctx, "http://otel-collector:4318")
 //	defer tp.Shutdown(ctx)
@@ -130,26 +132,29 @@ func (t *Tracer) StartEnqueue(ctx context.Context, n *notify.Notification) func(
 }
 
 // StartAttempt starts the span of n's attempt as a child of its enqueue
-// span, and sets the attempt span's traceparent on n for its sender.
+// span, and sets the attempt span's traceparent on n for its sender. The
+// span is a client span: Herald calls the receiver, whose server span is
+// its child, so that tracing backends draw the call from Herald to it.
 func (t *Tracer) StartAttempt(ctx context.Context, n *notify.Notification) (context.Context, func(*store.Finish)) {
-	ctx, span := t.startAttempt(ctx, n)
+	ctx, span := t.startAttempt(ctx, n, trace.WithSpanKind(trace.SpanKindClient))
 	n.Headers = t.inject(ctx, n.Headers)
 	return ctx, func(f *store.Finish) { endAttempt(span, f) }
 }
 
 // AttemptRecorded records the span of a consumer's attempt (a pull
-// reservation acked or nacked), a child of its enqueue span, from the
-// attempt's start to its end: the consumer ran it in between, elsewhere.
+// reservation acked or nacked), a consumer span, child of its enqueue span,
+// from the attempt's start to its end: the consumer ran it in between,
+// elsewhere.
 func (t *Tracer) AttemptRecorded(ctx context.Context, f *store.Finish) {
-	_, span := t.startAttempt(ctx, f.Notification, trace.WithTimestamp(f.Attempt.StartedAt))
+	_, span := t.startAttempt(ctx, f.Notification, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithTimestamp(f.Attempt.StartedAt))
 	endAttempt(span, f, trace.WithTimestamp(f.Attempt.FinishedAt))
 }
 
 // startAttempt starts the span of n's attempt as a child of its enqueue
-// span, named in n's headers.
+// span, named in n's headers; opts give its kind.
 func (t *Tracer) startAttempt(ctx context.Context, n *notify.Notification, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
 	parent := t.extract(context.Background(), n.Headers)
-	opts = append(opts, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
+	opts = append(opts, trace.WithAttributes(
 		AttrID.String(n.ID), AttrTopic.String(n.Topic), AttrChannel.String(n.Channel), AttrAttempt.Int(n.Attempts)))
 	if sc := trace.SpanContextFromContext(parent); sc.IsValid() {
 		ctx = trace.ContextWithRemoteSpanContext(ctx, sc)

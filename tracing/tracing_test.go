@@ -184,6 +184,9 @@ func TestOneTrace(t *testing.T) {
 		require.Equal(t, want.status, a[tracing.AttrStatusCode].AsInt64(), "attempt %d", i)
 		require.Equal(t, want.code, s.Status().Code, "attempt %d", i)
 		require.Equal(t, "order-1-paid", a[tracing.AttrID].AsString())
+		// Herald calls the receiver: the receiver's server span is the
+		// child of a client span.
+		require.Equal(t, trace.SpanKindClient, s.SpanKind(), "attempt %d", i)
 	}
 	_, hasNext := attrs(attempts[0])[tracing.AttrNextAttemptAt]
 	require.True(t, hasNext, "a retried attempt says when the next is due")
@@ -275,6 +278,7 @@ func TestPullAttempts(t *testing.T) {
 		require.Equal(t, want.outcome, attrs(s)[tracing.AttrOutcome].AsString(), "attempt %d", i)
 		require.EqualValues(t, i, attrs(s)[tracing.AttrAttempt].AsInt64(), "attempt %d", i)
 		require.Equal(t, want.code, s.Status().Code, "attempt %d", i)
+		require.Equal(t, trace.SpanKindConsumer, s.SpanKind(), "attempt %d", i)
 		require.False(t, s.StartTime().Before(reserved[i].Truncate(time.Millisecond)), "attempt %d starts at its reservation", i)
 		require.GreaterOrEqual(t, s.EndTime().Sub(s.StartTime()), 20*time.Millisecond, "attempt %d lasts until its answer", i)
 	}
