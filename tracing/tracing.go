@@ -173,7 +173,14 @@ func endAttempt(span trace.Span, f *store.Finish, opts ...trace.SpanEndOption) {
 		span.SetAttributes(AttrNextAttemptAt.String(f.NextAt.UTC().Format(time.RFC3339Nano)))
 	}
 	if a.Outcome != notify.OutcomeSuccess && a.Outcome != notify.OutcomeReleased {
-		span.SetStatus(codes.Error, a.Error)
+		// An answer's error quotes the receiver's body, which may hold
+		// anything, the payload it was sent included: the trace names the
+		// status, and the history keeps the body.
+		desc := a.Error
+		if a.StatusCode != 0 {
+			desc = fmt.Sprintf("status %d %s", a.StatusCode, http.StatusText(a.StatusCode))
+		}
+		span.SetStatus(codes.Error, desc)
 	}
 	span.End(opts...)
 }

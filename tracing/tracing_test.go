@@ -188,6 +188,9 @@ func TestOneTrace(t *testing.T) {
 		// child of a client span.
 		require.Equal(t, trace.SpanKindClient, s.SpanKind(), "attempt %d", i)
 	}
+	// The receiver's answer ("busy") stays in the history: the trace says
+	// what failed, not what the receiver wrote, which may hold anything.
+	require.Equal(t, "status 500 Internal Server Error", attempts[0].Status().Description)
 	_, hasNext := attrs(attempts[0])[tracing.AttrNextAttemptAt]
 	require.True(t, hasNext, "a retried attempt says when the next is due")
 
