@@ -42,8 +42,8 @@ that its attempt and lateness metrics are scraped too.
 SIGINT or SIGTERM shuts down gracefully: the API stops taking requests and
 finishes those in flight, the dispatcher lets running attempts end (or gives
 them back, unpenalised, after 10s). SIGHUP rereads the policies file, as a
-change to it does, and the templates; a bad file or template is refused,
-logged, and the old ones stay.
+change to it does, and, where serve dispatches, the templates; a bad file
+or template is refused, logged, and the old ones stay.
 
 With redis.addrs empty, serve runs on an embedded in-process Redis and logs
 its address; nothing survives exit.`,
