@@ -103,7 +103,7 @@ func (im *importer) store(ctx context.Context, reqs []store.EnqueueRequest) (hel
 				im.sum.Imported++
 			case err != nil:
 				return nil, fmt.Errorf("herald: look up %s: %w", req.Notification.ID, err)
-			case store.SameContent(n, req.Notification.Digest):
+			case store.SameNotification(n, req.Notification):
 				im.sum.Present++
 			default:
 				im.sum.skip(errConflict, n.ID)

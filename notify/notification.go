@@ -155,6 +155,11 @@ type Notification struct {
 	Deadline *time.Time `json:"deadline,omitempty"`
 	// Digest identifies the content for idempotent enqueues; see Digest.
 	Digest string `json:"-"`
+	// Schedule is how the request asked for its send time, as
+	// ComputeDigest takes it; set by policy.Resolve, never stored. With it
+	// the store recognises a record whose digest an earlier version took
+	// of the resolved content (LegacyDigest).
+	Schedule string `json:"-"`
 	// Version is the stored state this copy was read in, opaque to all but
 	// the store: finishing an attempt checks that it is unchanged, so that
 	// the holder of a reservation that expired or was cancelled meanwhile
@@ -372,6 +377,18 @@ func ValidateTarget(channel, target string) error {
 		return Errorf("channel", "must be webhook, sms, poll or pull, not %q", channel)
 	}
 	return nil
+}
+
+// LegacyDigest returns the digest versions before 2026-11-27 stored for
+// n's content, taken of the notification as resolved (with its policy's and
+// topic's defaults) rather than of the request as written; "" when n was
+// not resolved by policy.Resolve. A record those versions stored is the
+// same notification when it holds this digest.
+func (n *Notification) LegacyDigest() string {
+	if n.Schedule == "" {
+		return ""
+	}
+	return n.ComputeDigest(n.Schedule)
 }
 
 // ComputeDigest returns a digest of the content that decides whether a

@@ -13,6 +13,7 @@ import (
 	"github.com/heraldhq/herald/internal/redistest"
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/policy"
+	"github.com/heraldhq/herald/store"
 )
 
 func mustTime(t *testing.T, s string) *time.Time {
@@ -132,6 +133,42 @@ func TestEnqueueRetriedAcrossPolicyEdit(t *testing.T) {
 	require.Equal(t, herald.Existing, again.Status)
 	require.Equal(t, durations(0, time.Minute), again.Notification.Backoff)
 	require.Equal(t, "https://a.example/notify", again.Notification.Target)
+}
+
+// TestEnqueueRetriedAcrossTheDigestChange: a record stored by a version
+// that took its digest of the resolved content is still the same
+// notification to a retry of its request (200, not 409); other content
+// under its id is still a conflict.
+func TestEnqueueRetriedAcrossTheDigestChange(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	st, err := store.New(&store.Config{Client: srv.Client(t), Namespace: redistest.Namespace(t)})
+	require.NoError(t, err)
+	set, err := policy.NewSet(nil, map[string]policy.Topic{"orders": {Channel: notify.ChannelWebhook, Target: "https://a.example/notify"}})
+	require.NoError(t, err)
+	ctx := context.Background()
+	hour := notify.Duration(time.Hour)
+	resolve := func(payload string) *notify.Notification {
+		t.Helper()
+		n, err := set.Resolve(&notify.Request{ID: "o-1", Topic: "orders", Delay: &hour, Payload: json.RawMessage(payload)}, time.Now(), 0)
+		require.NoError(t, err)
+		return n
+	}
+
+	old := resolve(`{"order":"o-1"}`)
+	require.NotEqual(t, old.Digest, old.LegacyDigest(), "the request relies on its topic's defaults")
+	old.Digest = old.LegacyDigest() // as the earlier version stored it
+	_, status, err := st.Enqueue(ctx, old, false)
+	require.NoError(t, err)
+	require.Equal(t, store.Created, status)
+
+	got, status, err := st.Enqueue(ctx, resolve(`{"order":"o-1"}`), false)
+	require.NoError(t, err)
+	require.Equal(t, store.Existing, status)
+	require.Equal(t, "o-1", got.ID)
+
+	_, _, err = st.Enqueue(ctx, resolve(`{"order":"o-2"}`), false)
+	require.ErrorIs(t, err, notify.ErrConflict)
 }
 
 // TestResolvePollNeedsCondition enqueues to the poll channel on topics

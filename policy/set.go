@@ -267,7 +267,7 @@ func (s *Set) Resolve(req *notify.Request, now time.Time, maxPayload int) (*noti
 	if req.TTR != nil {
 		asked.TTR = *req.TTR
 	}
-	n.Digest = asked.ComputeDigest(schedule)
+	n.Digest, n.Schedule = asked.ComputeDigest(schedule), schedule
 	return n, nil
 }
 

@@ -117,13 +117,29 @@ func queueOf(channel, topic string) string {
 // as surely as the whole, in half the bytes of every stored record.
 const digestLen = 16
 
-// SameContent reports whether stored, a notification read from the store,
+// sameContent reports whether stored, a notification read from the store,
 // has the content whose digest is digest: whether enqueueing it again
 // would find it Existing rather than a conflict. Stored records keep only
 // the digest's first digestLen characters, so compare through this.
-func SameContent(stored *notify.Notification, digest string) bool {
+func sameContent(stored *notify.Notification, digest string) bool {
 	cut := func(d string) string { return d[:min(len(d), digestLen)] }
 	return cut(stored.Digest) == cut(digest)
+}
+
+// SameNotification reports whether stored, a notification read from the
+// store, is n: whether enqueueing n would find it Existing rather than a
+// conflict, by n's digest or by the one an earlier version took of it.
+func SameNotification(stored, n *notify.Notification) bool {
+	return sameContent(stored, n.Digest) || sameAsLegacy(stored, n)
+}
+
+// sameAsLegacy reports whether stored, a record an earlier version wrote,
+// holds the content of n, whose digest is taken the present way: the
+// digest that version took of n (notify.Notification.LegacyDigest) is
+// stored's. Only a conflict pays for it.
+func sameAsLegacy(stored, n *notify.Notification) bool {
+	legacy := n.LegacyDigest()
+	return legacy != "" && sameContent(stored, legacy)
 }
 
 // encodeContent returns n's content as stored. created is the enqueue time,

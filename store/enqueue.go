@@ -368,7 +368,7 @@ func (s *Store) enqueueResults(ctx context.Context, items []*enqueueItem, result
 		switch {
 		case got[i] == nil:
 			r.Err = fmt.Errorf("enqueue %s: the existing record vanished", ids[i])
-		case it.code == codeExists:
+		case it.code == codeExists, it.code == codeConflict && sameAsLegacy(got[i], it.req.Notification):
 			r.Status = Existing
 		case it.code == codeConflict && it.req.Replace && s.keys.shardFor(got[i]) != s.keys.shardFor(it.req.Notification):
 			r.Err = otherShard(got[i])
