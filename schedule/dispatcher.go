@@ -241,7 +241,8 @@ type Dispatcher struct {
 	finishes chan pendingFinish
 	// finishMu guards finishesClosed, which Stop sets as it closes
 	// finishes: an attempt left running past the shutdown must not send on
-	// it then.
+	// it then. A worker waiting to send holds it only until finishCtx is
+	// cancelled, so that Stop cannot wait behind it for longer.
 	finishMu       sync.RWMutex
 	finishesClosed bool
 
@@ -255,9 +256,10 @@ type Dispatcher struct {
 	// only when ShutdownTimeout runs out, releasing what still runs.
 	attemptCtx    context.Context
 	cancelAttempt context.CancelFunc
-	// finishCtx bounds the finisher's writes; Stop cancels it
-	// ShutdownTimeout after the last outcome came, so that an outage cannot
-	// hold Stop until the longest reservation runs out.
+	// finishCtx bounds the finisher's writes and a worker's wait to queue
+	// an outcome; Stop cancels it ShutdownTimeout after it stops waiting
+	// for attempts, so that an outage cannot hold Stop until the longest
+	// reservation runs out.
 	finishCtx    context.Context
 	giveUpFinish context.CancelFunc
 
@@ -395,11 +397,13 @@ func (d *Dispatcher) Stop() {
 				d.log.Warn("schedule: attempts ignored their cancellation; leaving them reserved until their ttr runs out")
 			}
 		}
+		// Armed before the lock: a worker that waits to queue an outcome
+		// while Redis takes none holds the lock until the give-up.
+		giveUp := time.AfterFunc(d.cfg.ShutdownTimeout, d.giveUpFinish)
 		d.finishMu.Lock()
 		d.finishesClosed = true
 		close(d.finishes)
 		d.finishMu.Unlock()
-		giveUp := time.AfterFunc(d.cfg.ShutdownTimeout, d.giveUpFinish)
 		d.finisher.Wait()
 		giveUp.Stop()
 		d.giveUpFinish()
@@ -721,15 +725,21 @@ func (d *Dispatcher) attempt(n *notify.Notification, p *policy.Policy) error {
 }
 
 // finish hands f to the finisher, or reports false once Stop no longer
-// waits for outcomes.
+// waits for outcomes. While Redis takes no outcomes the finisher retries
+// its batch and the queue fills; f then waits for room until Stop gives up
+// on outcomes, since the finisher may yet record it.
 func (d *Dispatcher) finish(f pendingFinish) bool {
 	d.finishMu.RLock()
 	defer d.finishMu.RUnlock()
 	if d.finishesClosed {
 		return false
 	}
-	d.finishes <- f
-	return true
+	select {
+	case d.finishes <- f:
+		return true
+	case <-d.finishCtx.Done():
+		return false
+	}
 }
 
 func (d *Dispatcher) send(ctx context.Context, n *notify.Notification) (resp notify.Response, err error) {

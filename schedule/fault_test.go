@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strings"
@@ -392,4 +393,105 @@ func TestStopThroughAnOutage(t *testing.T) {
 	got, err := b.store.Get(context.Background(), "unrecorded")
 	require.NoError(t, err)
 	require.Equal(t, notify.StateReserved, got.State, "left to the reaper")
+}
+
+// refusingStore is a store whose Finish fails while refuse is set, as when
+// Redis answers reservations but will not take outcomes (a Cluster master
+// down, an outage under load).
+type refusingStore struct {
+	*store.Store
+	refuse atomic.Bool
+}
+
+func (r *refusingStore) Finish(ctx context.Context, items []store.Finish) ([]error, error) {
+	if r.refuse.Load() {
+		return nil, errors.New("refused")
+	}
+	return r.Store.Finish(ctx, items)
+}
+
+// startBlockedFinisher starts a dispatcher with one worker, nothing reserved
+// ahead and a minute's ttr, on a store that refuses outcomes, and returns
+// once the worker is stuck: the finisher retries its batch, the queue of
+// outcomes (one long) is full and the worker waits to hand over another.
+func startBlockedFinisher(t *testing.T, b *testBundle, shutdown time.Duration, logger *slog.Logger) (*schedule.Dispatcher, *refusingStore, *recorder) {
+	t.Helper()
+	const count = 50
+	b.enqueueMany(t, count, ms(0, 10), time.Minute)
+	refusing := &refusingStore{Store: b.store}
+	refusing.refuse.Store(true)
+	rec := newRecorder(nil)
+	cfg := schedule.Config{Store: refusing, Senders: map[string]notify.Sender{notify.ChannelWebhook: rec},
+		PoliciesFunc: func() *policy.Set { return b.policies }, Concurrency: 1, Prefetch: -1,
+		PollInterval: 50 * time.Millisecond, ReapInterval: 20 * time.Millisecond, ReapGrace: 10 * time.Millisecond,
+		ShutdownTimeout: shutdown, Logger: logger}
+	d, err := schedule.New(&cfg)
+	require.NoError(t, err)
+	require.NoError(t, d.Start(context.Background()))
+	t.Cleanup(d.Stop)
+	total := func() int {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		return rec.total
+	}
+	require.Eventually(t, func() bool {
+		before := total()
+		time.Sleep(100 * time.Millisecond)
+		return before >= 2 && total() == before
+	}, 10*time.Second, time.Millisecond, "the worker never stopped")
+	require.Less(t, total(), count, "the worker stopped for want of work, not for the finisher")
+	return d, refusing, rec
+}
+
+// TestStopWhileRedisRefusesOutcomes: Stop is bounded when Redis takes no
+// outcomes and a worker waits to queue one behind the finisher's retries,
+// however long the reservations of the finisher's batch run. What it could
+// not record is left to the reaper, as if the process had died.
+func TestStopWhileRedisRefusesOutcomes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	d, _, rec := startBlockedFinisher(t, b, 200*time.Millisecond, heraldtest.Logger(t))
+	// Bounded by the shutdown timeout, its grace and the wait for outcomes,
+	// not by the ttr's minute.
+	requireStopsWithin(t, d, 5*time.Second)
+	all, err := b.store.Stats(context.Background())
+	require.NoError(t, err)
+	require.Zero(t, all["orders"].SucceededTotal)
+	for id := range rec.starts {
+		got, err := b.store.Get(context.Background(), id)
+		require.NoError(t, err)
+		require.Equal(t, notify.StateReserved, got.State, "%s left to the reaper", id)
+	}
+}
+
+// TestStopRecordsOutcomesRedisTakesInTime: an outcome a worker could not
+// queue while Redis refused outcomes is still recorded when Redis takes
+// them again while Stop waits for outcomes.
+func TestStopRecordsOutcomesRedisTakesInTime(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	logs := make(logLines, 10000)
+	d, refusing, rec := startBlockedFinisher(t, b, time.Second, slog.New(slog.NewTextHandler(logs, nil)))
+	stopped := make(chan struct{})
+	go func() { d.Stop(); close(stopped) }()
+	timeout := time.After(10 * time.Second)
+	for waiting := true; waiting; {
+		select {
+		case line := <-logs:
+			waiting = !strings.Contains(line, "leaving them reserved")
+		case <-timeout:
+			t.Fatal("Stop never gave up waiting for the worker")
+		}
+	}
+	refusing.refuse.Store(false) // Redis takes outcomes again
+	select {
+	case <-stopped:
+	case <-timeout:
+		t.Fatal("Stop did not return")
+	}
+	for id := range rec.starts {
+		got, err := b.store.Get(context.Background(), id)
+		require.NoError(t, err)
+		require.Equal(t, notify.StateSucceeded, got.State, "%s recorded", id)
+	}
 }
