@@ -10,7 +10,10 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/store"
@@ -113,9 +116,11 @@ func decodeJSON(data []byte, v any) error {
 // duplicate finds the first member that the valid JSON value data gives
 // twice where it decodes into typ: a field of a struct (under any spelling
 // the decoder takes for it: "id", "ID", "\u0069d") or a key of a map,
-// however deep, as ".secrets[0].value" or ".headers.X-Sig". The decoder would keep the last silently, and the caller
-// may well have meant the first. Values the API keeps as given (a payload)
-// are not looked into. It allocates only for the names it compares.
+// however deep, as ".secrets[0].value" or ".headers.X-Sig". The decoder
+// would keep the last silently, and the caller may well have meant the
+// first. Values the API keeps as given (a payload) are not looked into.
+// It allocates nothing for a body whose names have no escapes and whose
+// maps have at most 16 keys, save the path of the duplicate it finds.
 func duplicate(data []byte, typ reflect.Type) (path string, found bool) {
 	for typ.Kind() == reflect.Pointer {
 		typ = typ.Elem()
@@ -124,28 +129,72 @@ func duplicate(data []byte, typ reflect.Type) (path string, found bool) {
 		return "", false
 	}
 	switch {
-	case data[0] == '{' && (typ.Kind() == reflect.Struct || typ.Kind() == reflect.Map && typ.Key().Kind() == reflect.String):
-		seen := map[string]bool{}
-		eachRawMember(data, func(key string, value []byte) bool {
-			name, elem := key, typ
-			if typ.Kind() == reflect.Struct {
-				f, _ := fieldByJSONName(typ, key) // known: data decoded
-				name, _, _ = strings.Cut(f.Tag.Get("json"), ",")
-				name, elem = cmp.Or(name, f.Name), f.Type
-			} else {
-				elem = typ.Elem()
+	case data[0] == '{' && typ.Kind() == reflect.Struct:
+		fields := jsonFieldsOf(typ)
+		var small [64]bool // by index in fields.list
+		var seen []bool
+		if len(fields.list) <= len(small) {
+			seen = small[:len(fields.list)]
+		} else {
+			seen = make([]bool, len(fields.list))
+		}
+		eachRawMember(data, func(key, value []byte) bool {
+			i, ok := fields.lookup(key)
+			if !ok {
+				return true // unknown: the decoder has said so, or ignored it
 			}
-			if seen[name] {
-				path, found = "."+name, true
+			f := &fields.list[i]
+			if seen[i] {
+				path, found = "."+f.name, true
 				return false
 			}
-			seen[name] = true
-			if sub, ok := duplicate(value, elem); ok {
-				path, found = "."+name+sub, true
+			seen[i] = true
+			if f.leaf {
+				return true
+			}
+			if sub, ok := duplicate(value, f.typ); ok {
+				path, found = "."+f.name+sub, true
 			}
 			return !found
 		})
-	case data[0] == '[' && typ.Kind() == reflect.Slice:
+	case data[0] == '{' && typ.Kind() == reflect.Map && typ.Key().Kind() == reflect.String:
+		elem, leaf := typ.Elem(), isLeaf(typ.Elem())
+		// The first keys are compared one by one; a map with more goes
+		// into a set, so that many keys cost no more than a map does.
+		var small [16][]byte
+		keys := small[:0]
+		var set map[string]struct{}
+		eachRawMember(data, func(key, value []byte) bool {
+			twice := false
+			if set != nil {
+				_, twice = set[string(key)]
+				set[string(key)] = struct{}{}
+			} else {
+				for _, k := range keys {
+					if twice = bytes.Equal(k, key); twice {
+						break
+					}
+				}
+				if keys = append(keys, key); len(keys) > len(small) {
+					set = make(map[string]struct{}, 2*len(keys))
+					for _, k := range keys {
+						set[string(k)] = struct{}{}
+					}
+				}
+			}
+			if twice {
+				path, found = "."+string(key), true
+				return false
+			}
+			if leaf {
+				return true
+			}
+			if sub, ok := duplicate(value, elem); ok {
+				path, found = "."+string(key)+sub, true
+			}
+			return !found
+		})
+	case data[0] == '[' && typ.Kind() == reflect.Slice && !isLeaf(typ.Elem()):
 		i := 0
 		eachRawElement(data, func(value []byte) bool {
 			if sub, ok := duplicate(value, typ.Elem()); ok {
@@ -158,16 +207,93 @@ func duplicate(data []byte, typ reflect.Type) (path string, found bool) {
 	return path, found
 }
 
+// jsonFields are the fields of a struct type that encoding/json decodes
+// into, with what lookup needs to find one from a member's name.
+type jsonFields struct {
+	list   []jsonField
+	exact  map[string]int // index in list by name
+	folded map[string]int // by foldName of the name: the first field of each
+}
+
+type jsonField struct {
+	name string // as in the JSON: the tag's, or the Go name
+	typ  reflect.Type
+	leaf bool // isLeaf(typ)
+}
+
+// jsonFieldsCache holds a *jsonFields per reflect.Type of a struct.
+var jsonFieldsCache sync.Map
+
+// jsonFieldsOf returns the fields of struct typ, worked out once per type.
+func jsonFieldsOf(typ reflect.Type) *jsonFields {
+	if fs, ok := jsonFieldsCache.Load(typ); ok {
+		return fs.(*jsonFields)
+	}
+	fs := &jsonFields{exact: map[string]int{}, folded: map[string]int{}}
+	for f := range typ.Fields() {
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" || !f.IsExported() {
+			continue
+		}
+		name = cmp.Or(name, f.Name)
+		if _, ok := fs.exact[name]; !ok {
+			fs.exact[name] = len(fs.list)
+		}
+		folded := string(foldName([]byte(name)))
+		if _, ok := fs.folded[folded]; !ok {
+			fs.folded[folded] = len(fs.list)
+		}
+		fs.list = append(fs.list, jsonField{name: name, typ: f.Type, leaf: isLeaf(f.Type)})
+	}
+	actual, _ := jsonFieldsCache.LoadOrStore(typ, fs)
+	return actual.(*jsonFields)
+}
+
+// lookup returns the index in list of the field that encoding/json fills
+// from the member named key: the one of that exact name, else the first
+// equal to it under the decoder's case folding.
+func (fs *jsonFields) lookup(key []byte) (int, bool) {
+	if i, ok := fs.exact[string(key)]; ok {
+		return i, true
+	}
+	i, ok := fs.folded[string(foldName(key))]
+	return i, ok
+}
+
+// foldName folds a name as encoding/json does to match a member to a
+// field case-insensitively: two names fold alike when bytes.EqualFold
+// says they are equal.
+func foldName(in []byte) []byte {
+	var arr [32]byte // most names fit: no allocation
+	out := arr[:0]
+	for i := 0; i < len(in); {
+		if c := in[i]; c < utf8.RuneSelf {
+			if 'a' <= c && c <= 'z' {
+				c -= 'a' - 'A'
+			}
+			out = append(out, c)
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRune(in[i:])
+		out = utf8.AppendRune(out, unicode.ToUpper(unicode.ToLower(r)))
+		i += n
+	}
+	return out
+}
+
 // eachRawMember calls fn with each member of the valid JSON object data,
 // its key unescaped and its value as it is in data, until fn returns false.
-func eachRawMember(data []byte, fn func(key string, value []byte) bool) {
+// A key without escapes, in valid UTF-8, is a slice of data.
+func eachRawMember(data []byte, fn func(key, value []byte) bool) {
 	for i := skipSpace(data, 1); i < len(data) && data[i] == '"'; {
 		end := stringEnd(data, i)
-		raw, key := data[i:end], ""
-		if bytes.IndexByte(raw, '\\') < 0 {
-			key = string(raw[1 : len(raw)-1])
-		} else {
-			_ = json.Unmarshal(raw, &key)
+		key := data[i+1 : end-1]
+		if bytes.IndexByte(key, '\\') >= 0 || !utf8.Valid(key) {
+			// As the decoder reads it: escapes undone, bad UTF-8 replaced.
+			var s string
+			_ = json.Unmarshal(data[i:end], &s)
+			key = []byte(s)
 		}
 		i = skipSpace(data, skipSpace(data, end)+1) // past the colon
 		end = valueEnd(data, i)
@@ -263,11 +389,12 @@ func locateIn(data json.RawMessage, typ reflect.Type) (string, error) {
 	case len(trimmed) == 0 || bytes.Equal(trimmed, []byte("null")):
 	case typ.Kind() == reflect.Struct && trimmed[0] == '{' && !reflect.PointerTo(typ).Implements(unmarshalerType):
 		return eachMember(data, func(key string, value json.RawMessage) (string, error) {
-			f, ok := fieldByJSONName(typ, key)
+			fields := jsonFieldsOf(typ)
+			i, ok := fields.lookup([]byte(key))
 			if !ok {
 				return key, errors.New("json: unknown field")
 			}
-			sub, err := locateIn(value, f.Type)
+			sub, err := locateIn(value, fields.list[i].typ)
 			return key + sub, err
 		})
 	case typ.Kind() == reflect.Map && typ.Key().Kind() == reflect.String && trimmed[0] == '{':
@@ -343,29 +470,6 @@ func eachMember(data []byte, fn func(key string, value json.RawMessage) (string,
 		}
 	}
 	return "", nil
-}
-
-// fieldByJSONName finds the field of struct typ that encoding/json fills
-// from key: the exact name first, then one equal under case folding.
-func fieldByJSONName(typ reflect.Type, key string) (reflect.StructField, bool) {
-	var folded reflect.StructField
-	found := false
-	for f := range typ.Fields() {
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if name == "-" || !f.IsExported() {
-			continue
-		}
-		if name == "" {
-			name = f.Name
-		}
-		if name == key {
-			return f, true
-		}
-		if !found && strings.EqualFold(name, key) {
-			folded, found = f, true
-		}
-	}
-	return folded, found
 }
 
 // describe says what is wrong with a value in the API's words rather than
