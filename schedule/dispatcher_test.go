@@ -559,7 +559,10 @@ func TestStopReturnsWhenASenderIgnoresItsContext(t *testing.T) {
 
 // TestNoOverlapWithAnAttemptPastItsTTR: a handler that ignores its context
 // outlives its ttr; the reaper counts the attempt as expired, but the retry
-// does not start while that attempt still runs in this dispatcher.
+// does not start while that attempt still runs in this dispatcher. A loaded
+// machine may let a later reservation run out too (a retry, or one given
+// back while the first attempt runs), so the history is checked for its
+// first and last outcomes and for overlaps, not for its length.
 func TestNoOverlapWithAnAttemptPastItsTTR(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -571,23 +574,28 @@ func TestNoOverlapWithAnAttemptPastItsTTR(t *testing.T) {
 		return nil
 	})
 	b.start(t, schedule.Config{Handlers: map[string]notify.Sender{"jobs": rec}, PollInterval: 50 * time.Millisecond})
-	zero, ttr := notify.Duration(0), notify.Duration(50*time.Millisecond)
+	zero, ttr := notify.Duration(0), notify.Duration(300*time.Millisecond)
 	n, err := b.policies.Resolve(&notify.Request{ID: "job1", Topic: "jobs", Channel: notify.ChannelPull,
-		Backoff: ms(0, 0, 0), Delay: &zero, TTR: &ttr}, time.Now(), 0)
+		Backoff: ms(0, 0, 0, 0, 0, 0, 0, 0), Delay: &zero, TTR: &ttr}, time.Now(), 0)
 	require.NoError(t, err)
 	_, _, err = b.store.Enqueue(context.Background(), n, false)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		got, err := b.store.Get(context.Background(), "job1")
-		return err == nil && len(got.History) == 1
+		return err == nil && len(got.History) >= 1
 	}, 10*time.Second, 5*time.Millisecond)
 	// Due at once, the retry would start within milliseconds.
 	require.Never(t, func() bool { return rec.attempts("job1") > 1 }, 500*time.Millisecond, 5*time.Millisecond,
 		"a second attempt started while the first still ran")
 	close(released)
 	got := b.waitState(t, "job1", notify.StateSucceeded)
-	require.Len(t, got.History, 2)
-	require.Equal(t, []notify.Outcome{notify.OutcomeTTRExpired, notify.OutcomeSuccess},
-		[]notify.Outcome{got.History[0].Outcome, got.History[1].Outcome})
-	require.Equal(t, 2, rec.attempts("job1"))
+	require.Equal(t, notify.OutcomeTTRExpired, got.History[0].Outcome, "the first attempt expired")
+	require.Equal(t, notify.OutcomeSuccess, got.History[len(got.History)-1].Outcome)
+	for _, a := range got.History[1 : len(got.History)-1] {
+		require.Equal(t, notify.OutcomeTTRExpired, a.Outcome, "only expiries before the success")
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	require.Zero(t, rec.overlaps, "two attempts ran at once")
+	require.GreaterOrEqual(t, len(rec.starts["job1"]), 2, "the first attempt and a retry ran")
 }
