@@ -74,6 +74,11 @@ type replayRequest struct {
 	DryRun bool `json:"dry_run,omitempty"`
 }
 
+// isZero reports whether req sets no field: no filter, no option.
+func (req *replayRequest) isZero() bool {
+	return len(req.IDs) == 0 && req.Topic == "" && req.Since == nil && req.Until == nil && !req.ResetAttempts && !req.DryRun
+}
+
 // ReplayResult is the answer of POST /v1/dead/replay.
 type ReplayResult struct {
 	Matched  int `json:"matched"`
@@ -119,8 +124,9 @@ func deadFilter(ids []string, topic string, since, until *time.Time) store.DeadF
 
 // purge handles DELETE /v1/dead?ids=&topic=&since=&until=&dry_run=: the
 // replay filters, as query parameters or, as for a replay, as the body;
-// not both, so that no filter given is ignored. In the query ids may repeat
-// or be comma-separated (ids never contain a comma).
+// not both, so that no filter given is ignored. A body that sets no field
+// ({}, null, blank) counts as none. In the query ids may repeat or be
+// comma-separated (ids never contain a comma).
 func (s *Server) purge(w http.ResponseWriter, r *http.Request) {
 	q, err := query(r, "ids", "topic", "since", "until", "dry_run")
 	if err != nil {
@@ -132,14 +138,18 @@ func (s *Server) purge(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	if len(bytes.TrimSpace(body)) > 0 {
-		if len(q) > 0 {
-			s.fail(w, r, notify.Errorf(slices.Sorted(maps.Keys(q))[0], "give the filters in the query or in the body, not both"))
-			return
-		}
-		var req replayRequest
+	var req replayRequest
+	if trimmed := bytes.TrimSpace(body); len(trimmed) > 0 && !bytes.Equal(trimmed, []byte("null")) {
 		if err := decodeJSON(body, &req); err != nil {
 			s.fail(w, r, err)
+			return
+		}
+	}
+	// Many clients send {} with every request: a body that sets nothing
+	// is no body.
+	if !req.isZero() {
+		if len(q) > 0 {
+			s.fail(w, r, notify.Errorf(slices.Sorted(maps.Keys(q))[0], "give the filters in the query or in the body, not both"))
 			return
 		}
 		if req.ResetAttempts {

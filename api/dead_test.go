@@ -143,6 +143,24 @@ func TestDeadLetters(t *testing.T) {
 		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "until", "DELETE", "/v1/dead",
 			`{"topic":"single","since":"2030-01-02T00:00:00Z","until":"2030-01-01T00:00:00Z"}`)
 	})
+	t.Run("PurgeWithABodyOfNoFilters", func(t *testing.T) {
+		// Many clients send {} with every request: a body that sets nothing
+		// leaves the query's filters to do their work.
+		b.kill(t, "eb", 2)
+		for _, body := range []string{`{}`, `null`, " \n", `{"ids":[],"topic":"","since":null}`} {
+			dry := must[counts](t, b, http.StatusOK, "DELETE", "/v1/dead?ids=eb0,eb1&dry_run=true", body)
+			require.Equal(t, counts{Matched: 2}, dry, "body %q", body)
+		}
+		got := must[counts](t, b, http.StatusOK, "DELETE", "/v1/dead?ids=eb0", `{}`)
+		require.Equal(t, counts{Matched: 1, Purged: 1}, got)
+		// A body that does set something is not ignored: a dry run asked
+		// for in it must not become a purge.
+		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "ids", "DELETE", "/v1/dead?ids=eb1", `{"dry_run":true}`)
+		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "ids", "DELETE", "/v1/dead?ids=eb1", `{"topic":"single"}`)
+		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "bogus", "DELETE", "/v1/dead?ids=eb1", `{"bogus":1}`)
+		rec := must[notify.Notification](t, b, http.StatusOK, "GET", "/v1/notifications/eb1", nil)
+		require.Equal(t, notify.StateDead, rec.State)
+	})
 	t.Run("PurgeArguments", func(t *testing.T) {
 		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "topic", "DELETE", "/v1/dead", nil)
 		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "dry_run", "DELETE", "/v1/dead?topic=single&dry_run=maybe", nil)
