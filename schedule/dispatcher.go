@@ -112,6 +112,11 @@ type Tracer interface {
 	// once the attempt has ended, with the outcome and next step about to
 	// be recorded.
 	StartAttempt(ctx context.Context, n *notify.Notification) (context.Context, func(f *store.Finish))
+	// AttemptRecorded is called once the reaper has recorded an attempt
+	// whose reservation ran out (f, a ttr_expired): it ran from its
+	// reservation to its deadline wherever it ran, a consumer that never
+	// answered or a dispatcher that died, and no span of its own ended.
+	AttemptRecorded(ctx context.Context, f *store.Finish)
 }
 
 // Config configures a Dispatcher.
@@ -909,6 +914,9 @@ func (d *Dispatcher) reap(ctx context.Context) {
 				for i, e := range errs {
 					if e == nil {
 						d.cfg.Observer.AttemptFinished(items[i].Notification, items[i].Attempt, items[i].Action, 0)
+						if d.cfg.Tracer != nil {
+							d.cfg.Tracer.AttemptRecorded(ctx, &items[i])
+						}
 					}
 				}
 			}

@@ -141,10 +141,11 @@ func (t *Tracer) StartAttempt(ctx context.Context, n *notify.Notification) (cont
 	return ctx, func(f *store.Finish) { endAttempt(span, f) }
 }
 
-// AttemptRecorded records the span of a consumer's attempt (a pull
-// reservation acked or nacked), a consumer span, child of its enqueue span,
-// from the attempt's start to its end: the consumer ran it in between,
-// elsewhere.
+// AttemptRecorded records the span of an attempt that ran elsewhere: a
+// pull reservation acked or nacked, or one the reaper took back when its
+// time ran out (a consumer that never answered, a dispatcher that died); a
+// consumer span, child of its enqueue span, from the attempt's start to its
+// end.
 func (t *Tracer) AttemptRecorded(ctx context.Context, f *store.Finish) {
 	_, span := t.startAttempt(ctx, f.Notification, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithTimestamp(f.Attempt.StartedAt))
 	endAttempt(span, f, trace.WithTimestamp(f.Attempt.FinishedAt))

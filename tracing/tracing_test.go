@@ -287,6 +287,32 @@ func TestPullAttempts(t *testing.T) {
 	}
 }
 
+// TestReapedAttempt: a pull reservation whose consumer never answers is
+// taken back when its ttr runs out; that attempt is a span of the trace
+// too, from its reservation until it was taken back, as its history says,
+// with its ttr_expired outcome.
+func TestReapedAttempt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	status, out := b.post(t, "/v1/notifications", `{"id":"job-2","topic":"jobs","ttr":"100ms","payload":{"n":2}}`,
+		"00-"+callerTrace+"-"+callerSpan+"-01")
+	require.Equal(t, http.StatusCreated, status, "%s", out)
+	status, out = b.post(t, "/v1/topics/jobs/reserve?wait=5s", "", "")
+	require.Equal(t, http.StatusOK, status, "%s", out)
+	require.Contains(t, string(out), "job-2")
+
+	require.Eventually(t, func() bool { return len(b.ended(tracing.SpanAttempt)) > 0 }, 10*time.Second, 10*time.Millisecond,
+		"the reaped attempt has no span")
+	enq := b.ended(tracing.SpanEnqueue)
+	require.Len(t, enq, 1)
+	s := b.ended(tracing.SpanAttempt)[0]
+	require.Equal(t, callerTrace, s.SpanContext().TraceID().String())
+	require.Equal(t, enq[0].SpanContext().SpanID(), s.Parent().SpanID())
+	require.Equal(t, string(notify.OutcomeTTRExpired), attrs(s)[tracing.AttrOutcome].AsString())
+	require.Equal(t, codes.Error, s.Status().Code)
+	require.GreaterOrEqual(t, s.EndTime().Sub(s.StartTime()), 100*time.Millisecond, "from its reservation until it was taken back")
+}
+
 // TestOTLPProvider runs a loopback OTLP/HTTP receiver: the spans of a
 // provider reach it when the provider shuts down, under the service name
 // the operator's OTEL_SERVICE_NAME gives ("herald" without it) and with
