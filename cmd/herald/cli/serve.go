@@ -137,7 +137,8 @@ func (c *app) serveOn(cmd *cobra.Command, role string, addr net.Addr, h *handler
 			return err
 		}
 		defer d.Stop()
-		defer w.reloadTemplates(ctx, syscall.SIGHUP)()
+		w.warnUnloadedTemplates(ctx, policies.Current())
+		defer w.reloadTemplates(ctx, policies.Current, syscall.SIGHUP)()
 	}
 	if role == RoleDispatcher {
 		h.set(api.NewProbes(&api.ProbeConfig{Metrics: m.Handler(), ReadyFunc: w.store.Ping, DetailsFunc: details, Logger: c.base.Logger}))

@@ -421,17 +421,24 @@ func gauge(ok bool) int {
 	return 0
 }
 
-// TestServeReloadsTemplates: a template added to templates_dir while serve
-// runs renders the notifications that name it once SIGHUP arrives, as a
-// topic added to the policies file takes effect.
+// TestServeReloadsTemplates: serve warns of a topic whose template
+// templates_dir does not hold; once the template is added and SIGHUP
+// arrives, the topic's notifications render with it, as a topic added to
+// the policies file takes effect.
 func TestServeReloadsTemplates(t *testing.T) {
 	t.Parallel()
 	bodies := make(chan string, 1)
-	rcv := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
-		bodies <- string(b)
+		select {
+		case bodies <- string(b):
+		default:
+		}
+		_, _ = io.WriteString(w, "success") // the topic's policy asks for it
 	}))
 	t.Cleanup(rcv.Close)
+	// The demo policies' order-notify topic names order-notify.json, which
+	// this folder does not hold yet.
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "first.json"), []byte(`{"first": {{json .id}}}`), 0o600))
 	e := newEnv(t, "")
@@ -439,8 +446,10 @@ func TestServeReloadsTemplates(t *testing.T) {
 	config := strings.Replace(readFile(t, e.config), repoPath(t, "templates"), dir, 1)
 	e.config = writeConfig(t, strings.Replace(config, "log: {level: warn}", "log: {level: info}", 1))
 	s := startServe(t, e.config)
+	missing := regexp.MustCompile(`does not hold.* topic=order-notify template=order-notify.json`)
+	waitFor(t, 10*time.Second, "a warning of the missing template", func() bool { return missing.MatchString(s.logs.String()) })
 
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "added.json"), []byte(`{"added": {{json .id}}}`), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "order-notify.json"), []byte(`{"added": {{json .id}}}`), 0o600))
 	// Caught here too, so that the test binary outlives a serve that does
 	// not catch SIGHUP.
 	hup := make(chan os.Signal, 1)
@@ -453,11 +462,12 @@ func TestServeReloadsTemplates(t *testing.T) {
 		return regexp.MustCompile(`templates reloaded" .*count=2`).MatchString(s.logs.String())
 	})
 	require.Equal(t, http.StatusCreated, s.call(t, http.MethodPost, "/v1/notifications",
-		fmt.Sprintf(`{"id": "tpl-1", "topic": "merchant-notify", "target": %q, "template": "added.json", "payload": {}}`, rcv.URL), nil))
+		fmt.Sprintf(`{"id": "tpl-1", "topic": "order-notify", "target": %q, "payload": {}}`, rcv.URL), nil))
 	select {
 	case b := <-bodies:
 		require.JSONEq(t, `{"added": "tpl-1"}`, b)
 	case <-time.After(10 * time.Second):
 		require.FailNow(t, "not delivered", "logs:\n%s", s.logs.String())
 	}
+	require.Len(t, missing.FindAllString(s.logs.String(), -1), 1, "no warning once the template is there")
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"os/signal"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -177,12 +179,26 @@ func (w *wiring) startTracing(ctx context.Context) (stop func(), err error) {
 	}, nil
 }
 
+// warnUnloadedTemplates logs each topic of set that names a template
+// newSenders did not load: every notification of it would fail for good,
+// so an operator hears of it at start and at each reload, not from the
+// dead letters.
+func (w *wiring) warnUnloadedTemplates(ctx context.Context, set *policy.Set) {
+	loaded := w.templates.Names()
+	for _, topic := range slices.Sorted(maps.Keys(set.Topics)) {
+		if t := set.Topics[topic].Template; t != "" && !slices.Contains(loaded, t) {
+			w.log.WarnContext(ctx, "herald: a topic names a template templates_dir does not hold; its notifications fail until the template is added and serve gets SIGHUP",
+				"topic", topic, "template", t, "templates_dir", w.cfg.TemplatesDir)
+		}
+	}
+}
+
 // reloadTemplates rereads the templates newSenders loaded whenever one of
 // signals arrives, until stop is called: a topic added to the policies
 // with a template of its own would otherwise have every notification die
 // for want of it until a restart. A folder that does not parse is refused
 // and logged, and the templates loaded before stay.
-func (w *wiring) reloadTemplates(ctx context.Context, signals ...os.Signal) (stop func()) {
+func (w *wiring) reloadTemplates(ctx context.Context, policies func() *policy.Set, signals ...os.Signal) (stop func()) {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, signals...)
 	done := make(chan struct{})
@@ -195,6 +211,7 @@ func (w *wiring) reloadTemplates(ctx context.Context, signals ...os.Signal) (sto
 					continue
 				}
 				w.log.InfoContext(ctx, "herald: templates reloaded", "templates_dir", w.cfg.TemplatesDir, "count", len(w.templates.Names()))
+				w.warnUnloadedTemplates(ctx, policies())
 			case <-done:
 				return
 			}
