@@ -182,12 +182,10 @@ func (d *Dispatcher) backOff(n *notify.Notification, e *endpoint.Endpoint, now, 
 	}
 	tick := k.tick(e)
 	d.limits.mu.Unlock()
-	at = at.Truncate(tick).Add(tick)
-	d.finish(pendingFinish{Finish: store.Finish{Notification: n, Action: notify.ActionRelease, NextAt: at}})
+	d.releaseAt(n, at.Truncate(tick).Add(tick))
 }
 
 // giveBack returns n unattempted, due at about at.
 func (d *Dispatcher) giveBack(n *notify.Notification, at time.Time) {
-	at = at.Add(rand.N(waitSpread))
-	d.finish(pendingFinish{Finish: store.Finish{Notification: n, Action: notify.ActionRelease, NextAt: at}})
+	d.releaseAt(n, at.Add(rand.N(waitSpread)))
 }
