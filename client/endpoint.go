@@ -147,19 +147,24 @@ func (c *Client) ListEndpoints(ctx context.Context) ([]endpoint.View, error) {
 		_, v.Shadowed = file[name]
 		out = append(out, v)
 	}
+	// Only an endpoint with a disable_after keeps a health record, and one
+	// disabled before its disable_after was removed still has one.
+	var kept []*endpoint.View
+	var names []string
 	for i := range out {
 		v := &out[i]
 		markPaused(v, paused)
-		// Only an endpoint with a disable_after keeps a health record, and
-		// one disabled before its disable_after was removed still has one.
 		if v.DisableAfter > 0 || v.Disabled {
-			h, err := c.store.EndpointHealth(ctx, v.Name)
-			if err != nil {
-				c.storeError("list_endpoints", err)
-				return nil, err
-			}
-			v.DisabledAt, v.FailingSince = h.DisabledAt, h.FailingSince
+			kept, names = append(kept, v), append(names, v.Name)
 		}
+	}
+	health, err := c.store.EndpointsHealth(ctx, names)
+	if err != nil {
+		c.storeError("list_endpoints", err)
+		return nil, err
+	}
+	for i, v := range kept {
+		v.DisabledAt, v.FailingSince = health[i].DisabledAt, health[i].FailingSince
 	}
 	slices.SortStableFunc(out, func(a, b endpoint.View) int {
 		if a.Name != b.Name {

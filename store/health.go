@@ -100,22 +100,38 @@ func (s *Store) EnableEndpoint(ctx context.Context, name string) (resumed int, e
 
 // EndpointHealth returns name's health.
 func (s *Store) EndpointHealth(ctx context.Context, name string) (Health, error) {
-	if err := s.open(ctx); err != nil {
+	h, err := s.EndpointsHealth(ctx, []string{name})
+	if err != nil {
 		return Health{}, err
 	}
-	v, err := s.client.HMGet(ctx, s.keys.health(name), "failing_since", "disabled_at").Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return Health{}, fmt.Errorf("store: endpoint %q health: %w", name, err)
+	return h[0], nil
+}
+
+// EndpointsHealth returns the health of each endpoint names lists, in one
+// round trip (one a node, on a Cluster).
+func (s *Store) EndpointsHealth(ctx context.Context, names []string) ([]Health, error) {
+	if err := s.open(ctx); err != nil {
+		return nil, err
 	}
-	var h Health
-	for i, dst := range []**time.Time{&h.FailingSince, &h.DisabledAt} {
-		if str, ok := v[i].(string); ok {
-			at, _ := strconv.ParseInt(str, 10, 64)
-			t := fromMS(at)
-			*dst = &t
+	pipe := s.client.Pipeline()
+	cmds := make([]*redis.SliceCmd, len(names))
+	for i, name := range names {
+		cmds[i] = pipe.HMGet(ctx, s.keys.health(name), "failing_since", "disabled_at")
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("store: endpoint health: %w", err)
+	}
+	out := make([]Health, len(names))
+	for i, cmd := range cmds {
+		for j, dst := range []**time.Time{&out[i].FailingSince, &out[i].DisabledAt} {
+			if str, ok := cmd.Val()[j].(string); ok {
+				at, _ := strconv.ParseInt(str, 10, 64)
+				t := fromMS(at)
+				*dst = &t
+			}
 		}
 	}
-	return h, nil
+	return out, nil
 }
 
 // failedScript records a failed attempt to an endpoint.
