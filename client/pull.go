@@ -115,7 +115,7 @@ func (c *Client) reserveDue(ctx context.Context, queue string, limit int) (items
 	// The store answers shard by shard; a consumer works through the list
 	// in order, so the earliest due comes first.
 	slices.SortStableFunc(items, func(a, b *notify.Notification) int {
-		return dueTime(a).Compare(dueTime(b))
+		return a.DueAt(time.Time{}).Compare(b.DueAt(time.Time{}))
 	})
 	for _, h := range after {
 		if !h.Due.IsZero() && (next.IsZero() || h.Due.Before(next)) {
@@ -137,24 +137,12 @@ func (c *Client) release(ctx context.Context, items []*notify.Notification) {
 	now := c.store.Now()
 	finishes := make([]store.Finish, len(items))
 	for i, n := range items {
-		due := now
-		if n.NextAttemptAt != nil {
-			due = *n.NextAttemptAt
-		}
-		finishes[i] = store.Finish{Notification: n, Action: notify.ActionRelease, NextAt: due}
+		finishes[i] = store.Finish{Notification: n, Action: notify.ActionRelease, NextAt: n.DueAt(now)}
 	}
 	if _, err := c.store.Finish(ctx, finishes); err != nil {
 		// They come back when their reservations expire.
 		c.storeError("release", err)
 	}
-}
-
-// dueTime is when n's reserved attempt was due; the zero time if unknown.
-func dueTime(n *notify.Notification) time.Time {
-	if n.NextAttemptAt == nil {
-		return time.Time{}
-	}
-	return *n.NextAttemptAt
 }
 
 // Ack records that the attempt of reservation receipt succeeded. It is

@@ -379,6 +379,15 @@ func ValidateTarget(channel, target string) error {
 	return nil
 }
 
+// DueAt returns when n's next attempt is due, or fallback when it has none
+// (a finished notification).
+func (n *Notification) DueAt(fallback time.Time) time.Time {
+	if n.NextAttemptAt != nil {
+		return *n.NextAttemptAt
+	}
+	return fallback
+}
+
 // LegacyDigest returns the digest versions before 2026-11-27 stored for
 // n's content, taken of the notification as resolved (with its policy's and
 // topic's defaults) rather than of the request as written; "" when n was

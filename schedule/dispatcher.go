@@ -615,10 +615,10 @@ func (d *Dispatcher) worker(ctx context.Context) {
 		p := d.cfg.PoliciesFunc().PolicyFor(n)
 		switch {
 		case ctx.Err() != nil:
-			d.releaseAt(n, dueOf(n, d.store.Now()))
+			d.releaseAt(n, n.DueAt(d.store.Now()))
 		case !startable(&p, n, d.store.Now().Sub(q.handed)):
 			d.capacity.shrink()
-			d.releaseAt(n, dueOf(n, d.store.Now()))
+			d.releaseAt(n, n.DueAt(d.store.Now()))
 			d.log.DebugContext(ctx, "schedule: gave back a notification that waited too long for a worker", "id", n.ID)
 		case !d.park(ctx, n):
 			d.run(ctx, n, &p)
@@ -691,13 +691,6 @@ func startable(p *policy.Policy, n *notify.Notification, waited time.Duration) b
 // releaseAt gives n back unattempted and uncounted, due at at.
 func (d *Dispatcher) releaseAt(n *notify.Notification, at time.Time) {
 	d.finish(pendingFinish{Finish: store.Finish{Notification: n, Action: notify.ActionRelease, NextAt: at}})
-}
-
-func dueOf(n *notify.Notification, fallback time.Time) time.Time {
-	if n.NextAttemptAt != nil {
-		return *n.NextAttemptAt
-	}
-	return fallback
 }
 
 // attempt runs one attempt of n, hands its outcome to the finisher, and
