@@ -46,10 +46,15 @@ policies.merchant-notify.backoff[2].`,
 // StartPolicies loads the policies file the configuration names and keeps
 // it current: the Watcher rereads the file when it changes and on SIGHUP,
 // until stop is called or ctx ends. A file that does not load is a
-// *UsageError naming the offending key. Call it only from a command built
-// with withConfig.
-func (b *Base) StartPolicies(ctx context.Context) (w *policy.Watcher, stop func(), err error) {
-	w, err = policy.NewWatcher(&policy.WatcherConfig{Path: b.Config.PoliciesFile, Logger: b.Logger, ReloadSignals: []os.Signal{syscall.SIGHUP}})
+// *UsageError naming the offending key. reloaded, when not nil, is called
+// after every reload, applied or refused, with the policies in force. Call
+// it only from a command built with withConfig.
+func (b *Base) StartPolicies(ctx context.Context, reloaded func(*policy.Set)) (w *policy.Watcher, stop func(), err error) {
+	cfg := &policy.WatcherConfig{Path: b.Config.PoliciesFile, Logger: b.Logger, ReloadSignals: []os.Signal{syscall.SIGHUP}}
+	if reloaded != nil {
+		cfg.ReloadedFunc = func(current *policy.Set, _ error) { reloaded(current) }
+	}
+	w, err = policy.NewWatcher(cfg)
 	if err != nil {
 		return nil, nil, &UsageError{Err: err}
 	}

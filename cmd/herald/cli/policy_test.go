@@ -135,7 +135,7 @@ func TestStartPolicies(t *testing.T) {
 		return withConfig(&cobra.Command{
 			Use: "watch",
 			RunE: func(cmd *cobra.Command, _ []string) error {
-				w, stop, err := c.base.StartPolicies(cmd.Context())
+				w, stop, err := c.base.StartPolicies(cmd.Context(), nil)
 				if err != nil {
 					return err
 				}

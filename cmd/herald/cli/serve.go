@@ -9,7 +9,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -18,6 +17,7 @@ import (
 	"github.com/heraldhq/herald/cmd/herald/config"
 	"github.com/heraldhq/herald/internal/redisconf"
 	"github.com/heraldhq/herald/metrics"
+	"github.com/heraldhq/herald/policy"
 )
 
 // Roles of serve: what one process runs.
@@ -102,7 +102,14 @@ func (c *app) serveOn(cmd *cobra.Command, role string, addr net.Addr, h *handler
 	// The watcher catches SIGHUP, whose default action ends the process, so
 	// it starts before the wait for Redis, which can be long: a reload then
 	// rereads the file as it does later.
-	policies, stopPolicies, err := c.base.StartPolicies(ctx)
+	// A dispatcher rereads its templates with the policies, once it has
+	// loaded them.
+	var reloaded atomic.Pointer[func(*policy.Set)]
+	policies, stopPolicies, err := c.base.StartPolicies(ctx, func(set *policy.Set) {
+		if f := reloaded.Load(); f != nil {
+			(*f)(set)
+		}
+	})
 	if err != nil {
 		return err
 	}
@@ -138,7 +145,9 @@ func (c *app) serveOn(cmd *cobra.Command, role string, addr net.Addr, h *handler
 		}
 		defer d.Stop()
 		w.warnUnloadedTemplates(ctx, policies.Current())
-		defer w.reloadTemplates(ctx, policies.Current, syscall.SIGHUP)()
+		reload := func(set *policy.Set) { w.reloadTemplates(ctx, set) }
+		reloaded.Store(&reload)
+		defer reloaded.Store(nil)
 	}
 	if role == RoleDispatcher {
 		h.set(api.NewProbes(&api.ProbeConfig{Metrics: m.Handler(), ReadyFunc: w.store.Ping, DetailsFunc: details, Logger: c.base.Logger}))

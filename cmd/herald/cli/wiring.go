@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"os"
-	"os/signal"
 	"slices"
 	"time"
 
@@ -193,34 +191,18 @@ func (w *wiring) warnUnloadedTemplates(ctx context.Context, set *policy.Set) {
 	}
 }
 
-// reloadTemplates rereads the templates newSenders loaded whenever one of
-// signals arrives, until stop is called: a topic added to the policies
-// with a template of its own would otherwise have every notification die
-// for want of it until a restart. A folder that does not parse is refused
-// and logged, and the templates loaded before stay.
-func (w *wiring) reloadTemplates(ctx context.Context, policies func() *policy.Set, signals ...os.Signal) (stop func()) {
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, signals...)
-	done := make(chan struct{})
-	go func() {
-		for {
-			select {
-			case <-sig:
-				if err := w.templates.Reload(); err != nil {
-					w.log.ErrorContext(ctx, "herald: templates not reloaded; the ones loaded before stay", "error", err)
-					continue
-				}
-				w.log.InfoContext(ctx, "herald: templates reloaded", "templates_dir", w.cfg.TemplatesDir, "count", len(w.templates.Names()))
-				w.warnUnloadedTemplates(ctx, policies())
-			case <-done:
-				return
-			}
-		}
-	}()
-	return func() {
-		signal.Stop(sig)
-		close(done)
+// reloadTemplates rereads the templates newSenders loaded, as the
+// policies are reread (set is now in force): a topic added to the
+// policies with a template of its own would otherwise have every
+// notification die for want of it until a restart. A folder that does not
+// parse is refused and logged, and the templates loaded before stay.
+func (w *wiring) reloadTemplates(ctx context.Context, set *policy.Set) {
+	if err := w.templates.Reload(); err != nil {
+		w.log.ErrorContext(ctx, "herald: templates not reloaded; the ones loaded before stay", "error", err)
+	} else {
+		w.log.InfoContext(ctx, "herald: templates reloaded", "templates_dir", w.cfg.TemplatesDir, "count", len(w.templates.Names()))
 	}
+	w.warnUnloadedTemplates(ctx, set)
 }
 
 // newDispatcher returns a dispatcher sized by the dispatcher section, on
