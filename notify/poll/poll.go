@@ -20,10 +20,11 @@
 //
 // The answer is parsed once, strictly: exactly one JSON value with nothing
 // but white space around it, so `{"trade_status":"TRADE_SUCCESS"} junk` is
-// not JSON. A 2xx answer that is done is success. One that is not done,
-// lacks the field or is not JSON is retried (the error wraps ErrNotDone, or
-// says the answer is not JSON), so polling goes on until the backoff array
-// runs out.
+// not JSON. Only the first httpsend.ReadLimit bytes (64 KiB) of an answer
+// are read. A 2xx answer that is done is success. One that is not done,
+// lacks the field, is not JSON or is longer than the read limit is retried
+// (the error wraps ErrNotDone, or says which of the last two it is), so
+// polling goes on until the backoff array runs out.
 // Other statuses and transport failures are classified under the policy as
 // for a webhook; a topic without a poll condition is a permanent failure.
 //
@@ -129,7 +130,7 @@ func (s *Sender) Send(ctx context.Context, n *notify.Notification) (notify.Respo
 	}
 	doc, err := parseAnswer(res.Body)
 	if err != nil {
-		return resp, fmt.Errorf("poll: the answer is not JSON: %w", err)
+		return resp, unreadable(res.Body, err)
 	}
 	value, found := lookup(doc, cond.Field)
 	switch {
@@ -211,6 +212,17 @@ func parseAnswer(body []byte) (any, error) {
 		return nil, errors.New("data after the JSON value")
 	}
 	return doc, nil
+}
+
+// unreadable is the error of an answer that parseAnswer refused with err.
+// A JSON value that breaks off exactly where httpsend stops reading was
+// cut there: the provider's answer is too long, not malformed, and the
+// operator reading the history should be told which.
+func unreadable(body []byte, err error) error {
+	if len(body) == httpsend.ReadLimit && errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("poll: the answer is longer than the read limit of %d bytes, so its JSON cannot be read whole", httpsend.ReadLimit)
+	}
+	return fmt.Errorf("poll: the answer is not JSON: %w", err)
 }
 
 // lookup finds the dotted path in a parsed answer and returns the value

@@ -365,3 +365,50 @@ func TestSendAnswerWithTrailingData(t *testing.T) {
 		require.JSONEq(t, tradeAnswer("TRADE_SUCCESS"), string(body.Response))
 	})
 }
+
+// TestSendAnswerLongerThanReadLimit polls a provider whose done answer is
+// valid JSON longer than the read limit, sent with its length and chunked:
+// the history says the answer outgrew the limit, not that it is not JSON,
+// and the poll is retried. An answer that fits the limit exactly is read
+// whole.
+func TestSendAnswerLongerThanReadLimit(t *testing.T) {
+	t.Parallel()
+
+	// padded is a done answer of exactly size bytes, its status in front.
+	padded := func(size int) string {
+		head := `{"alipay_trade_query_response":{"trade_status":"TRADE_SUCCESS"},"items":"`
+		return head + strings.Repeat("x", size-len(head)-2) + `"}`
+	}
+	long := padded(httpsend.ReadLimit + 100)
+	for _, tt := range []struct {
+		name    string
+		handler http.HandlerFunc
+	}{
+		{name: "WithLength", handler: httpsendtest.Answer(200, long, "Content-Type", "application/json")},
+		{name: "Chunked", handler: func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			for i := 0; i < len(long); i += 4 << 10 {
+				_, _ = w.Write([]byte(long[i:min(i+4<<10, len(long))]))
+				w.(http.Flusher).Flush()
+			}
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			bundle := setup(t, tt.handler, "", true)
+			_, err := bundle.sender.Send(context.Background(), notification(bundle.provider.URL()))
+			require.ErrorContains(t, err, "longer than the read limit of 65536 bytes")
+			require.NotContains(t, err.Error(), "not JSON")
+			require.False(t, isPermanent(err), "error: %v", err)
+			require.Empty(t, bundle.onDone.Requests())
+		})
+	}
+
+	t.Run("AtTheLimitIsDone", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t, httpsendtest.Answer(200, padded(httpsend.ReadLimit), "Content-Type", "application/json"), "", true)
+		_, err := bundle.sender.Send(context.Background(), notification(bundle.provider.URL()))
+		require.NoError(t, err)
+		require.Len(t, bundle.onDone.Requests(), 1)
+	})
+}
