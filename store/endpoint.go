@@ -22,7 +22,8 @@ func (k *keys) endpoints() string { return k.ns + ":endpoints" }
 var _ endpoint.Lookup = (*Store)(nil)
 
 // PutEndpoint stores e, validated, under name, replacing any endpoint of
-// that name; created reports a new name.
+// that name; created reports a new name. A new name starts with no failing
+// streak, whatever an endpoint deleted under it left.
 func (s *Store) PutEndpoint(ctx context.Context, name string, e *endpoint.Endpoint) (created bool, err error) {
 	if err := s.open(ctx); err != nil {
 		return false, err
@@ -30,6 +31,20 @@ func (s *Store) PutEndpoint(ctx context.Context, name string, e *endpoint.Endpoi
 	b, err := json.Marshal(e)
 	if err != nil {
 		return false, fmt.Errorf("store: put endpoint %q: %w", name, err)
+	}
+	// The streak lives in another slot than the endpoint, so a delete
+	// cannot end both at once, and a dispatcher that still holds a deleted
+	// endpoint may record a failure after it. Ended before the endpoint
+	// exists, a stale streak cannot outlive a failure here: the retry
+	// finds the name still new.
+	exists, err := s.client.HExists(ctx, s.keys.endpoints(), name).Result()
+	if err != nil {
+		return false, fmt.Errorf("store: put endpoint %q: %w", name, err)
+	}
+	if !exists {
+		if err := s.client.HDel(ctx, s.keys.health(name), "failing_since").Err(); err != nil {
+			return false, fmt.Errorf("store: put endpoint %q: end its failing streak: %w", name, err)
+		}
 	}
 	n, err := s.client.HSet(ctx, s.keys.endpoints(), name, b).Result()
 	if err != nil {
@@ -60,9 +75,10 @@ func (s *Store) Endpoint(ctx context.Context, name string) (*endpoint.Endpoint, 
 // DeleteEndpoint removes the endpoint stored under name, or returns
 // endpoint.ErrNotFound. Notifications naming it fail permanently at their
 // next attempt unless an endpoint of that name exists again by then. Its
-// failing streak ends with it, so that an endpoint registered again under
-// the name is not disabled at its first failure for the failures of this
-// one; a disabling stays until EnableEndpoint.
+// failing streak ends with it, or at the latest when PutEndpoint registers
+// the name again, so that the endpoint registered then is not disabled at
+// its first failure for the failures of this one; a disabling stays until
+// EnableEndpoint.
 func (s *Store) DeleteEndpoint(ctx context.Context, name string) error {
 	if err := s.open(ctx); err != nil {
 		return err
@@ -76,7 +92,8 @@ func (s *Store) DeleteEndpoint(ctx context.Context, name string) error {
 	}
 	// The endpoint is gone: failing here must not fail the call, whose
 	// caller goes on to end the endpoint's pauses, and whose retry would
-	// find nothing to delete.
+	// find nothing to delete. The streak left then ends when the name is
+	// registered again.
 	if err := s.client.HDel(ctx, s.keys.health(name), "failing_since").Err(); err != nil {
 		s.cfg.Logger.WarnContext(ctx, "store: deleted an endpoint but not its failing streak", "endpoint", name, "error", err)
 	}

@@ -2,9 +2,12 @@ package store_test
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/endpoint"
@@ -120,4 +123,84 @@ func TestEnableAnEnabledEndpoint(t *testing.T) {
 	h, err = b.store.EndpointHealth(ctx, "m")
 	require.NoError(t, err)
 	require.Equal(t, store.Health{}, h, "enabled afresh")
+}
+
+// TestNewEndpointStartsWithNoStreak: an endpoint registered under the name
+// of one deleted while failing starts with no failing streak, whatever
+// failed at the deletion: its first failure does not disable it for the
+// failures of the endpoint deleted long before. The streak lives in
+// another slot than the endpoint, so a delete cannot end both at once.
+func TestNewEndpointStartsWithNoStreak(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := &endpoint.Endpoint{URL: "https://m.example", DisableAfter: notify.Duration(time.Hour)}
+	for _, tc := range []struct {
+		name string
+		// deleteFunc deletes m, which has been failing for a while.
+		deleteFunc func(t *testing.T, b *testBundle, hook *failCommand)
+	}{
+		{name: "DeleteLeftTheStreak", deleteFunc: func(t *testing.T, b *testBundle, hook *failCommand) {
+			hook.arm("hdel", b.store.Namespace()+":{ep:m}:health")
+			if err := b.store.DeleteEndpoint(ctx, "m"); err != nil {
+				require.NoError(t, b.store.DeleteEndpoint(ctx, "m"), "the retry of a failed delete")
+			}
+		}},
+		{name: "FailedAfterTheDelete", deleteFunc: func(t *testing.T, b *testBundle, _ *failCommand) {
+			require.NoError(t, b.store.DeleteEndpoint(ctx, "m"))
+			// A dispatcher still holding the endpoint in its cache.
+			_, err := b.store.EndpointFailed(ctx, "m", time.Hour)
+			require.NoError(t, err)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			hook := &failCommand{}
+			client := server.Client(t)
+			client.AddHook(hook)
+			b := setup(t, store.Config{Client: client})
+			_, err := b.store.PutEndpoint(ctx, "m", e)
+			require.NoError(t, err)
+			_, err = b.store.EndpointFailed(ctx, "m", time.Hour)
+			require.NoError(t, err)
+			b.clock.Advance(10 * time.Minute)
+			tc.deleteFunc(t, b, hook)
+
+			b.clock.Advance(30 * 24 * time.Hour)
+			created, err := b.store.PutEndpoint(ctx, "m", e)
+			require.NoError(t, err)
+			require.True(t, created)
+			h, err := b.store.EndpointHealth(ctx, "m")
+			require.NoError(t, err)
+			require.Nil(t, h.FailingSince, "a new endpoint has failed nothing yet")
+			disabled, err := b.store.EndpointFailed(ctx, "m", time.Hour)
+			require.NoError(t, err)
+			require.False(t, disabled, "disabled by its first failure")
+		})
+	}
+}
+
+// failCommand is a go-redis hook that fails, once and without sending it,
+// the next command of a name on a key.
+type failCommand struct {
+	// next is the command's name and key, nil when disarmed.
+	next atomic.Pointer[[2]string]
+}
+
+// arm makes h fail the next command name on key.
+func (h *failCommand) arm(name, key string) { h.next.Store(&[2]string{name, key}) }
+
+func (h *failCommand) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *failCommand) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if want := h.next.Load(); want != nil && cmd.Name() == want[0] && len(cmd.Args()) > 1 && cmd.Args()[1] == want[1] &&
+			h.next.CompareAndSwap(want, nil) {
+			cmd.SetErr(errors.New("failed on purpose"))
+			return cmd.Err()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *failCommand) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
