@@ -233,18 +233,21 @@ type EnqueueOption func(*notify.Request)
 func ID(id string) EnqueueOption { return func(r *notify.Request) { r.ID = id } }
 
 // Delay sends the notification d from now (its first attempt is then due
-// after the first backoff entry, normally 0).
+// after the first backoff entry, normally 0). As for the HTTP API's delay,
+// d is between 0 and 100 years: any other is a *FieldError for "delay".
 func Delay(d time.Duration) EnqueueOption {
 	return func(r *notify.Request) { v := notify.Duration(d); r.Delay = &v }
 }
 
 // SendAt sends the notification at t, to the millisecond, never earlier.
+// As for the HTTP API's send_at, t is between the Unix epoch and the end
+// of the year 9999 UTC.
 func SendAt(t time.Time) EnqueueOption { return func(r *notify.Request) { r.SendAt = &t } }
 
 // Backoff sets the notification's own backoff array instead of its
 // policy's: attempt 0 is due backoff[0] after the send time, attempt n+1
 // backoff[n+1] after attempt n failed; its length is the number of
-// attempts.
+// attempts. Each entry is between 0 and 100 years.
 func Backoff(backoff ...time.Duration) EnqueueOption {
 	return func(r *notify.Request) {
 		r.Backoff = make([]notify.Duration, len(backoff))
@@ -273,7 +276,8 @@ func Endpoint(name string) EnqueueOption { return func(r *notify.Request) { r.En
 func Channel(channel string) EnqueueOption { return func(r *notify.Request) { r.Channel = channel } }
 
 // TTR sets how long one attempt may hold its reservation before it counts
-// as failed; default the policy's (30s).
+// as failed; default the policy's (30s). It is more than 0 and at most 100
+// years.
 func TTR(d time.Duration) EnqueueOption {
 	return func(r *notify.Request) { v := notify.Duration(d); r.TTR = &v }
 }

@@ -1,9 +1,14 @@
 package herald_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"sync"
@@ -15,8 +20,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald"
+	"github.com/heraldhq/herald/api"
 	"github.com/heraldhq/herald/internal/redistest"
 	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/store"
 )
 
 var server *redistest.Server
@@ -116,6 +123,80 @@ func TestEnqueue(t *testing.T) {
 		_, err = c.Get(ctx, "unknown")
 		require.ErrorIs(t, err, herald.ErrNotFound)
 	})
+}
+
+// TestEnqueueTimesAsTheAPI enqueues the same delays, send times, ttrs and
+// backoff arrays through the Go client and through the HTTP API: the
+// client refuses what the API refuses with a 400, with an error naming the
+// same field and nothing stored, and takes what the API takes.
+func TestEnqueueTimesAsTheAPI(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb, ns, c := connect(t, nil)
+	st, err := store.New(&store.Config{Client: rdb, Namespace: ns})
+	require.NoError(t, err)
+	srv, err := api.New(&api.Config{Store: st})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = srv.Close() })
+
+	const century = 100 * 365 * 24 * time.Hour
+	lastInstant := time.Date(9999, time.December, 31, 23, 59, 59, int(999*time.Millisecond), time.UTC)
+	for _, tt := range []struct {
+		name  string
+		opts  []herald.EnqueueOption
+		field string // refused, naming it; "" when taken
+	}{
+		{name: "NoDelay", opts: []herald.EnqueueOption{herald.Delay(0)}},
+		{name: "DelayOfACentury", opts: []herald.EnqueueOption{herald.Delay(century)}},
+		{name: "NegativeDelay", opts: []herald.EnqueueOption{herald.Delay(-time.Second)}, field: "delay"},
+		{name: "DelayPastACentury", opts: []herald.EnqueueOption{herald.Delay(century + time.Nanosecond)}, field: "delay"},
+		{name: "LongestDelay", opts: []herald.EnqueueOption{herald.Delay(math.MaxInt64)}, field: "delay"},
+		{name: "MostNegativeDelay", opts: []herald.EnqueueOption{herald.Delay(math.MinInt64)}, field: "delay"},
+		{name: "TTROfACentury", opts: []herald.EnqueueOption{herald.TTR(century)}},
+		{name: "NegativeTTR", opts: []herald.EnqueueOption{herald.TTR(-time.Second)}, field: "ttr"},
+		{name: "TTRPastACentury", opts: []herald.EnqueueOption{herald.TTR(century + time.Nanosecond)}, field: "ttr"},
+		{name: "BackoffOfCenturies", opts: []herald.EnqueueOption{herald.Backoff(century, century, century)}},
+		{name: "NegativeBackoff", opts: []herald.EnqueueOption{herald.Backoff(0, -time.Second)}, field: "backoff[1]"},
+		{name: "BackoffPastACentury", opts: []herald.EnqueueOption{herald.Backoff(0, math.MaxInt64)}, field: "backoff[1]"},
+		{name: "SendAtLastInstant", opts: []herald.EnqueueOption{herald.SendAt(lastInstant)}},
+		{name: "SendAtPast9999", opts: []herald.EnqueueOption{herald.SendAt(lastInstant.In(time.FixedZone("", -3600)).Add(time.Millisecond))}, field: "send_at"},
+		{name: "SendAtBeforeEpoch", opts: []herald.EnqueueOption{herald.SendAt(time.Unix(-1, 0))}, field: "send_at"},
+		{name: "FirstAttemptPast9999", opts: []herald.EnqueueOption{herald.SendAt(lastInstant), herald.Backoff(time.Millisecond)}, field: "backoff[0]"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			goID, apiID := "go-"+tt.name, "api-"+tt.name
+
+			_, err := c.Enqueue(ctx, "jobs", nil, append(tt.opts, herald.ID(goID), herald.Channel(herald.ChannelPull))...)
+			if tt.field == "" {
+				require.NoError(t, err)
+			} else {
+				var fe *herald.FieldError
+				require.ErrorAs(t, err, &fe)
+				require.Equal(t, tt.field, fe.Field, "error: %v", err)
+				_, err = c.Get(ctx, goID)
+				require.ErrorIs(t, err, herald.ErrNotFound, "nothing stored")
+			}
+
+			req := &herald.Request{ID: apiID, Topic: "jobs", Channel: herald.ChannelPull}
+			for _, o := range tt.opts {
+				o(req)
+			}
+			body, err := json.Marshal(req)
+			require.NoError(t, err)
+			rec := httptest.NewRecorder()
+			srv.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/notifications", bytes.NewReader(body)))
+			var answer struct {
+				Error api.Error `json:"error"`
+			}
+			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &answer))
+			if tt.field == "" {
+				require.Equal(t, http.StatusCreated, rec.Code, "API: %s", rec.Body)
+			} else {
+				require.Equal(t, http.StatusBadRequest, rec.Code, "API: %s", rec.Body)
+				require.Equal(t, tt.field, answer.Error.Field)
+			}
+		})
+	}
 }
 
 // TestWorkerKeepsEndpointLimits runs a library worker over notifications

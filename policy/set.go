@@ -174,7 +174,9 @@ func CurrentRules(current func() *Set) notify.RulesFunc {
 // topic's defaults (its endpoint or target only when the request names
 // neither), then the policy's, picks a random id when none is given,
 // computes the send time from send_at or delay (now when neither), validates
-// the result, and computes its content digest. maxPayload is as in
+// the result, and computes its content digest. A delay or ttr the API's
+// decoder would refuse (negative, or over 100 years) is refused here too,
+// for callers that hand over a request no decoder has read. maxPayload is as in
 // notify.Notification.Validate.
 func (s *Set) Resolve(req *notify.Request, now time.Time, maxPayload int) (*notify.Notification, error) {
 	if !notify.ValidTopic(req.Topic) {
@@ -218,6 +220,9 @@ func (s *Set) Resolve(req *notify.Request, now time.Time, maxPayload int) (*noti
 	}
 	n.TTR = p.TTR
 	if req.TTR != nil {
+		if err := checkRequested("ttr", *req.TTR); err != nil {
+			return nil, err
+		}
 		n.TTR = *req.TTR
 	}
 	var schedule string
@@ -231,6 +236,9 @@ func (s *Set) Resolve(req *notify.Request, now time.Time, maxPayload int) (*noti
 		n.SendAt = req.SendAt.UTC()
 		schedule = n.SendAt.Format(time.RFC3339Nano)
 	case req.Delay != nil:
+		if err := checkRequested("delay", *req.Delay); err != nil {
+			return nil, err
+		}
 		n.SendAt = now.Add(time.Duration(*req.Delay)).UTC()
 		schedule = "delay " + req.Delay.String()
 		field = "delay"
@@ -269,6 +277,18 @@ func (s *Set) Resolve(req *notify.Request, now time.Time, maxPayload int) (*noti
 	}
 	n.Digest, n.Schedule = asked.ComputeDigest(schedule), schedule
 	return n, nil
+}
+
+// checkRequested refuses a request's duration that the API's decoder
+// refuses (negative, or longer than notify.ParseDuration takes), with the
+// decoder's words. A Go caller hands Resolve a time.Duration no decoder has
+// seen; reading its string form back is what the API does with what it is
+// sent, so both keep one rule.
+func checkRequested(field string, d notify.Duration) error {
+	if _, err := notify.ParseDuration(d.String()); err != nil {
+		return notify.Errorf(field, "%v", err)
+	}
+	return nil
 }
 
 // Bounds of a due time. A record writes its times in RFC 3339, whose years
