@@ -22,8 +22,12 @@ func (k *keys) endpoints() string { return k.ns + ":endpoints" }
 var _ endpoint.Lookup = (*Store)(nil)
 
 // PutEndpoint stores e, validated, under name, replacing any endpoint of
-// that name; created reports a new name. A new name starts with no failing
-// streak, whatever an endpoint deleted under it left.
+// that name; created reports a new name. The endpoint's failing streak
+// goes on only when it had a disable_after and keeps one: a new name starts
+// with none, whatever an endpoint deleted under it left, and an endpoint
+// without a disable_after has none, since its attempts are not recorded
+// (one that recovered meanwhile would be disabled at its first failure
+// once disable_after is back, for a streak begun days before).
 func (s *Store) PutEndpoint(ctx context.Context, name string, e *endpoint.Endpoint) (created bool, err error) {
 	if err := s.open(ctx); err != nil {
 		return false, err
@@ -33,15 +37,16 @@ func (s *Store) PutEndpoint(ctx context.Context, name string, e *endpoint.Endpoi
 		return false, fmt.Errorf("store: put endpoint %q: %w", name, err)
 	}
 	// The streak lives in another slot than the endpoint, so a delete
-	// cannot end both at once, and a dispatcher that still holds a deleted
-	// endpoint may record a failure after it. Ended before the endpoint
-	// exists, a stale streak cannot outlive a failure here: the retry
-	// finds the name still new.
-	exists, err := s.client.HExists(ctx, s.keys.endpoints(), name).Result()
-	if err != nil {
+	// cannot end both at once, and a dispatcher that still holds the
+	// endpoint as it was (deleted, or with a disable_after) may record a
+	// failure after the change: a stale streak is ended here, before the
+	// endpoint is written, so that a retry after a failure ends it again.
+	old, err := s.client.HGet(ctx, s.keys.endpoints(), name).Bytes()
+	if err != nil && !errors.Is(err, redis.Nil) {
 		return false, fmt.Errorf("store: put endpoint %q: %w", name, err)
 	}
-	if !exists {
+	var was endpoint.Endpoint
+	if err != nil || json.Unmarshal(old, &was) != nil || was.DisableAfter <= 0 || e.DisableAfter <= 0 {
 		if err := s.client.HDel(ctx, s.keys.health(name), "failing_since").Err(); err != nil {
 			return false, fmt.Errorf("store: put endpoint %q: end its failing streak: %w", name, err)
 		}

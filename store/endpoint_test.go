@@ -179,6 +179,46 @@ func TestNewEndpointStartsWithNoStreak(t *testing.T) {
 	}
 }
 
+// TestDisableAfterTurnedOffEndsTheStreak: the attempts to an endpoint
+// without a disable_after are not recorded (the dispatcher keeps health
+// only for endpoints with one), so turning it off ends the failing streak:
+// an endpoint that recovered meanwhile is not disabled by its first failure
+// once disable_after is back, for a streak that began days before. A
+// replace that keeps a disable_after keeps the streak.
+func TestDisableAfterTurnedOffEndsTheStreak(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, store.Config{})
+	put := func(url string, disableAfter time.Duration) {
+		t.Helper()
+		_, err := b.store.PutEndpoint(ctx, "m", &endpoint.Endpoint{URL: url, DisableAfter: notify.Duration(disableAfter)})
+		require.NoError(t, err)
+	}
+	failingSince := func() *time.Time {
+		t.Helper()
+		h, err := b.store.EndpointHealth(ctx, "m")
+		require.NoError(t, err)
+		return h.FailingSince
+	}
+	put("https://m.example", time.Hour)
+	since := b.clock.Now()
+	_, err := b.store.EndpointFailed(ctx, "m", time.Hour)
+	require.NoError(t, err)
+	b.clock.Advance(10 * time.Minute)
+	put("https://m2.example", time.Hour)
+	require.Equal(t, &since, failingSince(), "a replace ended the streak")
+
+	put("https://m2.example", 0)
+	require.Nil(t, failingSince(), "a streak kept without a disable_after")
+	b.clock.Advance(3 * 24 * time.Hour) // succeeding, unrecorded
+	put("https://m2.example", time.Hour)
+	disabled, err := b.store.EndpointFailed(ctx, "m", time.Hour)
+	require.NoError(t, err)
+	require.False(t, disabled, "disabled by its first failure")
+	now := b.clock.Now()
+	require.Equal(t, &now, failingSince())
+}
+
 // failCommand is a go-redis hook that fails, once and without sending it,
 // the next command of a name on a key.
 type failCommand struct {

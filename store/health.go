@@ -23,7 +23,8 @@ func (k *keys) health(name string) string { return k.ns + ":{ep:" + name + "}:he
 // Health is an endpoint's health as its record shows it.
 type Health struct {
 	// FailingSince is when the endpoint's attempts started failing, every
-	// one since; nil after a success.
+	// one since; nil after a success, and while the endpoint has no
+	// disable_after (PutEndpoint).
 	FailingSince *time.Time `json:"failing_since,omitempty"`
 	// DisabledAt is when the endpoint was disabled for failing longer than
 	// its disable_after; nil while enabled.
