@@ -268,33 +268,45 @@ func describe(t *testing.T, client redis.UniversalClient, key string) string {
 
 // TestActivityKeysExpire: the per-minute activity hashes expire however a
 // minute's finishes begin. A store sets a minute's expiry with its first
-// finish in that minute; one that counted no attempt (a notification given
-// back, as at an endpoint's limit or a pause, or a finish that came too
-// late) must not use that turn up, or the hash the next finish writes is
-// kept for ever.
+// finish in that minute that counts an attempt; one that counted none (a
+// notification given back, as at an endpoint's limit or a pause, or a
+// finish that came too late) must not use that turn up, nor keep a finish
+// running beside it from setting the expiry, or the hash is kept for ever.
 func TestActivityKeysExpire(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	for _, first := range []notify.Action{notify.ActionRelease, "stale"} {
-		t.Run(strings.ToUpper(string(first[:1]))+string(first[1:]), func(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// finishFunc finishes both items, as a minute's first finishes.
+		finishFunc func(t *testing.T, b *testBundle, between *afterPipeline, items []*notify.Notification)
+	}{
+		{name: "Release", finishFunc: func(t *testing.T, b *testBundle, _ *afterPipeline, items []*notify.Notification) {
+			b.finishOne(t, store.Finish{Notification: items[0], Action: notify.ActionRelease, NextAt: b.clock.Now().Add(time.Hour)})
+			b.finishOne(t, b.finish(notify.ActionAck, items[1], time.Time{}))
+		}},
+		{name: "Stale", finishFunc: func(t *testing.T, b *testBundle, _ *afterPipeline, items []*notify.Notification) {
+			_, err := b.store.Cancel(ctx, items[0].ID)
+			require.NoError(t, err)
+			errs, err := b.store.Finish(ctx, []store.Finish{b.finish(notify.ActionAck, items[0], time.Time{})})
+			require.NoError(t, err)
+			require.ErrorIs(t, errs[0], notify.ErrStaleReceipt)
+			b.finishOne(t, b.finish(notify.ActionAck, items[1], time.Time{}))
+		}},
+		{name: "AckDuringARelease", finishFunc: func(t *testing.T, b *testBundle, between *afterPipeline, items []*notify.Notification) {
+			between.arm(func() { b.finishOne(t, b.finish(notify.ActionAck, items[1], time.Time{})) })
+			b.finishOne(t, store.Finish{Notification: items[0], Action: notify.ActionRelease, NextAt: b.clock.Now().Add(time.Hour)})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			b := setup(t, store.Config{})
+			b, between := setupHooked(t, store.Config{})
 			for _, id := range []string{"a", "b"} {
 				b.enqueue(t, b.newNotification(t, id, 0, 0, time.Second))
 			}
 			items := b.reserveAll(t)
 			require.Len(t, items, 2)
 			b.clock.Advance(time.Minute) // a minute no finish has written yet
-			if first == "stale" {
-				_, err := b.store.Cancel(ctx, items[0].ID)
-				require.NoError(t, err)
-				errs, err := b.store.Finish(ctx, []store.Finish{b.finish(notify.ActionAck, items[0], time.Time{})})
-				require.NoError(t, err)
-				require.ErrorIs(t, errs[0], notify.ErrStaleReceipt)
-			} else {
-				b.finishOne(t, store.Finish{Notification: items[0], Action: notify.ActionRelease, NextAt: b.clock.Now().Add(time.Hour)})
-			}
-			b.finishOne(t, b.finish(notify.ActionAck, items[1], time.Time{}))
+			tc.finishFunc(t, b, between, items)
 
 			client := server.Client(t)
 			var acts int

@@ -269,7 +269,6 @@ func (s *Store) Finish(ctx context.Context, items []Finish) ([]error, error) {
 	// codes are read, and the call reports notify.ErrNotReplicated.
 	var failed error
 	if err := s.runAcked(ctx, calls); err != nil {
-		s.forgetActivityExpiry()
 		if !errors.Is(err, notify.ErrNotReplicated) {
 			return nil, fmt.Errorf("finish: %w", err)
 		}
@@ -277,9 +276,6 @@ func (s *Store) Finish(ctx context.Context, items []Finish) ([]error, error) {
 	}
 	for c, call := range calls {
 		codes, _, err := replyCodes(call, len(order[c]))
-		if err != nil {
-			s.forgetActivityExpiry()
-		}
 		acted := false
 		for j, i := range order[c] {
 			switch {
@@ -294,10 +290,10 @@ func (s *Store) Finish(ctx context.Context, items []Finish) ([]error, error) {
 				errs[i] = fmt.Errorf("finish: unexpected code %d", codes[j])
 			}
 		}
-		if keep, _ := call.args[6].(int); keep > 0 && !acted && err == nil {
-			// The call given this minute's expiry wrote no activity, so it
-			// set none: the next finish of the minute must.
-			s.unclaimActivityExpiry(s.counters(batches[c][0].shard), minute)
+		// Only an expiry Redis confirmed setting (and replicated, where
+		// asked) lets the minute's later finishes leave it.
+		if keep, _ := call.args[6].(int); keep > 0 && acted && err == nil && failed == nil {
+			s.setActivityExpiry(s.counters(batches[c][0].shard), minute)
 		}
 	}
 	// A shard that could not be reached fails the whole call so the caller
@@ -483,36 +479,28 @@ func (s *Store) finishCall(groups []shardItems, items []finishItem, now time.Tim
 }
 
 // activityExpiry returns the expiry to give shard's activity hash of
-// minute: its retention the first time this store writes it, 0 (leave it)
-// after that, which saves an EXPIRE per finish.
+// minute: its retention until a finish of this store has set it
+// (setActivityExpiry), 0 (leave it) after that, which saves an EXPIRE per
+// finish. Every call made before then carries the expiry, so that one
+// counting an attempt beside a call that counts none (releases only, or
+// only stale items) sets it too.
 func (s *Store) activityExpiry(shard int, minute int64) int {
+	s.actMu.Lock()
+	defer s.actMu.Unlock()
+	if s.actMinute[shard] == minute {
+		return 0
+	}
+	return int(ActivityRetention / time.Second)
+}
+
+// setActivityExpiry records that a finish of shard in minute counted an
+// attempt and set its activity hash's expiry, confirmed by Redis: the
+// later finishes of the minute leave it.
+func (s *Store) setActivityExpiry(shard int, minute int64) {
 	s.actMu.Lock()
 	defer s.actMu.Unlock()
 	if s.actMinute == nil {
 		s.actMinute = map[int]int64{}
 	}
-	if s.actMinute[shard] == minute {
-		return 0
-	}
-	s.actMinute[shard] = minute
-	return int(ActivityRetention / time.Second)
-}
-
-// unclaimActivityExpiry makes the next finish of shard in minute set its
-// activity hash's expiry, after a call that was given the turn counted no
-// attempt (releases only, or only stale items) and so set none.
-func (s *Store) unclaimActivityExpiry(shard int, minute int64) {
-	s.actMu.Lock()
-	defer s.actMu.Unlock()
-	if m, ok := s.actMinute[shard]; ok && m == minute {
-		delete(s.actMinute, shard)
-	}
-}
-
-// forgetActivityExpiry makes the next finish of every shard set its
-// activity hash's expiry again, after a failed call may have left it unset.
-func (s *Store) forgetActivityExpiry() {
-	s.actMu.Lock()
-	defer s.actMu.Unlock()
-	clear(s.actMinute)
+	s.actMinute[shard] = max(s.actMinute[shard], minute)
 }

@@ -159,8 +159,8 @@ type Store struct {
 	opened atomic.Bool
 
 	actMu sync.Mutex // guards actMinute
-	// actMinute is, per shard, the minute whose activity hash this store
-	// last gave an expiry.
+	// actMinute is, per shard, the latest minute whose activity hash a
+	// finish of this store is known to have given an expiry.
 	actMinute map[int]int64
 }
 
