@@ -17,6 +17,7 @@ package policy
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -184,14 +185,25 @@ func (p *Policy) NextAttemptAt(backoff []notify.Duration, f Failure) (time.Time,
 	return f.At.Add(wait), true
 }
 
+// ScheduleCeiling is the offset Schedule gives an attempt that starts later
+// than a time.Duration can say, about 292 years after send_at: an array of
+// up to notify.MaxBackoff waits of up to 100 years each can add up to more.
+const ScheduleCeiling = time.Duration(math.MaxInt64)
+
 // Schedule returns the offset of each attempt from send_at when every
 // attempt fails at once (no request time, no Retry-After, no jitter): what
-// `herald policy check` prints.
+// `herald policy check` and the dashboard print. An offset past what a
+// time.Duration holds is ScheduleCeiling, so that none wraps around to a
+// negative one; the waits themselves are never negative.
 func Schedule(backoff []notify.Duration) []time.Duration {
 	out := make([]time.Duration, len(backoff))
 	var at time.Duration
 	for i, d := range backoff {
-		at += time.Duration(d)
+		if at > ScheduleCeiling-time.Duration(d) {
+			at = ScheduleCeiling
+		} else {
+			at += time.Duration(d)
+		}
 		out[i] = at
 	}
 	return out

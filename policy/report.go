@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/heraldhq/herald/internal/show"
 	"github.com/heraldhq/herald/notify"
@@ -31,7 +32,8 @@ type ReportPolicy struct {
 type ReportAttempt struct {
 	Attempt int             `json:"attempt"`
 	Wait    notify.Duration `json:"wait"`
-	// SinceFirst is how long after the first attempt this one starts.
+	// SinceFirst is how long after the first attempt this one starts:
+	// ScheduleCeiling when longer than a time.Duration holds.
 	SinceFirst notify.Duration `json:"since_first_attempt"`
 }
 
@@ -41,9 +43,12 @@ func NewReport(file string, s *Set) *Report {
 	for _, name := range slices.Sorted(maps.Keys(s.Policies)) {
 		p := s.Policies[name]
 		pr := ReportPolicy{Name: name, Policy: p}
-		offsets := Schedule(p.Backoff)
-		for i, at := range offsets {
-			pr.Schedule = append(pr.Schedule, ReportAttempt{Attempt: i, Wait: p.Backoff[i], SinceFirst: notify.Duration(at - offsets[0])})
+		// The schedule from the first attempt rather than from send_at,
+		// since an offset that hit the ceiling cannot be taken back.
+		fromFirst := slices.Clone(p.Backoff)
+		fromFirst[0] = 0
+		for i, at := range Schedule(fromFirst) {
+			pr.Schedule = append(pr.Schedule, ReportAttempt{Attempt: i, Wait: p.Backoff[i], SinceFirst: notify.Duration(at)})
 		}
 		r.Policies = append(r.Policies, pr)
 	}
@@ -60,7 +65,7 @@ func (r *Report) Print(out io.Writer) error {
 		if first := p.Schedule[0].Wait; first > 0 {
 			fmt.Fprintf(tw, ", the first %s after the send time", show.Duration(first))
 		}
-		fmt.Fprintf(tw, ", the last %s after the first, then dead\n", show.Duration(p.Schedule[len(p.Schedule)-1].SinceFirst))
+		fmt.Fprintf(tw, ", the last %s after the first, then dead\n", sinceFirst(p.Schedule[len(p.Schedule)-1]))
 		fmt.Fprintf(tw, "  ttr %s, timeout %s, retry_on %s", show.Duration(p.TTR), show.Duration(p.Timeout), strings.Join(p.RetryOn, ","))
 		if p.SuccessBody != "" {
 			fmt.Fprintf(tw, ", success_body '%s'", show.Clean(p.SuccessBody))
@@ -74,7 +79,7 @@ func (r *Report) Print(out io.Writer) error {
 		fmt.Fprintln(tw)
 		fmt.Fprintln(tw, "  ATTEMPT\tWAIT\tSINCE FIRST ATTEMPT")
 		for _, a := range p.Schedule {
-			fmt.Fprintf(tw, "  %d\t%s\t%s\n", a.Attempt, show.Duration(a.Wait), show.Duration(a.SinceFirst))
+			fmt.Fprintf(tw, "  %d\t%s\t%s\n", a.Attempt, show.Duration(a.Wait), sinceFirst(a))
 		}
 		fmt.Fprintln(tw)
 	}
@@ -89,4 +94,14 @@ func (r *Report) Print(out io.Writer) error {
 	}
 	fmt.Fprintf(tw, "%s: ok, %d policies, %d topics\n", r.File, len(r.Policies), len(r.Topics))
 	return tw.Flush()
+}
+
+// sinceFirst prints a row's time since the first attempt, saying so where
+// it is past what a time.Duration holds rather than printing the ceiling
+// as if it were the offset.
+func sinceFirst(a ReportAttempt) string {
+	if time.Duration(a.SinceFirst) == ScheduleCeiling {
+		return "more than 292 years"
+	}
+	return show.Duration(a.SinceFirst)
 }
