@@ -199,6 +199,63 @@ func TestEnqueueTimesAsTheAPI(t *testing.T) {
 	}
 }
 
+// TestNewPoliciesAsTheFile builds policies in Go with the durations a
+// policies file may hold and some it refuses: NewPolicies refuses what
+// LoadPolicies refuses, naming the same key, rather than taking a policy
+// every enqueue of which then fails.
+func TestNewPoliciesAsTheFile(t *testing.T) {
+	t.Parallel()
+	const century = 100 * 365 * 24 * time.Hour
+	for _, tt := range []struct {
+		name  string
+		key   string // the policy's key, as the file spells it
+		value time.Duration
+		field string // refused, naming it; "" when taken
+	}{
+		{name: "BackoffOfACentury", key: "backoff", value: century},
+		{name: "BackoffPastACentury", key: "backoff", value: century + time.Nanosecond, field: "policies.slow.backoff[1]"},
+		{name: "LongestBackoff", key: "backoff", value: math.MaxInt64, field: "policies.slow.backoff[1]"},
+		{name: "NegativeBackoff", key: "backoff", value: -time.Second, field: "policies.slow.backoff[1]"},
+		{name: "TTRPastACentury", key: "ttr", value: century + time.Nanosecond, field: "policies.slow.ttr"},
+		{name: "TimeoutPastACentury", key: "timeout", value: math.MaxInt64, field: "policies.slow.timeout"},
+		{name: "MaxRetryAfterOfACentury", key: "max_retry_after", value: century},
+		{name: "MaxRetryAfterPastACentury", key: "max_retry_after", value: century + time.Nanosecond, field: "policies.slow.max_retry_after"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p := herald.RetryPolicy{Backoff: []notify.Duration{0, 0}}
+			yaml := fmt.Sprintf("policies:\n  slow:\n    %s: %q\n", tt.key, notify.Duration(tt.value))
+			switch tt.key {
+			case "backoff":
+				p.Backoff[1] = notify.Duration(tt.value)
+				yaml = fmt.Sprintf("policies:\n  slow:\n    backoff: [0s, %q]\n", notify.Duration(tt.value))
+			case "ttr":
+				p.TTR = notify.Duration(tt.value)
+			case "timeout":
+				p.Timeout = notify.Duration(tt.value)
+			case "max_retry_after":
+				p.MaxRetryAfter = notify.Duration(tt.value)
+			}
+			if tt.key != "backoff" {
+				yaml += "    backoff: [0s, 0s]\n"
+			}
+			path := filepath.Join(t.TempDir(), "policies.yaml")
+			require.NoError(t, os.WriteFile(path, []byte(yaml), 0o600))
+			_, fileErr := herald.LoadPolicies(path)
+			_, goErr := herald.NewPolicies(map[string]herald.RetryPolicy{"slow": p}, nil)
+			for source, err := range map[string]error{"LoadPolicies": fileErr, "NewPolicies": goErr} {
+				if tt.field == "" {
+					require.NoError(t, err, source)
+					continue
+				}
+				var fe *herald.FieldError
+				require.ErrorAs(t, err, &fe, source)
+				require.Equal(t, tt.field, fe.Field, "%s: %v", source, err)
+			}
+		})
+	}
+}
+
 // TestWorkerKeepsEndpointLimits runs a library worker over notifications
 // naming an endpoint of max_in_flight 1: however many attempts the worker
 // may run, it sends them one at a time.

@@ -55,7 +55,8 @@ var BackoffDefault = []notify.Duration{
 type Policy struct {
 	// Backoff is the schedule: attempt 0 starts Backoff[0] after send_at, and
 	// attempt n+1 starts Backoff[n+1] after attempt n fails; its length is
-	// the number of attempts. Required, 1 to 100 entries, none negative.
+	// the number of attempts. Required, 1 to 100 entries, each between 0
+	// and 100 years, as for every duration of a policy.
 	Backoff []notify.Duration `koanf:"backoff" json:"backoff"`
 	// TTR is how long a reservation lasts before it counts as a failed
 	// attempt. Default TTRDefault (30s).
@@ -102,7 +103,9 @@ func (p Policy) WithDefaults() Policy {
 	return p
 }
 
-// Validate checks p and names the offending field, as "backoff[2]".
+// Validate checks p and names the offending field, as "backoff[2]". Its
+// durations are checked as a policies file's are read, so that a policy
+// built in Go is refused where the same policy in a file would be.
 func (p *Policy) Validate() error {
 	if len(p.Backoff) == 0 {
 		return notify.Errorf("backoff", "must have at least one entry")
@@ -111,13 +114,16 @@ func (p *Policy) Validate() error {
 		return notify.Errorf("backoff", "has %d entries, more than %d", len(p.Backoff), notify.MaxBackoff)
 	}
 	for i, d := range p.Backoff {
-		if d < 0 {
-			return notify.Errorf(fmt.Sprintf("backoff[%d]", i), "must not be negative")
+		if err := checkDuration(fmt.Sprintf("backoff[%d]", i), d); err != nil {
+			return err
 		}
 	}
-	for name, d := range map[string]notify.Duration{"ttr": p.TTR, "timeout": p.Timeout, "max_retry_after": p.MaxRetryAfter} {
-		if d < 0 {
-			return notify.Errorf(name, "must not be negative")
+	for _, f := range []struct {
+		name string
+		d    notify.Duration
+	}{{"ttr", p.TTR}, {"timeout", p.Timeout}, {"max_retry_after", p.MaxRetryAfter}} {
+		if err := checkDuration(f.name, f.d); err != nil {
+			return err
 		}
 	}
 	for i, r := range p.RetryOn {

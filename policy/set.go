@@ -220,7 +220,7 @@ func (s *Set) Resolve(req *notify.Request, now time.Time, maxPayload int) (*noti
 	}
 	n.TTR = p.TTR
 	if req.TTR != nil {
-		if err := checkRequested("ttr", *req.TTR); err != nil {
+		if err := checkDuration("ttr", *req.TTR); err != nil {
 			return nil, err
 		}
 		n.TTR = *req.TTR
@@ -236,7 +236,7 @@ func (s *Set) Resolve(req *notify.Request, now time.Time, maxPayload int) (*noti
 		n.SendAt = req.SendAt.UTC()
 		schedule = n.SendAt.Format(time.RFC3339Nano)
 	case req.Delay != nil:
-		if err := checkRequested("delay", *req.Delay); err != nil {
+		if err := checkDuration("delay", *req.Delay); err != nil {
 			return nil, err
 		}
 		n.SendAt = now.Add(time.Duration(*req.Delay)).UTC()
@@ -279,12 +279,12 @@ func (s *Set) Resolve(req *notify.Request, now time.Time, maxPayload int) (*noti
 	return n, nil
 }
 
-// checkRequested refuses a request's duration that the API's decoder
-// refuses (negative, or longer than notify.ParseDuration takes), with the
-// decoder's words. A Go caller hands Resolve a time.Duration no decoder has
-// seen; reading its string form back is what the API does with what it is
-// sent, so both keep one rule.
-func checkRequested(field string, d notify.Duration) error {
+// checkDuration refuses a duration that the API's decoder and the policies
+// file's refuse (negative, or longer than notify.ParseDuration takes), with
+// their words. A Go caller hands over a time.Duration no decoder has seen;
+// reading its string form back is what the decoders do with what they are
+// sent, so all keep one rule.
+func checkDuration(field string, d notify.Duration) error {
 	if _, err := notify.ParseDuration(d.String()); err != nil {
 		return notify.Errorf(field, "%v", err)
 	}
