@@ -45,13 +45,32 @@ func ParseDuration(s string) (time.Duration, error) {
 			return 0, fmt.Errorf("bad duration %q: want a Go duration such as 2m or a number of seconds", s)
 		}
 	}
-	if d < 0 {
-		return 0, fmt.Errorf("duration %q is negative", s)
-	}
-	if d > maxDuration {
-		return 0, fmt.Errorf("duration %q is out of range", s)
+	if err := checkRange(d, s); err != nil {
+		return 0, err
 	}
 	return d, nil
+}
+
+// Check refuses d where ParseDuration would refuse its string form
+// (negative, or over 100 years), in the same words, for durations built
+// in Go that no decoder has read.
+func (d Duration) Check() error {
+	if d >= 0 && time.Duration(d) <= maxDuration {
+		return nil // without the string, which costs an allocation
+	}
+	return checkRange(time.Duration(d), d.String())
+}
+
+// checkRange refuses a duration outside what ParseDuration takes; s is how
+// it was written.
+func checkRange(d time.Duration, s string) error {
+	if d < 0 {
+		return fmt.Errorf("duration %q is negative", s)
+	}
+	if d > maxDuration {
+		return fmt.Errorf("duration %q is out of range", s)
+	}
+	return nil
 }
 
 // maxDuration bounds parsed durations well inside int64 nanoseconds, so that

@@ -280,12 +280,10 @@ func (s *Set) Resolve(req *notify.Request, now time.Time, maxPayload int) (*noti
 }
 
 // checkDuration refuses a duration that the API's decoder and the policies
-// file's refuse (negative, or longer than notify.ParseDuration takes), with
-// their words. A Go caller hands over a time.Duration no decoder has seen;
-// reading its string form back is what the decoders do with what they are
-// sent, so all keep one rule.
+// file's refuse (negative, or over 100 years), with their words: a Go
+// caller hands over a time.Duration no decoder has seen.
 func checkDuration(field string, d notify.Duration) error {
-	if _, err := notify.ParseDuration(d.String()); err != nil {
+	if err := d.Check(); err != nil {
 		return notify.Errorf(field, "%v", err)
 	}
 	return nil
