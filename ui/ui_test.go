@@ -53,8 +53,14 @@ type testBundle struct {
 // whose clock moves only when the test says so.
 func setup(t *testing.T, tokens ...string) *testBundle {
 	t.Helper()
+	return setupOn(t, server, tokens...)
+}
+
+// setupOn is setup on the Redis rs.
+func setupOn(t *testing.T, rs *redistest.Server, tokens ...string) *testBundle {
+	t.Helper()
 	clock := heraldtest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
-	st, err := store.New(&store.Config{Client: server.Client(t), Namespace: redistest.Namespace(t), Shards: 4,
+	st, err := store.New(&store.Config{Client: rs.Client(t), Namespace: redistest.Namespace(t), Shards: 4,
 		TimeNowFunc: clock.Now, Logger: heraldtest.Logger(t)})
 	require.NoError(t, err)
 	set, err := policy.NewSet(map[string]policy.Policy{
@@ -103,6 +109,42 @@ func (b *testBundle) post(t *testing.T, path string, form url.Values, origin str
 	body, err := io.ReadAll(res.Body)
 	require.NoError(t, err)
 	return res, string(body)
+}
+
+// process returns the dashboard another API process with tokens serves:
+// its own store, on the same Redis and namespace, and the same clock.
+func (b *testBundle) process(t *testing.T, tokens ...string) http.Handler {
+	t.Helper()
+	st, err := store.New(&store.Config{Client: server.Client(t), Namespace: b.store.Namespace(), Shards: 4,
+		TimeNowFunc: b.clock.Now, Logger: heraldtest.Logger(t)})
+	require.NoError(t, err)
+	h, err := ui.New(&ui.Config{Store: st, Tokens: tokens, Logger: heraldtest.Logger(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = h.Close() })
+	return h
+}
+
+// cookies returns the cookies the test's browser holds for the dashboard.
+func (b *testBundle) cookies(t *testing.T) []*http.Cookie {
+	t.Helper()
+	u, err := url.Parse(b.server.URL + "/ui/")
+	require.NoError(t, err)
+	return b.http.Jar.Cookies(u)
+}
+
+// serve sends h a request carrying cookies, and form when it is not nil,
+// from no particular origin (as curl would), and returns the answer.
+func serve(h http.Handler, method, path string, cookies []*http.Cookie, form url.Values) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(method, path, strings.NewReader(form.Encode()))
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	for _, c := range cookies {
+		req.AddCookie(c)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
 }
 
 func (b *testBundle) login(t *testing.T) {
@@ -232,21 +274,10 @@ func TestLogin(t *testing.T) {
 	t.Run("NoTokensFormsWorkAcrossProcesses", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		other, err := ui.New(&ui.Config{Store: b.store, Logger: heraldtest.Logger(t)})
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = other.Close() })
+		other := b.process(t)
 		_, page := b.get(t, "/ui/")
-		u, err := url.Parse(b.server.URL + "/ui/")
-		require.NoError(t, err)
 		pause := func(token string) int {
-			req := httptest.NewRequest(http.MethodPost, "/ui/topics/orders/pause", strings.NewReader(url.Values{"csrf": {token}}.Encode()))
-			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-			for _, c := range b.http.Jar.Cookies(u) {
-				req.AddCookie(c)
-			}
-			rec := httptest.NewRecorder()
-			other.ServeHTTP(rec, req)
-			return rec.Code
+			return serve(other, http.MethodPost, "/ui/topics/orders/pause", b.cookies(t), url.Values{"csrf": {token}}).Code
 		}
 		require.Equal(t, http.StatusForbidden, pause("made-up"), "the CSRF token is still needed")
 		require.Equal(t, http.StatusSeeOther, pause(csrf(t, page)))
