@@ -45,10 +45,17 @@
 // to /ui/, and Secure when reached over TLS, which a proxy in front says in
 // X-Forwarded-Proto), signed with a key derived from that token, so it lasts across
 // restarts and every API process accepts it, and removing the token from
-// the configuration ends its sessions. With no tokens configured the
-// dashboard is open, as /v1 is, and every page says so; it still gives
-// each browser a session, under a key every process shares, for the
-// CSRF token of its forms.
+// the configuration ends its sessions. A session lasts Config.SessionTTL (12
+// hours) unless signed out: signing out ends it on every process, not only
+// in that browser, since the sign-out is kept in Redis until the session
+// would have expired (the store's signedout key), so that a copy of the
+// cookie opens nothing afterwards. Each page request with a session costs
+// one EXISTS for that; when Redis does not answer it, the request is
+// refused with 503, as the pages that read Redis would be anyway. With no
+// tokens configured the dashboard is open, as /v1 is, and every page says
+// so; it still gives each browser a session, under a key every process
+// shares, for the CSRF token of its forms, and a sign-out ends that
+// session's CSRF token the same way.
 //
 // Forms that change state (replay, purge, pause, resume, enable, sign-out)
 // carry a per-session token that the server checks, and a request whose

@@ -20,8 +20,9 @@ const cookieName = "herald_session"
 
 // sessions signs and checks session cookies. A cookie holds its expiry and
 // a random nonce, signed with HMAC-SHA256 under a key derived from the
-// token it was signed in with; with no tokens, under openKey. Nothing is
-// kept server-side.
+// token it was signed in with; with no tokens, under openKey. The only
+// thing kept server-side is a sign-out, in the store until the session's
+// end (Store.SignOut), since a copy of the cookie would outlive its deletion.
 type sessions struct {
 	// keys are the signing keys, one per configured token.
 	keys [][]byte
@@ -37,6 +38,11 @@ type sessions struct {
 type session struct {
 	// csrf is the token the session's state-changing forms must carry.
 	csrf string
+	// id names the session's sign-out in the store: a hash of its nonce, so
+	// that Redis holds nothing a cookie is made of.
+	id string
+	// end is when the session expires.
+	end time.Time
 }
 
 func newSessions(tokens []string, ttl time.Duration) (*sessions, error) {
@@ -82,7 +88,18 @@ func (s *sessions) issue(i int, now time.Time) (string, *session) {
 	binary.BigEndian.PutUint64(payload[:8], uint64(now.Add(s.ttl).Unix()))
 	_, _ = rand.Read(payload[8:])
 	value := b64(payload[:]) + "." + b64(sign(s.keys[i], "session", payload[:]))
-	return value, &session{csrf: b64(sign(s.keys[i], "csrf", payload[8:]))}
+	return value, newSession(s.keys[i], payload[:])
+}
+
+// newSession returns the session of a cookie payload (expiry, then nonce)
+// signed with key.
+func newSession(key, payload []byte) *session {
+	id := sha256.Sum256(payload[8:])
+	return &session{
+		csrf: b64(sign(key, "csrf", payload[8:])),
+		id:   b64(id[:]),
+		end:  time.Unix(int64(binary.BigEndian.Uint64(payload[:8])), 0),
+	}
 }
 
 // check returns the session of a cookie value, or nil when it is not one
@@ -104,10 +121,13 @@ func (s *sessions) check(value string, now time.Time) *session {
 			found = i
 		}
 	}
-	if found < 0 || now.Unix() >= int64(binary.BigEndian.Uint64(payload[:8])) {
+	if found < 0 {
 		return nil
 	}
-	return &session{csrf: b64(sign(s.keys[found], "csrf", payload[8:]))}
+	if ss := newSession(s.keys[found], payload); now.Before(ss.end) {
+		return ss
+	}
+	return nil
 }
 
 func sign(key []byte, purpose string, data []byte) []byte {
@@ -147,17 +167,20 @@ func overTLS(r *http.Request) bool {
 // sessionHandler is a page handler that runs inside a checked session.
 type sessionHandler func(w http.ResponseWriter, r *http.Request, s *session)
 
-// guard runs next inside a session. Without a valid cookie a page request
-// goes to the login form; with no tokens configured a session is opened on
-// the spot, so that forms still carry a CSRF token. A POST must come from
-// this site and carry the session's CSRF token, or it is refused with 403;
-// its form is read first, within maxFormBody.
+// guard runs next inside a session. Without a valid cookie, or with one
+// signed out, a page request goes to the login form; with no tokens
+// configured a session is opened on the spot, so that forms still carry a
+// CSRF token. A POST must come from this site and carry the session's CSRF
+// token, or it is refused with 403; its form is read first, within
+// maxFormBody. When the store cannot say whether the session was signed
+// out, the request is answered 503, as every page would be without it.
 func (h *Handler) guard(next sessionHandler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		now := h.store.Now()
-		var s *session
-		if c, err := r.Cookie(cookieName); err == nil {
-			s = h.sessions.check(c.Value, now)
+		s, err := h.session(r, now)
+		if err != nil {
+			h.fail(w, r, nil, err)
+			return
 		}
 		if r.Method == http.MethodPost {
 			if !h.parseForm(w, r, s) {
@@ -181,6 +204,26 @@ func (h *Handler) guard(next sessionHandler) http.Handler {
 		}
 		next(w, r, s)
 	})
+}
+
+// session returns r's session, or nil when its cookie is missing, is not
+// valid at now, or was signed out (on any process: they share the store).
+// Only a valid cookie costs a store call.
+func (h *Handler) session(r *http.Request, now time.Time) (*session, error) {
+	var s *session
+	if c, err := r.Cookie(cookieName); err == nil {
+		s = h.sessions.check(c.Value, now)
+	}
+	if s == nil {
+		return nil, nil
+	}
+	ctx, cancel := h.storeContext(r)
+	defer cancel()
+	out, err := h.store.SignedOut(ctx, s.id)
+	if err != nil || out {
+		return nil, err
+	}
+	return s, nil
 }
 
 // maxFormBody bounds the body of a dashboard form. The largest form is the
@@ -280,8 +323,20 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
-// logout handles POST /ui/logout.
-func (h *Handler) logout(w http.ResponseWriter, r *http.Request, _ *session) {
+// logout handles POST /ui/logout. Deleting the cookie ends the session in
+// this browser only, so the sign-out is recorded in the store for what is
+// left of the session's life, and every process refuses a copy of the
+// cookie from then on; if it cannot be recorded, the session goes on and the
+// operator is told to try again. With no tokens configured the session is
+// ended the same way, so that its CSRF token stops working, although a new
+// session is anyone's for the asking.
+func (h *Handler) logout(w http.ResponseWriter, r *http.Request, s *session) {
+	ctx, cancel := h.storeContext(r)
+	defer cancel()
+	if err := h.store.SignOut(ctx, s.id, s.end.Sub(h.store.Now())); err != nil {
+		h.fail(w, r, s, err)
+		return
+	}
 	setCookie(w, r, cookieName, "", 0)
 	http.Redirect(w, r, Prefix+"login", http.StatusSeeOther)
 }

@@ -56,6 +56,14 @@ func setup(t *testing.T, tokens ...string) *testBundle {
 	return setupOn(t, server, tokens...)
 }
 
+// setupOwn is setup on a Redis of the test's own, returned too, for a test
+// that counts its commands or makes it fail.
+func setupOwn(t *testing.T, tokens ...string) (*testBundle, *redistest.Server) {
+	t.Helper()
+	rs := redistest.Start(t, redistest.Options{})
+	return setupOn(t, rs, tokens...), rs
+}
+
 // setupOn is setup on the Redis rs.
 func setupOn(t *testing.T, rs *redistest.Server, tokens ...string) *testBundle {
 	t.Helper()
