@@ -176,7 +176,10 @@ type Config struct {
 	// Tracer traces attempts. Nil, the default, traces nothing and costs
 	// nothing.
 	Tracer Tracer
-	// Logger defaults to a warn-level text handler on stderr.
+	// Logger defaults to a warn-level text handler on stderr. A store call
+	// that keeps failing, as through a Redis outage, is warned of once and
+	// then every 30s while it fails, and logged at info once it works
+	// again.
 	Logger *slog.Logger
 }
 
@@ -459,6 +462,7 @@ func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan
 	heads := make([]int64, shards)
 	lastPoll := d.store.Now()
 	failures, rotate := 0, 0
+	failing := d.newFailureLog("schedule: reserve failed; backing off", "schedule: reserve recovered", "queue", queue)
 	// lowWater is the room worth a round trip while workers are busy: under
 	// a backlog the loop waits for this much rather than reserving one
 	// notification per freed worker.
@@ -507,11 +511,12 @@ func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan
 				failures++
 				wait := d.retryDelay(failures)
 				d.cfg.Observer.StoreError("reserve", err)
-				d.log.WarnContext(ctx, "schedule: reserve failed; backing off", "queue", queue, "error", err, "retry_in", wait)
+				failing.failed(ctx, err, "retry_in", wait)
 				sleep(ctx, wait)
 				continue
 			}
 			failures = 0
+			failing.ok(ctx)
 			for _, h := range hs {
 				if h.Due.IsZero() {
 					heads[h.Shard] = never
@@ -540,9 +545,11 @@ func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan
 // shards returns the store's shard count, waiting out a Redis that cannot
 // tell it yet; false when ctx ends first.
 func (d *Dispatcher) shards(ctx context.Context) (int, bool) {
+	failing := d.newFailureLog("schedule: cannot read the shard count; retrying", "schedule: reading the shard count recovered")
 	for failures := 1; ; failures++ {
 		n, err := d.store.Shards(ctx)
 		if err == nil {
+			failing.ok(ctx)
 			return n, true
 		}
 		if ctx.Err() != nil {
@@ -550,7 +557,7 @@ func (d *Dispatcher) shards(ctx context.Context) (int, bool) {
 		}
 		wait := d.retryDelay(failures)
 		d.cfg.Observer.StoreError("reserve", err)
-		d.log.WarnContext(ctx, "schedule: cannot read the shard count; retrying", "error", err, "retry_in", wait)
+		failing.failed(ctx, err, "retry_in", wait)
 		sleep(ctx, wait)
 	}
 }
@@ -768,8 +775,10 @@ func (d *Dispatcher) send(ctx context.Context, n *notify.Notification) (resp not
 func (d *Dispatcher) finishLoop() {
 	linger := time.NewTimer(time.Hour)
 	drainTimer(linger)
+	failing := d.newFailureLog("schedule: finish failed; retrying", "schedule: finish recovered")
+	unreplicated := d.newFailureLog("schedule: outcomes recorded but not replicated", "schedule: replication of outcomes recovered")
 	for f := range d.finishes {
-		d.finishBatch(d.collectFinishes(f, linger))
+		d.finishBatch(d.collectFinishes(f, linger), failing, unreplicated)
 	}
 }
 
@@ -815,8 +824,9 @@ func (d *Dispatcher) urgent(f *pendingFinish) bool {
 // each recorded attempt to the observer. It gives up only when every
 // reservation in the batch has passed its deadline, since the reaper then
 // owns them (the attempt is retried: at-least-once), or when Stop has
-// waited long enough.
-func (d *Dispatcher) finishBatch(batch []pendingFinish) {
+// waited long enough. Failed writes are logged to failing, and writes
+// replicas did not take in time to unreplicated.
+func (d *Dispatcher) finishBatch(batch []pendingFinish, failing, unreplicated *failureLog) {
 	ctx := d.finishCtx
 	items := make([]store.Finish, len(batch))
 	for i, f := range batch {
@@ -828,10 +838,13 @@ func (d *Dispatcher) finishBatch(batch []pendingFinish) {
 			// Recorded on the master; retrying would not make replicas
 			// catch up. At worst a failover repeats these attempts.
 			d.cfg.Observer.StoreError("finish", err)
-			d.log.WarnContext(ctx, "schedule: outcomes recorded but not replicated", "count", len(items), "error", err)
+			unreplicated.failed(ctx, err, "count", len(items))
 			err = nil
+		} else if err == nil {
+			unreplicated.ok(ctx)
 		}
 		if err == nil {
+			failing.ok(ctx)
 			for i, e := range errs {
 				switch {
 				case e != nil:
@@ -854,7 +867,7 @@ func (d *Dispatcher) finishBatch(batch []pendingFinish) {
 			return
 		}
 		wait := d.retryDelay(failures)
-		d.log.WarnContext(ctx, "schedule: finish failed; retrying", "count", len(items), "error", err, "retry_in", wait)
+		failing.failed(ctx, err, "count", len(items), "retry_in", wait)
 		sleep(ctx, wait)
 	}
 }
@@ -874,9 +887,11 @@ func (d *Dispatcher) allExpired(batch []store.Finish) bool {
 func (d *Dispatcher) maintenanceLoop(ctx context.Context) {
 	ticker := time.NewTicker(d.cfg.ReapInterval)
 	defer ticker.Stop()
+	reaping := d.newFailureLog("schedule: reaping expired reservations failed", "schedule: reaping expired reservations recovered")
+	sweeping := d.newFailureLog("schedule: sweeping finished records failed", "schedule: sweeping finished records recovered")
 	for {
-		d.reap(ctx)
-		d.sweep(ctx)
+		d.reap(ctx, reaping)
+		d.sweep(ctx, sweeping)
 		select {
 		case <-ctx.Done():
 			return
@@ -886,8 +901,8 @@ func (d *Dispatcher) maintenanceLoop(ctx context.Context) {
 }
 
 // reap fails the attempts whose reservation ran out, in full batches until
-// none is left.
-func (d *Dispatcher) reap(ctx context.Context) {
+// none is left, and logs its failures to failing.
+func (d *Dispatcher) reap(ctx context.Context, failing *failureLog) {
 	for ctx.Err() == nil {
 		expired, err := d.store.Expired(ctx, d.cfg.ReapGrace, d.cfg.Batch)
 		if err == nil && len(expired) > 0 {
@@ -917,28 +932,93 @@ func (d *Dispatcher) reap(ctx context.Context) {
 		if err != nil {
 			if ctx.Err() == nil {
 				d.cfg.Observer.StoreError("reap", err)
-				d.log.WarnContext(ctx, "schedule: reaping expired reservations failed", "error", err)
+				failing.failed(ctx, err)
 			}
 			return
 		}
+		failing.ok(ctx)
 		if len(expired) < d.cfg.Batch {
 			return
 		}
 	}
 }
 
-func (d *Dispatcher) sweep(ctx context.Context) {
+// sweep deletes finished records past their retention, in full batches
+// until none is left, and logs its failures to failing.
+func (d *Dispatcher) sweep(ctx context.Context, failing *failureLog) {
 	for ctx.Err() == nil {
 		_, more, err := d.store.Sweep(ctx, d.cfg.Batch)
 		if err != nil {
 			if ctx.Err() == nil {
 				d.cfg.Observer.StoreError("sweep", err)
-				d.log.WarnContext(ctx, "schedule: sweeping finished records failed", "error", err)
+				failing.failed(ctx, err)
 			}
 			return
 		}
+		failing.ok(ctx)
 		if !more {
 			return
 		}
 	}
+}
+
+// failureRemindEvery is how often a store call that keeps failing is
+// warned of again.
+const failureRemindEvery = 30 * time.Second
+
+// failureLog logs the failures of one kind of store call, such as one
+// queue's reservations, so that an outage costs the log a few lines
+// however fast the loop making the call retries: a warning at the first
+// failure, then, while the call keeps failing, a reminder at most every
+// failureRemindEvery saying since when it fails and how many failures went
+// unlogged, and an info line once it works again, saying for how long and
+// how many times it failed. Repeats would say nothing new: what an outage
+// loses or delays, such as an outcome that could not be recorded in time,
+// is logged where that happens. Each loop has failureLogs of its own, used
+// by its goroutine only.
+type failureLog struct {
+	log     *slog.Logger
+	nowFunc func() time.Time
+	// warning is the message of failures, recovered the message once the
+	// call works again.
+	warning, recovered string
+
+	// since is when the current run of failures began, and logged when it
+	// was last logged; failures counts the run's failures (0 while the
+	// call works), and unlogged those since that line.
+	since, logged      time.Time
+	failures, unlogged int
+}
+
+// newFailureLog returns a failureLog on the dispatcher's logger and clock
+// whose lines carry attrs, such as the queue.
+func (d *Dispatcher) newFailureLog(warning, recovered string, attrs ...any) *failureLog {
+	return &failureLog{log: d.log.With(attrs...), nowFunc: d.store.Now, warning: warning, recovered: recovered}
+}
+
+// failed logs a failure of the call with err and attrs, unless the call
+// already failed last time and was logged less than failureRemindEvery ago.
+func (f *failureLog) failed(ctx context.Context, err error, attrs ...any) {
+	now := f.nowFunc()
+	f.failures++
+	switch {
+	case f.failures == 1:
+		f.since = now
+	case now.Sub(f.logged) < failureRemindEvery:
+		f.unlogged++
+		return
+	default:
+		attrs = append(attrs, "failing_since", f.since, "failures", f.failures, "suppressed", f.unlogged)
+	}
+	f.logged, f.unlogged = now, 0
+	f.log.WarnContext(ctx, f.warning, append([]any{"error", err}, attrs...)...)
+}
+
+// ok notes that the call worked, and logs so if it failed last time.
+func (f *failureLog) ok(ctx context.Context) {
+	if f.failures == 0 {
+		return
+	}
+	f.log.InfoContext(ctx, f.recovered, "after", f.nowFunc().Sub(f.since).Round(time.Millisecond), "failures", f.failures)
+	f.failures, f.unlogged = 0, 0
 }

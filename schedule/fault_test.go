@@ -238,6 +238,33 @@ func setupOutage(t *testing.T, namespace string) (*redistest.Server, *testBundle
 	return srv, setupOn(t, client, namespace)
 }
 
+// heldAttempt is an attempt a test holds, to end it when Redis cannot
+// hear of it: started is closed as it begins, and it ends once release is
+// closed.
+type heldAttempt struct{ started, release chan struct{} }
+
+// holdFirstAttempt returns a recorder that holds the first attempt of id.
+func holdFirstAttempt(id string) (*recorder, *heldAttempt) {
+	h := &heldAttempt{make(chan struct{}), make(chan struct{})}
+	return newRecorder(func(_ context.Context, n *notify.Notification) error {
+		if n.ID == id && n.Attempts == 0 {
+			close(h.started)
+			<-h.release
+		}
+		return nil
+	}), h
+}
+
+// waitStarted waits until the held attempt begins.
+func (h *heldAttempt) waitStarted(t *testing.T) {
+	t.Helper()
+	select {
+	case <-h.started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("not attempted in 10s")
+	}
+}
+
 func TestSurvivesRedisRestart(t *testing.T) {
 	t.Parallel()
 	srv, b := setupOutage(t, "outage")
@@ -370,23 +397,14 @@ func TestBacklogDrainsInLargeReservations(t *testing.T) {
 func TestStopThroughAnOutage(t *testing.T) {
 	t.Parallel()
 	srv, b := setupOutage(t, "stop-outage")
-	started, release := make(chan struct{}), make(chan struct{})
-	rec := newRecorder(func(context.Context, *notify.Notification) error {
-		close(started)
-		<-release
-		return nil
-	})
+	rec, held := holdFirstAttempt("unrecorded")
 	d := b.start(t, schedule.Config{Senders: map[string]notify.Sender{notify.ChannelWebhook: rec},
 		ShutdownTimeout: 200 * time.Millisecond})
 	ttr := notify.Duration(time.Minute)
 	b.enqueue(t, "unrecorded", ms(0, 10), 0, func(r *notify.Request) { r.TTR = &ttr })
-	select {
-	case <-started:
-	case <-time.After(10 * time.Second):
-		t.Fatal("not attempted in 10s")
-	}
+	held.waitStarted(t)
 	srv.Kill()
-	close(release) // the attempt ends; Redis cannot hear of it
+	close(held.release) // the attempt ends; Redis cannot hear of it
 	// Bounded by the shutdown timeout, not by the ttr's minute.
 	requireStopsWithin(t, d, 15*time.Second)
 	require.NoError(t, srv.Restart())
