@@ -15,6 +15,9 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// The first signal starts a graceful shutdown, which can take a while;
+	// the default handling restored, a second one ends the process at once.
+	context.AfterFunc(ctx, stop)
 	err := cli.Execute(ctx, cli.Deps{Out: os.Stdout, Err: os.Stderr}, os.Args[1:])
 	stop()
 	if err != nil {

@@ -41,7 +41,8 @@ that its attempt and lateness metrics are scraped too.
 
 SIGINT or SIGTERM shuts down gracefully: the API stops taking requests and
 finishes those in flight, the dispatcher lets running attempts end (or gives
-them back, unpenalised, after 10s). SIGHUP rereads the policies file, as a
+them back, unpenalised, after 10s). A second SIGINT or SIGTERM exits at
+once, leaving what still runs to be retried once its ttr runs out. SIGHUP rereads the policies file, as a
 change to it does, and, where serve dispatches, the templates; a bad file
 or template is refused, logged, and the old ones stay.
 
@@ -70,6 +71,11 @@ const (
 )
 
 func (c *app) serve(cmd *cobra.Command, role string) error {
+	// The command's context ends at the first signal, and a second one ends
+	// the process (see main): say so, since the shutdown can take a while.
+	defer context.AfterFunc(cmd.Context(), func() {
+		fmt.Fprintln(c.deps.Err, "herald: shutting down once the work in flight ends; press Ctrl-C again to exit at once")
+	})()
 	ctx, cancel := context.WithCancel(cmd.Context())
 	defer cancel()
 	// Listen before anything starts, so a taken port fails at once.

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/internal/redistest"
+)
+
+// runMainEnv, set, makes the test binary run herald's main instead of the
+// tests: signals reach a process as a whole, so they are tested on a
+// process of its own. (A HERALD_ name would be read as configuration.)
+const runMainEnv = "HERALDTEST_RUN_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(runMainEnv) != "" {
+		main() // it exits
+	}
+	redistest.VerifyMain(m)
+}
+
+// hangPolicies has one webhook topic whose attempts may run for minutes.
+const hangPolicies = `policies:
+  hang:
+    backoff: [0s, 1m]
+    ttr: 10m
+    timeout: 5m
+topics:
+  hang:
+    channel: webhook
+    policy: hang
+`
+
+// TestSecondInterruptExitsAtOnce: on SIGINT, herald serve shuts down
+// gracefully, waiting up to its shutdown timeout (10s) for an attempt
+// whose receiver does not answer, and says that a second Ctrl-C exits at
+// once; the second SIGINT then ends it at once.
+func TestSecondInterruptExitsAtOnce(t *testing.T) {
+	t.Parallel()
+	redis := redistest.Start(t, redistest.Options{})
+	hung, release := make(chan struct{}, 1), make(chan struct{})
+	rcv := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		select {
+		case hung <- struct{}{}:
+		default:
+		}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(rcv.Close)
+	t.Cleanup(func() { close(release) }) // before Close, which waits for the handler
+
+	dir := t.TempDir()
+	templates, err := filepath.Abs("../../templates")
+	require.NoError(t, err)
+	policies := filepath.Join(dir, "policies.yaml")
+	require.NoError(t, os.WriteFile(policies, []byte(hangPolicies), 0o600))
+	config := filepath.Join(dir, "herald.yaml")
+	require.NoError(t, os.WriteFile(config, fmt.Appendf(nil, `redis: {addrs: [%q]}
+namespace: %s
+shards: 4
+api: {listen: "127.0.0.1:0"}
+senders:
+  webhook: {allow_networks: ["127.0.0.0/8"], timeout: 5m}
+policies_file: %s
+templates_dir: %s
+log: {level: info}
+`, redis.Addr, redistest.Namespace(t), policies, templates), 0o600))
+
+	stdout, err := os.Create(filepath.Join(dir, "stdout"))
+	require.NoError(t, err)
+	stderr, err := os.Create(filepath.Join(dir, "stderr"))
+	require.NoError(t, err)
+	output := func(f *os.File) string {
+		b, _ := os.ReadFile(f.Name())
+		return string(b)
+	}
+	cmd := exec.Command(os.Args[0], "--config", config, "serve")
+	cmd.Env = append(os.Environ(), runMainEnv+"=1")
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	require.NoError(t, cmd.Start())
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+		if t.Failed() {
+			t.Logf("herald output:\n%s%s", output(stdout), output(stderr))
+		}
+		_ = stdout.Close()
+		_ = stderr.Close()
+	})
+
+	apiLine := regexp.MustCompile(`API on (http://\S+) `)
+	require.Eventually(t, func() bool { return apiLine.MatchString(output(stdout)) }, 20*time.Second, 10*time.Millisecond,
+		"the API never listened")
+	url := apiLine.FindStringSubmatch(output(stdout))[1]
+	res, err := http.Post(url+"/v1/notifications", "application/json",
+		strings.NewReader(fmt.Sprintf(`{"id": "hang-1", "topic": "hang", "target": %q, "payload": {}}`, rcv.URL)))
+	require.NoError(t, err)
+	require.NoError(t, res.Body.Close())
+	require.Equal(t, http.StatusCreated, res.StatusCode)
+	select {
+	case <-hung:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the attempt never reached the receiver")
+	}
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+	require.Eventually(t, func() bool { return strings.Contains(output(stderr), "press Ctrl-C again to exit at once") },
+		10*time.Second, 10*time.Millisecond, "no word of the second Ctrl-C")
+	select {
+	case <-exited:
+		t.Fatal("serve did not wait for the running attempt")
+	case <-time.After(500 * time.Millisecond): // of the 10s it waits
+	}
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+	second := time.Now()
+	select {
+	case <-exited:
+	case <-time.After(3 * time.Second):
+		t.Fatal("the second SIGINT did not end serve within 3s")
+	}
+	t.Logf("exited %s after the second SIGINT", time.Since(second).Round(time.Millisecond))
+	status := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	require.True(t, status.Signaled(), "ended by the signal, not by a finished shutdown: %v", cmd.ProcessState)
+	require.Equal(t, syscall.SIGINT, status.Signal())
+}
