@@ -42,9 +42,10 @@ that its attempt and lateness metrics are scraped too.
 SIGINT or SIGTERM shuts down gracefully: the API stops taking requests and
 finishes those in flight, the dispatcher lets running attempts end (or gives
 them back, unpenalised, after 10s). A second SIGINT or SIGTERM exits at
-once, leaving what still runs to be retried once its ttr runs out. SIGHUP rereads the policies file, as a
-change to it does, and, where serve dispatches, the templates; a bad file
-or template is refused, logged, and the old ones stay.
+once, leaving what still runs to be retried once its ttr runs out. SIGHUP
+rereads the policies file, as a change to it does, and, where serve
+dispatches, the templates; a bad file or template is refused, logged, and
+the old ones stay.
 
 With redis.addrs empty, serve runs on an embedded in-process Redis and logs
 its address; nothing survives exit.`,
