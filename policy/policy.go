@@ -196,6 +196,10 @@ func (p *Policy) NextAttemptAt(backoff []notify.Duration, f Failure) (time.Time,
 // up to notify.MaxBackoff waits of up to 100 years each can add up to more.
 const ScheduleCeiling = time.Duration(math.MaxInt64)
 
+// ScheduleCeilingText is how reports show ScheduleCeiling: as what it
+// means, not as an offset.
+const ScheduleCeilingText = "more than 292 years"
+
 // Schedule returns the offset of each attempt from send_at when every
 // attempt fails at once (no request time, no Retry-After, no jitter): what
 // `herald policy check` and the dashboard print. An offset past what a

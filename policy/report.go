@@ -101,7 +101,7 @@ func (r *Report) Print(out io.Writer) error {
 // as if it were the offset.
 func sinceFirst(a ReportAttempt) string {
 	if time.Duration(a.SinceFirst) == ScheduleCeiling {
-		return "more than 292 years"
+		return ScheduleCeilingText
 	}
 	return show.Duration(a.SinceFirst)
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/policy"
 )
 
 // pageNames are the pages, each a templates/NAME.html defining "title" and
@@ -23,6 +24,8 @@ var funcs = template.FuncMap{
 	// dur prints a duration rounded to what an operator reads.
 	"dur": func(d time.Duration) string {
 		switch {
+		case d == policy.ScheduleCeiling:
+			return policy.ScheduleCeilingText
 		case d >= time.Minute:
 			return d.Round(time.Second).String()
 		case d >= time.Second:

@@ -64,6 +64,9 @@ func setupOwn(t *testing.T, tokens ...string) (*testBundle, *redistest.Server) {
 	return setupOn(t, rs, tokens...), rs
 }
 
+// century is the longest wait a policy takes.
+const century = notify.Duration(100 * 365 * 24 * time.Hour)
+
 // setupOn is setup on the Redis rs.
 func setupOn(t *testing.T, rs *redistest.Server, tokens ...string) *testBundle {
 	t.Helper()
@@ -73,6 +76,7 @@ func setupOn(t *testing.T, rs *redistest.Server, tokens ...string) *testBundle {
 	require.NoError(t, err)
 	set, err := policy.NewSet(map[string]policy.Policy{
 		"merchant-notify": {Backoff: []notify.Duration{0, 0, notify.Duration(2 * time.Minute), notify.Duration(10 * time.Minute)}},
+		"centuries":       {Backoff: []notify.Duration{0, century, century, century}},
 	}, map[string]policy.Topic{"orders": {Channel: notify.ChannelWebhook, Policy: "merchant-notify"},
 		"refunds": {Channel: notify.ChannelWebhook, Endpoint: "acme-shop"}})
 	require.NoError(t, err)
@@ -898,6 +902,9 @@ func TestPolicies(t *testing.T) {
 	// 0, 0, 2m, 10m: the fourth attempt starts 12m after send_at.
 	require.Contains(t, body, `<td class="n">3</td><td class="n">10m0s</td><td class="n">12m0s</td>`)
 	require.Contains(t, body, `<td>orders</td><td>webhook</td><td>merchant-notify</td>`)
+	// Three waits of a century: the last attempt is past what an offset
+	// can say, and the page says so instead of a negative offset.
+	require.Contains(t, body, `<td class="n">3</td><td class="n">876000h0m0s</td><td class="n">more than 292 years</td>`)
 	// A topic's default endpoint is where it sends, as a target would be.
 	require.Contains(t, body, `<td>refunds</td><td>webhook</td><td>default</td><td></td><td>endpoint acme-shop</td>`)
 }
