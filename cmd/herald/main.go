@@ -18,7 +18,7 @@ func main() {
 	// The first signal starts a graceful shutdown, which can take a while;
 	// the default handling restored, a second one ends the process at once.
 	context.AfterFunc(ctx, stop)
-	err := cli.Execute(ctx, cli.Deps{Out: os.Stdout, Err: os.Stderr}, os.Args[1:])
+	err := cli.Execute(ctx, cli.Deps{Out: os.Stdout, Err: os.Stderr, RedisLogs: cli.RouteRedisLogs}, os.Args[1:])
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "herald:", err)

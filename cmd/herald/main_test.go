@@ -63,6 +63,93 @@ func TestSecondInterruptExitsAtOnce(t *testing.T) {
 	t.Cleanup(rcv.Close)
 	t.Cleanup(func() { close(release) }) // before Close, which waits for the handler
 
+	serve := startServe(t, redis)
+	cmd, exited := serve.cmd, serve.exited
+	res, err := http.Post(serve.url+"/v1/notifications", "application/json",
+		strings.NewReader(fmt.Sprintf(`{"id": "hang-1", "topic": "hang", "target": %q, "payload": {}}`, rcv.URL)))
+	require.NoError(t, err)
+	require.NoError(t, res.Body.Close())
+	require.Equal(t, http.StatusCreated, res.StatusCode)
+	select {
+	case <-hung:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the attempt never reached the receiver")
+	}
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+	require.Eventually(t, func() bool { return strings.Contains(serve.output(serve.stderr), "press Ctrl-C again to exit at once") },
+		10*time.Second, 10*time.Millisecond, "no word of the second Ctrl-C")
+	select {
+	case <-exited:
+		t.Fatal("serve did not wait for the running attempt")
+	case <-time.After(500 * time.Millisecond): // of the 10s it waits
+	}
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+	second := time.Now()
+	select {
+	case <-exited:
+	case <-time.After(3 * time.Second):
+		t.Fatal("the second SIGINT did not end serve within 3s")
+	}
+	t.Logf("exited %s after the second SIGINT", time.Since(second).Round(time.Millisecond))
+	status := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	require.True(t, status.Signaled(), "ended by the signal, not by a finished shutdown: %v", cmd.ProcessState)
+	require.Equal(t, syscall.SIGINT, status.Signal())
+}
+
+// TestRedisOutageLogsFewLines: while Redis is down, go-redis's own
+// messages (a failed dial on every retry of every connection) reach serve's
+// log as warnings, each a few times at most, not several times a second.
+func TestRedisOutageLogsFewLines(t *testing.T) {
+	t.Parallel()
+	redis := redistest.Start(t, redistest.Options{})
+	serve := startServe(t, redis)
+	redis.Kill()
+	time.Sleep(4 * time.Second) // the outage
+	require.NoError(t, redis.Restart())
+	require.Eventually(t, func() bool { return strings.Contains(serve.output(serve.stderr), "reserve recovered") },
+		20*time.Second, 10*time.Millisecond, "the dispatcher never said Redis was back")
+
+	var fromRedis []string
+	for line := range strings.Lines(serve.output(serve.stderr)) {
+		if strings.Contains(line, "connection pool") {
+			fromRedis = append(fromRedis, line)
+		}
+	}
+	t.Logf("go-redis's lines:\n%s", strings.Join(fromRedis, ""))
+	require.NotEmpty(t, fromRedis, "go-redis said nothing of the outage")
+	require.LessOrEqual(t, len(fromRedis), 3, "go-redis's messages repeated")
+	for _, line := range fromRedis {
+		require.Contains(t, line, `level=WARN msg="redis: `, "not in serve's log")
+	}
+}
+
+// TestOpenAPIWarnsOfItsAddress: an API without tokens warns that anyone who
+// can reach it is answered, naming the address it listens on, not the
+// configured one (port 0 picks a free port).
+func TestOpenAPIWarnsOfItsAddress(t *testing.T) {
+	t.Parallel()
+	serve := startServe(t, redistest.Start(t, redistest.Options{}))
+	require.Contains(t, serve.output(serve.stderr), "answers anyone who can reach "+strings.TrimPrefix(serve.url, "http://")+`"`)
+}
+
+// served is a herald serve process started by startServe.
+type served struct {
+	cmd *exec.Cmd
+	// exited is closed once the process has exited.
+	exited         chan struct{}
+	stdout, stderr *os.File
+	// output returns what the process has written to f so far.
+	output func(f *os.File) string
+	// url is the API's.
+	url string
+}
+
+// startServe runs herald serve on redis with hangPolicies, in a process of
+// its own, and waits for its API; the process is killed when the test ends.
+func startServe(t *testing.T, redis *redistest.Server) *served {
+	t.Helper()
 	dir := t.TempDir()
 	templates, err := filepath.Abs("../../templates")
 	require.NoError(t, err)
@@ -109,35 +196,5 @@ log: {level: info}
 	require.Eventually(t, func() bool { return apiLine.MatchString(output(stdout)) }, 20*time.Second, 10*time.Millisecond,
 		"the API never listened")
 	url := apiLine.FindStringSubmatch(output(stdout))[1]
-	res, err := http.Post(url+"/v1/notifications", "application/json",
-		strings.NewReader(fmt.Sprintf(`{"id": "hang-1", "topic": "hang", "target": %q, "payload": {}}`, rcv.URL)))
-	require.NoError(t, err)
-	require.NoError(t, res.Body.Close())
-	require.Equal(t, http.StatusCreated, res.StatusCode)
-	select {
-	case <-hung:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the attempt never reached the receiver")
-	}
-
-	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
-	require.Eventually(t, func() bool { return strings.Contains(output(stderr), "press Ctrl-C again to exit at once") },
-		10*time.Second, 10*time.Millisecond, "no word of the second Ctrl-C")
-	select {
-	case <-exited:
-		t.Fatal("serve did not wait for the running attempt")
-	case <-time.After(500 * time.Millisecond): // of the 10s it waits
-	}
-
-	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
-	second := time.Now()
-	select {
-	case <-exited:
-	case <-time.After(3 * time.Second):
-		t.Fatal("the second SIGINT did not end serve within 3s")
-	}
-	t.Logf("exited %s after the second SIGINT", time.Since(second).Round(time.Millisecond))
-	status := cmd.ProcessState.Sys().(syscall.WaitStatus)
-	require.True(t, status.Signaled(), "ended by the signal, not by a finished shutdown: %v", cmd.ProcessState)
-	require.Equal(t, syscall.SIGINT, status.Signal())
+	return &served{cmd: cmd, exited: exited, stdout: stdout, stderr: stderr, output: output, url: url}
 }

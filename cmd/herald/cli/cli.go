@@ -70,6 +70,11 @@ type Deps struct {
 	Out io.Writer
 	// Err receives logs.
 	Err io.Writer
+	// RedisLogs, when set, is handed each command's logger for go-redis's
+	// own messages, which go-redis sends to one process-wide logger: the
+	// program sets RouteRedisLogs; tests, running many commands in one
+	// process, leave it nil.
+	RedisLogs func(*slog.Logger)
 }
 
 // Execute runs the herald command line args (without the program name)
@@ -260,5 +265,8 @@ func (c *app) setup(cmd *cobra.Command, _ []string) error {
 		return &UsageError{Err: err}
 	}
 	c.base.Logger = logCfg.NewLogger(c.deps.Err, c.debug)
+	if c.deps.RedisLogs != nil {
+		c.deps.RedisLogs(c.base.Logger)
+	}
 	return nil
 }

@@ -161,7 +161,7 @@ func (c *app) serveOn(cmd *cobra.Command, role string, addr net.Addr, h *handler
 		fmt.Fprintf(c.base.Out, "herald: dispatcher running, metrics on http://%s/metrics; stop with Ctrl-C\n", addr)
 		return wait()
 	}
-	srv, err := w.newAPI(ctx, policies.Current, m, details)
+	srv, err := w.newAPI(ctx, addr, policies.Current, m, details)
 	if err != nil {
 		return err
 	}

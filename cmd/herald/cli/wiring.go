@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
 	"slices"
 	"time"
 
@@ -229,15 +230,15 @@ func (w *wiring) newDispatcher(policies func() *policy.Set, obs schedule.Observe
 	})
 }
 
-// newAPI returns the HTTP API of the api section, serving m at /metrics,
-// details on /readyz and the dashboard at /ui/.
-func (w *wiring) newAPI(ctx context.Context, policies func() *policy.Set, m *metrics.Metrics, details func() any) (*api.Server, error) {
+// newAPI returns the HTTP API of the api section, listening on addr,
+// serving m at /metrics, details on /readyz and the dashboard at /ui/.
+func (w *wiring) newAPI(ctx context.Context, addr net.Addr, policies func() *policy.Set, m *metrics.Metrics, details func() any) (*api.Server, error) {
 	tokens := make([]string, len(w.cfg.API.Tokens))
 	for i, t := range w.cfg.API.Tokens {
 		tokens[i] = string(t)
 	}
 	if len(tokens) == 0 {
-		w.log.WarnContext(ctx, "herald: api.tokens is empty, so /v1 answers anyone who can reach "+w.cfg.API.Listen)
+		w.log.WarnContext(ctx, "herald: api.tokens is empty, so /v1 answers anyone who can reach "+addr.String())
 	}
 	dashboard, err := ui.New(&ui.Config{Store: w.store, PoliciesFunc: policies, Tokens: tokens, Logger: w.log})
 	if err != nil {
