@@ -282,6 +282,9 @@ type Dispatcher struct {
 	// limits is what the dispatcher knows of endpoints at their limits
 	// (limit.go).
 	limits limits
+	// streakEnded holds the endpoints without disable_after whose failing
+	// streak this dispatcher has ended since (health.go).
+	streakEnded sync.Map
 
 	loops    sync.WaitGroup // reserve loops, maintenance, wake-up fan-out, pauses
 	workers  sync.WaitGroup

@@ -76,3 +76,45 @@ func TestDisableAfter(t *testing.T) {
 	require.Nil(t, h.DisabledAt)
 	require.Nil(t, h.FailingSince)
 }
+
+// TestStreakEndsWithoutDisableAfter: an endpoint that failed while it had a
+// disable_after, then lost it in the policies file and recovered, shows no
+// failing streak: turned on again, disable_after counts from its next
+// failure, not from before it recovered.
+func TestStreakEndsWithoutDisableAfter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	var up atomic.Bool
+	rcv := newReceiver(t, func(_ int, w http.ResponseWriter) {
+		if !up.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	set, err := policy.NewSet(map[string]policy.Policy{"fast": {Backoff: ms(0, 10, 10, 10, 10, 10, 10, 10, 10, 10)}}, nil)
+	require.NoError(t, err)
+	b.policies = set
+	var files atomic.Pointer[map[string]endpoint.Endpoint]
+	setFiles := func(disableAfter time.Duration) {
+		files.Store(&map[string]endpoint.Endpoint{"m": {URL: rcv.URL, DisableAfter: notify.Duration(disableAfter)}})
+	}
+	setFiles(time.Hour)
+	b.startWithEndpoints(t, 1, schedule.Config{}, func() map[string]endpoint.Endpoint { return *files.Load() })
+	failingSince := func() *time.Time {
+		h, err := b.store.EndpointHealth(ctx, "m")
+		require.NoError(t, err)
+		return h.FailingSince
+	}
+
+	b.enqueueEndpoint(t, "failed", "m")
+	require.Eventually(t, func() bool { return failingSince() != nil }, 10*time.Second, 5*time.Millisecond, "no streak recorded")
+
+	setFiles(0)
+	up.Store(true)
+	b.enqueueEndpoint(t, "recovered", "m")
+	b.waitState(t, "recovered", notify.StateSucceeded)
+	require.Eventually(t, func() bool { return failingSince() == nil }, 10*time.Second, 5*time.Millisecond,
+		"the streak outlived a success without disable_after")
+}

@@ -31,8 +31,14 @@ import (
 // honouring the endpoints' limits, as count processes would.
 func (b *testBundle) startLimited(t *testing.T, count int, cfg schedule.Config) {
 	t.Helper()
-	registry := endpoint.NewRegistry(&endpoint.RegistryConfig{
-		FileFunc: func() map[string]endpoint.Endpoint { return b.policies.Endpoints }, Source: b.store})
+	b.startWithEndpoints(t, count, cfg, func() map[string]endpoint.Endpoint { return b.policies.Endpoints })
+}
+
+// startWithEndpoints is startLimited with the policies file's endpoints
+// read from files, which a test may change while the dispatchers run.
+func (b *testBundle) startWithEndpoints(t *testing.T, count int, cfg schedule.Config, files func() map[string]endpoint.Endpoint) {
+	t.Helper()
+	registry := endpoint.NewRegistry(&endpoint.RegistryConfig{FileFunc: files, Source: b.store})
 	for range count {
 		hook, err := webhook.New(&webhook.Config{Endpoints: registry, Common: httpsend.Common{
 			Rules: policy.CurrentRules(func() *policy.Set { return b.policies }),
