@@ -21,14 +21,7 @@ func TestDisableAfter(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	var up atomic.Bool
-	rcv := newReceiver(t, func(_ int, w http.ResponseWriter) {
-		if !up.Load() {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			return
-		}
-		w.WriteHeader(http.StatusOK)
-	})
+	rcv, up := newFlakyReceiver(t)
 	set, err := policy.NewSet(map[string]policy.Policy{"fast": {Backoff: ms(0, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10,
 		10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10)}}, nil)
 	require.NoError(t, err)
@@ -85,14 +78,7 @@ func TestStreakEndsWithoutDisableAfter(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	var up atomic.Bool
-	rcv := newReceiver(t, func(_ int, w http.ResponseWriter) {
-		if !up.Load() {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			return
-		}
-		w.WriteHeader(http.StatusOK)
-	})
+	rcv, up := newFlakyReceiver(t)
 	set, err := policy.NewSet(map[string]policy.Policy{"fast": {Backoff: ms(0, 10, 10, 10, 10, 10, 10, 10, 10, 10)}}, nil)
 	require.NoError(t, err)
 	b.policies = set
@@ -117,4 +103,19 @@ func TestStreakEndsWithoutDisableAfter(t *testing.T) {
 	b.waitState(t, "recovered", notify.StateSucceeded)
 	require.Eventually(t, func() bool { return failingSince() == nil }, 10*time.Second, 5*time.Millisecond,
 		"the streak outlived a success without disable_after")
+}
+
+// newFlakyReceiver returns a receiver answering 503 until up is set, then
+// 200.
+func newFlakyReceiver(t *testing.T) (rcv *receiver, up *atomic.Bool) {
+	t.Helper()
+	up = new(atomic.Bool)
+	rcv = newReceiver(t, func(_ int, w http.ResponseWriter) {
+		if !up.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	return rcv, up
 }
