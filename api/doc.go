@@ -40,6 +40,22 @@
 // of 16 MiB batches cannot take the process's memory. A bad field is found
 // in one more pass over the body, however long its arrays.
 //
+// # Host names without tokens
+//
+// With no Config.Tokens, anyone who reaches the API may call it, and so
+// may a web page an operator opens: a page at http://evil.example:8080 can
+// point evil.example at 127.0.0.1 (DNS rebinding), and its scripts are
+// then same-origin with the API, past the cross-origin check. What tells
+// them apart is the Host the browser sends, the page's own name. So /v1
+// and /ui/ answer only a Host (port aside) that is an IP address,
+// localhost, or a name in Config.Hosts, and refuse others with 403
+// (host_not_allowed on /v1, plain text on /ui/) before any handler runs.
+// AnyHost ("*") answers every name, for a proxy in front that checks it.
+// /healthz, /readyz and /metrics answer any name, so a Prometheus that
+// scrapes a service name keeps working. With tokens, the Host does not
+// matter: a rebinding page has no token, and the dashboard's SameSite=Strict
+// cookie is kept per host.
+//
 // # Credentials in headers
 //
 // A notification's headers are sent with every attempt, and may carry the
@@ -60,7 +76,8 @@
 // with 400 (invalid_argument: a bad body, query parameter or value, named in
 // field), 401 (unauthenticated), 403 (forbidden: a browser's request from
 // another origin, such as a page on another site posting to the API;
-// programs are not browsers and are not affected), 404 (not_found), 405
+// programs are not browsers and are not affected; host_not_allowed: a
+// host name not answered without tokens, see above), 404 (not_found), 405
 // (method_not_allowed), 409 (conflict, reserved, finished, stale_receipt),
 // 413 (too_large) or 503 (unavailable: Redis unreachable, try again; or,
 // with redis.wait_replicas, a change not confirmed by enough replicas in

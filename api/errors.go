@@ -15,6 +15,7 @@ const (
 	CodeInvalidArgument  = "invalid_argument"   // 400
 	CodeUnauthenticated  = "unauthenticated"    // 401
 	CodeForbidden        = "forbidden"          // 403: a browser's request from another origin
+	CodeHostNotAllowed   = "host_not_allowed"   // 403: a host name answered only with tokens (Config.Hosts)
 	CodeNotFound         = "not_found"          // 404
 	CodeMethodNotAllowed = "method_not_allowed" // 405
 	CodeConflict         = "conflict"           // 409: the id exists with other content

@@ -37,6 +37,7 @@ func offlineServer(f *testing.F) *api.Server {
 	}
 	set := testPolicies(f)
 	srv, err := api.New(&api.Config{Store: st, PoliciesFunc: func() *policy.Set { return set }, MaxBody: 4096,
+		Hosts:  []string{"example.com"}, // httptest.NewRequest's
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		f.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -50,8 +51,17 @@ type Config struct {
 	// reload). Default: the built-in default policy and no topics.
 	PoliciesFunc func() *policy.Set
 	// Tokens are the bearer tokens that may call /v1. Empty: no
-	// authentication. /healthz, /readyz and /metrics are always open.
+	// authentication, and /v1 and /ui/ answer only the host names of Hosts
+	// (403 for others). /healthz, /readyz and /metrics are always open.
 	Tokens []string
+	// Hosts are the host names (the Host header's, port aside) that /v1
+	// and /ui/ answer when Tokens is empty, besides IP addresses and
+	// localhost, which are always answered. Any other name is refused with
+	// 403: a web page an operator opens can point its own name at this
+	// address (DNS rebinding), and its scripts would then be same-origin
+	// with the API. AnyHost ("*") answers every name, for a proxy in front
+	// that checks it. With Tokens, Hosts does not matter. See ValidateHost.
+	Hosts []string
 	// MaxBody bounds a request body in bytes (413 above it), and so each
 	// notification's payload, in a batch too. Default MaxBodyDefault
 	// (256 KiB).
@@ -134,6 +144,11 @@ func (c *Config) validate() error {
 			return errors.New("api: a token must not be empty")
 		}
 	}
+	for i, h := range c.Hosts {
+		if err := ValidateHost(h); err != nil {
+			return fmt.Errorf("api: Hosts[%d] %w", i, err)
+		}
+	}
 	return nil
 }
 
@@ -153,6 +168,8 @@ type Server struct {
 	// equal length keeps the comparison's time independent of the tokens'
 	// lengths too.
 	tokens [][sha256.Size]byte
+	// hosts are the names answered without tokens.
+	hosts *hosts
 
 	// closing ends when Close is called; waiting reservations watch it so
 	// that a shutdown does not wait out their long polls.
@@ -178,7 +195,7 @@ func New(cfg *Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, client: c, store: cfg.Store, log: cfg.Logger, probes: newProbes(&ProbeConfig{
+	s := &Server{cfg: cfg, client: c, store: cfg.Store, log: cfg.Logger, hosts: newHosts(cfg.Hosts), probes: newProbes(&ProbeConfig{
 		Metrics:     cfg.Metrics,
 		ReadyFunc:   cfg.ReadyFunc,
 		DetailsFunc: cfg.ReadyDetailsFunc,
@@ -203,13 +220,17 @@ func New(cfg *Config) (*Server, error) {
 	for _, rt := range routes {
 		var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { rt.handle(s, w, r) })
 		if !rt.open {
-			h = s.authenticate(h)
+			h = s.guardHost(s.authenticate(h), func(w http.ResponseWriter, msg string) {
+				writeError(w, http.StatusForbidden, CodeHostNotAllowed, msg)
+			})
 		}
 		mux.Handle(rt.pattern(), crossOrigin.Handler(h))
 	}
 	if cfg.UI != nil {
-		mux.Handle("/ui/", cfg.UI)
-		mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
+		// A browser shows the dashboard's refusal, so it is text.
+		deny := func(w http.ResponseWriter, msg string) { http.Error(w, msg, http.StatusForbidden) }
+		mux.Handle("/ui/", s.guardHost(cfg.UI, deny))
+		mux.Handle("GET /ui", s.guardHost(http.RedirectHandler("/ui/", http.StatusMovedPermanently), deny))
 	}
 	s.handler = s.logRequests(s.unmatched(mux))
 	if cfg.Middleware != nil {

@@ -2,12 +2,15 @@ package api_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -124,6 +127,8 @@ func TestMinimalConfig(t *testing.T) {
 	require.Error(t, err, "a store is required")
 	_, err = api.New(&api.Config{Store: st, Tokens: []string{""}})
 	require.Error(t, err, "an empty token would let anyone in")
+	_, err = api.New(&api.Config{Store: st, Hosts: []string{"herald.internal", "herald.internal:8080"}})
+	require.ErrorContains(t, err, "Hosts[1]")
 }
 
 // TestRedisOutage stops the API's Redis: every route that needs it answers
@@ -230,4 +235,168 @@ func TestNotReplicatedSaysSo(t *testing.T) {
 	require.Contains(t, e.Message, "replicas")
 	rec := must[notify.Notification](t, b, http.StatusOK, "GET", "/v1/notifications/unconfirmed", nil)
 	require.Equal(t, notify.StateScheduled, rec.State, "the master has it")
+}
+
+// TestHostsWithoutTokens: with no tokens, a web page the operator opens at
+// http://evil.example:8080 can point evil.example at 127.0.0.1 (DNS
+// rebinding); its scripts are then same-origin with the API, so only the
+// Host they send, evil.example:8080, tells them from the operator. /v1 and
+// the dashboard answer IP addresses, localhost and the listed names, and
+// refuse other names before any handler runs; the probes and /metrics
+// answer any name, as a Prometheus scraping a service name needs.
+func TestHostsWithoutTokens(t *testing.T) {
+	t.Parallel()
+	var dashboard atomic.Int32
+	b := setup(t, api.Config{Hosts: []string{"Herald.Internal", "herald_api"}, UI: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		dashboard.Add(1)
+		_, _ = io.WriteString(w, "dashboard")
+	})})
+	port := b.http.Listener.Addr().(*net.TCPAddr).Port
+	enqueue := func(id string) string { return `{"id":"` + id + `","topic":"jobs"}` }
+
+	t.Run("RefusedName", func(t *testing.T) {
+		for i, host := range []string{"evil.example:8080", "evil.example", "EVIL.example:8080", "127.0.0.1.evil.example",
+			"localhost.evil.example:8080", "sub.herald.internal", "herald.internal.evil.example"} {
+			id := fmt.Sprintf("rebound-%d", i)
+			status, _, out := b.sendFor(t, host, "", "POST", "/v1/notifications", enqueue(id))
+			require.Equal(t, http.StatusForbidden, status, "%s: %s", host, out)
+			var e apiError
+			require.NoError(t, json.Unmarshal([]byte(out), &e), out)
+			require.Equal(t, api.CodeHostNotAllowed, e.Error.Code)
+			name, _, _ := strings.Cut(strings.ToLower(host), ":")
+			require.Contains(t, e.Error.Message, `"`+name+`"`, "the message names the host")
+			require.Contains(t, e.Error.Message, "api.tokens")
+			require.Contains(t, e.Error.Message, "api.hosts")
+			_, err := b.store.Get(t.Context(), id)
+			require.ErrorIs(t, err, notify.ErrNotFound, "%s: nothing is stored", host)
+		}
+		// Reading, and acting on what is stored, are refused alike.
+		must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications", map[string]any{"id": "secret", "topic": "jobs"})
+		for _, rt := range []struct{ method, path string }{
+			{"GET", "/v1/notifications/secret"}, {"GET", "/v1/stats"}, {"DELETE", "/v1/dead?topic=jobs"},
+			{"POST", "/v1/topics/jobs/pause"}, {"POST", "/v1/topics/jobs/reserve?wait=0s"},
+		} {
+			status, _, out := b.sendFor(t, "evil.example:8080", "", rt.method, rt.path, "")
+			require.Equal(t, http.StatusForbidden, status, "%s %s: %s", rt.method, rt.path, out)
+			require.Contains(t, out, `"code":"host_not_allowed"`)
+		}
+		paused, err := b.store.IsPaused(t.Context(), store.PauseTopic, "jobs")
+		require.NoError(t, err)
+		require.False(t, paused)
+		rec := must[notify.Notification](t, b, http.StatusOK, "GET", "/v1/notifications/secret", nil)
+		require.Equal(t, notify.StateScheduled, rec.State, "not reserved")
+
+		before := dashboard.Load()
+		for _, path := range []string{"/ui/", "/ui/dead", "/ui"} {
+			status, ctype, out := b.sendFor(t, "evil.example:8080", "", "GET", path, "")
+			require.Equal(t, http.StatusForbidden, status, "%s: %s", path, out)
+			require.True(t, strings.HasPrefix(ctype, "text/plain"), ctype)
+			require.Contains(t, out, `host "evil.example"`)
+			require.Contains(t, out, "api.hosts")
+		}
+		status, _, _ := b.sendFor(t, "evil.example:8080", "", "POST", "/ui/dead/purge", "topic=jobs")
+		require.Equal(t, http.StatusForbidden, status)
+		require.Equal(t, before, dashboard.Load(), "the dashboard never ran")
+	})
+
+	t.Run("AnsweredName", func(t *testing.T) {
+		for i, host := range []string{fmt.Sprintf("127.0.0.1:%d", port), fmt.Sprintf("[::1]:%d", port), "[::1]",
+			fmt.Sprintf("localhost:%d", port), "LocalHost", "localhost.", "10.1.2.3:8080",
+			"herald.internal:8080", "HERALD.internal.", "herald_api:8080"} {
+			id := fmt.Sprintf("local-%d", i)
+			status, _, out := b.sendFor(t, host, "", "POST", "/v1/notifications", enqueue(id))
+			require.Equal(t, http.StatusCreated, status, "%s: %s", host, out)
+			_, err := b.store.Get(t.Context(), id)
+			require.NoError(t, err, host)
+			status, _, out = b.sendFor(t, host, "", "GET", "/ui/", "")
+			require.Equal(t, http.StatusOK, status, "%s: %s", host, out)
+			require.Equal(t, "dashboard", out)
+		}
+	})
+
+	t.Run("ProbesAnswerAnyName", func(t *testing.T) {
+		for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
+			status, _, out := b.sendFor(t, "evil.example:8080", "", "GET", path, "")
+			require.Equal(t, http.StatusOK, status, "%s: %s", path, out)
+		}
+	})
+}
+
+// TestHostsAnyName: "*" answers every name without tokens, for a proxy
+// in front that checks it.
+func TestHostsAnyName(t *testing.T) {
+	t.Parallel()
+	b := setup(t, api.Config{Hosts: []string{api.AnyHost}})
+	status, _, out := b.sendFor(t, "herald.example.com", "", "POST", "/v1/notifications", `{"id":"proxied","topic":"jobs"}`)
+	require.Equal(t, http.StatusCreated, status, out)
+}
+
+// TestHostsWithTokens: with tokens the token is the guard, whatever the
+// name: a rebinding page does not have one.
+func TestHostsWithTokens(t *testing.T) {
+	t.Parallel()
+	b := setup(t, api.Config{Tokens: []string{"s3cret"}, UI: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "the dashboard's sign-in")
+	})})
+	for _, tt := range []struct {
+		name, auth, path string
+		want             int
+	}{
+		{"RightToken", "Bearer s3cret", "/v1/stats", http.StatusOK},
+		{"NoToken", "", "/v1/stats", http.StatusUnauthorized},
+		{"DashboardAsksItsOwn", "", "/ui/", http.StatusOK},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			status, _, out := b.sendFor(t, "evil.example:8080", tt.auth, "GET", tt.path, "")
+			require.Equal(t, tt.want, status, out)
+		})
+	}
+}
+
+// sendFor sends a request naming host (the connection is to 127.0.0.1
+// whatever the name) with auth as its Authorization, when set, and returns
+// the answer's status, content type and body.
+func (b *testBundle) sendFor(t *testing.T, host, auth, method, path, body string) (int, string, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, b.http.URL+path, strings.NewReader(body))
+	require.NoError(t, err)
+	req.Host = host
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	res, err := b.http.Client().Do(req)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	out, err := io.ReadAll(res.Body)
+	require.NoError(t, err)
+	return res.StatusCode, res.Header.Get("Content-Type"), string(out)
+}
+
+func TestValidateHost(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		ok   bool
+	}{
+		{"herald.internal", true},
+		{"herald", true},
+		{"herald-api_1.svc.cluster.local.", true},
+		{"*", true},
+		{"", false},
+		{"herald.internal:8080", false},
+		{"http://herald.internal", false},
+		{"herald.internal/ui", false},
+		{"*.herald.internal", false},
+		{"[::1]", false},
+		{"herald..internal", false},
+		{" herald", false},
+		{strings.Repeat("a", 64), false},
+	} {
+		err := api.ValidateHost(tt.name)
+		if tt.ok {
+			require.NoError(t, err, tt.name)
+			continue
+		}
+		require.ErrorContains(t, err, fmt.Sprintf("not %q", tt.name))
+	}
 }
