@@ -20,6 +20,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/heraldhq/herald/api"
 	"github.com/heraldhq/herald/metrics"
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/notify/httpsend"
@@ -147,8 +148,16 @@ type APIConfig struct {
 	// Listen is the host:port the API listens on. Default ListenDefault.
 	Listen string `koanf:"listen"`
 	// Tokens are the bearer tokens /v1 accepts. Empty: no authentication,
-	// which the server warns about at start.
+	// which the server warns about at start, and /v1 and /ui/ answer only
+	// IP addresses, localhost and Hosts.
 	Tokens []Secret `koanf:"tokens"`
+	// Hosts are the host names /v1 and /ui/ answer when Tokens is empty,
+	// besides IP addresses and localhost, which are always answered: a
+	// request for another name may come from a web page that pointed its
+	// own name at the API (DNS rebinding), and is refused with 403. "*"
+	// answers every name, for a proxy in front that checks it. See
+	// api.Config.Hosts.
+	Hosts []string `koanf:"hosts"`
 	// MaxBody is the largest request body, in bytes; larger ones get 413.
 	// Default notify.MaxPayloadDefault (262144).
 	MaxBody int `koanf:"max_body"`
@@ -220,7 +229,7 @@ func Default() Config {
 		Namespace:    store.NamespaceDefault,
 		Retention:    store.RetentionDefault,
 		Dispatcher:   DispatcherConfig{Concurrency: schedule.ConcurrencyDefault, Batch: schedule.BatchDefault},
-		API:          APIConfig{Listen: ListenDefault, Tokens: []Secret{}, MaxBody: notify.MaxPayloadDefault},
+		API:          APIConfig{Listen: ListenDefault, Tokens: []Secret{}, Hosts: []string{}, MaxBody: notify.MaxPayloadDefault},
 		Senders:      SendersConfig{Webhook: WebhookConfig{Timeout: httpsend.TimeoutDefault, AllowNetworks: []string{}}, SMS: SMSConfig{Provider: sms.ProviderDefault}},
 		TemplatesDir: TemplatesDirDefault,
 		PoliciesFile: PoliciesFileDefault,
@@ -293,6 +302,11 @@ func (c *Config) Validate() error {
 	for i, tok := range c.API.Tokens {
 		if tok == "" {
 			return notify.Errorf(fmt.Sprintf("api.tokens[%d]", i), "must not be empty")
+		}
+	}
+	for i, h := range c.API.Hosts {
+		if err := api.ValidateHost(h); err != nil {
+			return notify.Errorf(fmt.Sprintf("api.hosts[%d]", i), "%v", err)
 		}
 	}
 	if _, err := webhook.ParseSecret(string(c.Senders.Webhook.Secret)); err != nil {

@@ -2,11 +2,14 @@ package config
 
 import (
 	"bytes"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/notify"
 )
 
 func TestConfigKeys(t *testing.T) {
@@ -18,6 +21,7 @@ func TestConfigKeys(t *testing.T) {
 		"HERALD_REDIS_ADDRS":                    "redis.addrs",
 		"HERALD_REDIS_MASTER_NAME":              "redis.master_name",
 		"HERALD_API_MAX_BODY":                   "api.max_body",
+		"HERALD_API_HOSTS":                      "api.hosts",
 		"HERALD_SENDERS_WEBHOOK_ALLOW_NETWORKS": "senders.webhook.allow_networks",
 		"HERALD_SENDERS_SMS_AUTH_TOKEN":         "senders.sms.auth_token",
 		"HERALD_POLICIES_FILE":                  "policies_file",
@@ -27,7 +31,7 @@ func TestConfigKeys(t *testing.T) {
 	} {
 		require.Equal(t, key, keys.byEnv[env], env)
 	}
-	require.Len(t, keys.byEnv, 31, "the keys of DESIGN.md, topics_strict and metrics.max_topics")
+	require.Len(t, keys.byEnv, 32, "the keys of DESIGN.md, topics_strict, metrics.max_topics and api.hosts")
 
 	require.Panics(t, func() { BindFlag(pflag.NewFlagSet("x", pflag.ContinueOnError), "x", "redis.adress") })
 }
@@ -53,4 +57,59 @@ func TestLogConfigNewLogger(t *testing.T) {
 		(&LogConfig{Level: "error", Format: "text"}).NewLogger(&buf, true).Debug("shown")
 		require.Contains(t, buf.String(), "level=DEBUG msg=shown")
 	})
+}
+
+func TestAPIHosts(t *testing.T) {
+	t.Parallel()
+
+	for _, tt := range []struct {
+		name  string
+		hosts []string
+		field string // "": valid
+	}{
+		{"Default", nil, ""},
+		{"Names", []string{"herald.internal", "herald", "herald-api.svc.cluster.local."}, ""},
+		{"AnyName", []string{"*"}, ""},
+		{"Port", []string{"herald.internal", "herald.internal:8080"}, "api.hosts[1]"},
+		{"Scheme", []string{"http://herald.internal"}, "api.hosts[0]"},
+		{"Path", []string{"herald.internal/ui"}, "api.hosts[0]"},
+		{"Empty", []string{""}, "api.hosts[0]"},
+		{"Wildcard", []string{"*.internal"}, "api.hosts[0]"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+
+			cfg := Default()
+			if tt.hosts != nil {
+				cfg.API.Hosts = tt.hosts
+			}
+			err := cfg.Validate()
+			if tt.field == "" {
+				require.NoError(t, err)
+				return
+			}
+			var fe *notify.FieldError
+			require.ErrorAs(t, err, &fe)
+			require.Equal(t, tt.field, fe.Field, "%v", err)
+			require.Contains(t, fe.Message, "host name")
+		})
+	}
+}
+
+// TestAPIHostsFromEnv sets HERALD_API_HOSTS, so it does not run in
+// parallel.
+func TestAPIHostsFromEnv(t *testing.T) {
+	load := func() (*Config, error) {
+		return Load(&Source{File: filepath.Join(t.TempDir(), "none.yaml"), Flags: pflag.NewFlagSet("x", pflag.ContinueOnError)})
+	}
+	t.Setenv("HERALD_API_HOSTS", "herald.internal, herald-api")
+	cfg, err := load()
+	require.NoError(t, err)
+	require.Equal(t, []string{"herald.internal", "herald-api"}, cfg.API.Hosts)
+
+	t.Setenv("HERALD_API_HOSTS", "herald.internal,herald-api:8080")
+	_, err = load()
+	var fe *notify.FieldError
+	require.ErrorAs(t, err, &fe)
+	require.Equal(t, "api.hosts[1]", fe.Field)
 }
