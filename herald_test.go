@@ -184,7 +184,7 @@ func TestEnqueueTimesAsTheAPI(t *testing.T) {
 			body, err := json.Marshal(req)
 			require.NoError(t, err)
 			rec := httptest.NewRecorder()
-			srv.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/notifications", bytes.NewReader(body)))
+			srv.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "http://127.0.0.1/v1/notifications", bytes.NewReader(body)))
 			var answer struct {
 				Error api.Error `json:"error"`
 			}
