@@ -210,7 +210,7 @@ func (c *Client) EnqueueBatch(ctx context.Context, reqs []*notify.Request) ([]st
 		var err error
 		if _, known := set.Topics[req.Topic]; c.cfg.StrictTopics && !known {
 			err = notify.Errorf("topic", "%q is not a topic of the policies file, and only those are accepted", req.Topic)
-		} else {
+		} else if err = req.CheckDurations(); err == nil {
 			n, err = set.Resolve(req, now, c.cfg.MaxPayload)
 		}
 		if err == nil && n.Endpoint != "" {

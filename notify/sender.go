@@ -59,3 +59,21 @@ type Request struct {
 	// content, unless it is reserved.
 	Replace bool `json:"replace,omitempty"`
 }
+
+// CheckDurations refuses a delay or ttr that the API's decoder refuses
+// (negative, or over 100 years), naming the field, for a request built in
+// Go, which no decoder has read.
+func (r *Request) CheckDurations() error {
+	for _, f := range []struct {
+		name string
+		d    *Duration
+	}{{"delay", r.Delay}, {"ttr", r.TTR}} {
+		if f.d == nil {
+			continue
+		}
+		if err := f.d.Check(); err != nil {
+			return Errorf(f.name, "%v", err)
+		}
+	}
+	return nil
+}

@@ -174,10 +174,11 @@ func CurrentRules(current func() *Set) notify.RulesFunc {
 // topic's defaults (its endpoint or target only when the request names
 // neither), then the policy's, picks a random id when none is given,
 // computes the send time from send_at or delay (now when neither), validates
-// the result, and computes its content digest. A delay or ttr the API's
-// decoder would refuse (negative, or over 100 years) is refused here too,
-// for callers that hand over a request no decoder has read. maxPayload is as in
-// notify.Notification.Validate.
+// the result, and computes its content digest. A negative delay is a send
+// time that long ago, as an import keeps a task due now whose policy waits
+// before its first attempt; producers' requests are checked for the ranges
+// the API takes before they get here (notify.Request.CheckDurations).
+// maxPayload is as in notify.Notification.Validate.
 func (s *Set) Resolve(req *notify.Request, now time.Time, maxPayload int) (*notify.Notification, error) {
 	if !notify.ValidTopic(req.Topic) {
 		return nil, notify.Errorf("topic", "must match [a-z0-9._-]{1,64}")
@@ -220,9 +221,6 @@ func (s *Set) Resolve(req *notify.Request, now time.Time, maxPayload int) (*noti
 	}
 	n.TTR = p.TTR
 	if req.TTR != nil {
-		if err := checkDuration("ttr", *req.TTR); err != nil {
-			return nil, err
-		}
 		n.TTR = *req.TTR
 	}
 	var schedule string
@@ -236,9 +234,6 @@ func (s *Set) Resolve(req *notify.Request, now time.Time, maxPayload int) (*noti
 		n.SendAt = req.SendAt.UTC()
 		schedule = n.SendAt.Format(time.RFC3339Nano)
 	case req.Delay != nil:
-		if err := checkDuration("delay", *req.Delay); err != nil {
-			return nil, err
-		}
 		n.SendAt = now.Add(time.Duration(*req.Delay)).UTC()
 		schedule = "delay " + req.Delay.String()
 		field = "delay"
