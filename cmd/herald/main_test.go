@@ -131,7 +131,7 @@ func TestRedisOutageLogsFewLines(t *testing.T) {
 func TestOpenAPIWarnsOfItsAddress(t *testing.T) {
 	t.Parallel()
 	serve := startServe(t, redistest.Start(t, redistest.Options{}))
-	require.Contains(t, serve.output(serve.stderr), "answers anyone who can reach "+strings.TrimPrefix(serve.url, "http://")+`"`)
+	require.Contains(t, serve.output(serve.stderr), "answer anyone who can reach "+strings.TrimPrefix(serve.url, "http://")+" by IP address")
 }
 
 // served is a herald serve process started by startServe.

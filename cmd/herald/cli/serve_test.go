@@ -471,3 +471,28 @@ func TestServeReloadsTemplates(t *testing.T) {
 	}
 	require.Len(t, missing.FindAllString(s.logs.String(), -1), 1, "no warning once the template is there")
 }
+
+// TestServeAPIHosts: without tokens, serve answers /v1 under the names in
+// api.hosts and under its IP address, and refuses other names, which a
+// web page pointing its own name at the address would send.
+func TestServeAPIHosts(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "")
+	e.config = writeConfig(t, strings.Replace(readFile(t, e.config), `api: {listen: "127.0.0.1:0"}`,
+		`api: {listen: "127.0.0.1:0", hosts: [herald.test]}`, 1))
+	s := startServe(t, e.config)
+	require.Contains(t, s.logs.String(), "answer anyone who can reach "+strings.TrimPrefix(s.url, "http://")+" by IP address, localhost or a name in api.hosts")
+	status := func(host string) int {
+		req, err := http.NewRequest(http.MethodGet, s.url+"/v1/stats", nil)
+		require.NoError(t, err)
+		req.Host = host
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		require.NoError(t, res.Body.Close())
+		return res.StatusCode
+	}
+	port := s.url[strings.LastIndex(s.url, ":"):]
+	require.Equal(t, http.StatusOK, status("herald.test"+port))
+	require.Equal(t, http.StatusOK, status("127.0.0.1"+port))
+	require.Equal(t, http.StatusForbidden, status("evil.example"+port))
+}

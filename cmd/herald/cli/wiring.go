@@ -237,8 +237,14 @@ func (w *wiring) newAPI(ctx context.Context, addr net.Addr, policies func() *pol
 	for i, t := range w.cfg.API.Tokens {
 		tokens[i] = string(t)
 	}
-	if len(tokens) == 0 {
-		w.log.WarnContext(ctx, "herald: api.tokens is empty, so /v1 answers anyone who can reach "+addr.String())
+	switch {
+	case len(tokens) > 0:
+	case slices.Contains(w.cfg.API.Hosts, api.AnyHost):
+		w.log.WarnContext(ctx, "herald: api.tokens is empty and api.hosts has \"*\", so /v1 and /ui/ answer anyone who can reach "+addr.String()+
+			" under any host name, web pages that point their own name at it included; set api.tokens, or have a proxy in front check the host name")
+	default:
+		w.log.WarnContext(ctx, "herald: api.tokens is empty, so /v1 and /ui/ answer anyone who can reach "+addr.String()+
+			" by IP address, localhost or a name in api.hosts; set api.tokens before others can reach it")
 	}
 	dashboard, err := ui.New(&ui.Config{Store: w.store, PoliciesFunc: policies, Tokens: tokens, Logger: w.log})
 	if err != nil {
@@ -248,6 +254,7 @@ func (w *wiring) newAPI(ctx context.Context, addr net.Addr, policies func() *pol
 		Store:            w.store,
 		PoliciesFunc:     policies,
 		Tokens:           tokens,
+		Hosts:            w.cfg.API.Hosts,
 		UI:               dashboard,
 		MaxBody:          int64(w.cfg.API.MaxBody),
 		Metrics:          m.Handler(),
