@@ -1,7 +1,9 @@
 package api
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"maps"
 	"net/http"
@@ -22,8 +24,8 @@ type reserveResponse struct {
 
 // reserve handles POST /v1/topics/{topic}/reserve?max=N&wait=D: up to max
 // (default 1) due notifications of a pull topic, waiting up to wait (default
-// 0, cut to MaxWait) for one to become due. A wait that ends, or a server
-// shutting down, answers 200 with an empty list.
+// 0, cut to MaxWait) for one to become due; the body is none or {}. A wait
+// that ends, or a server shutting down, answers 200 with an empty list.
 func (s *Server) reserve(w http.ResponseWriter, r *http.Request) {
 	q, err := query(r, "max", "wait")
 	if err != nil {
@@ -34,7 +36,11 @@ func (s *Server) reserve(w http.ResponseWriter, r *http.Request) {
 	// request's context and so the wait, only once the body is read: an
 	// unread one (the {} many clients send with a POST) would keep polling
 	// for a consumer that has left, and hand it what comes due.
-	if _, err := readBody(w, r, s.cfg.MaxBody); err != nil {
+	body, err := readBody(w, r, s.cfg.MaxBody)
+	if err == nil {
+		err = checkReserveBody(body)
+	}
+	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -66,6 +72,34 @@ func (s *Server) reserve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, reserveResponse{Notifications: redactedAll(items)})
+}
+
+// reserveBody is what a reservation's body may hold: nothing. Its
+// parameters are in the query; naming them here lets the answer to a
+// consumer that sent them as JSON say where they go.
+type reserveBody struct {
+	Max  json.RawMessage `json:"max"`
+	Wait json.RawMessage `json:"wait"`
+}
+
+// checkReserveBody takes no body and {}, the bodies clients send with a
+// bare POST, and refuses any other: one that was ignored would reserve one
+// notification at a time without waiting, as if it had been obeyed.
+func checkReserveBody(body []byte) error {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil
+	}
+	var rb reserveBody
+	if err := decodeJSON(body, &rb); err != nil {
+		return err
+	}
+	switch {
+	case rb.Max != nil:
+		return notify.Errorf("max", "goes in the query (?max=10), not the body")
+	case rb.Wait != nil:
+		return notify.Errorf("wait", "goes in the query (?wait=20s), not the body")
+	}
+	return nil
 }
 
 type ackRequest struct {

@@ -46,6 +46,44 @@ func TestReserveArguments(t *testing.T) {
 	})
 }
 
+// TestReserveBodyHoldsNoParameters: a consumer that sends max and wait as
+// a JSON body, as HTTP libraries make natural, or as a form, is told they
+// belong in the query, instead of reserving one at a time without waiting.
+// The bodies that clients send with a bare POST are still taken.
+func TestReserveBodyHoldsNoParameters(t *testing.T) {
+	t.Parallel()
+	b := setup(t, api.Config{})
+	must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications", map[string]any{"id": "waiting", "topic": "jobs", "send_at": "2020-01-01T00:00:00Z"})
+	tests := []struct {
+		name, body, field string
+	}{
+		{"Max", `{"max": 10}`, "max"},
+		{"Wait", `{"wait": "20s"}`, "wait"},
+		{"Unknown", `{"topics": ["jobs"]}`, "topics"},
+		{"Form", `max=10&wait=20s`, ""},
+		{"NotAnObject", `[10]`, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, tt.field, "POST", "/v1/topics/jobs/reserve?max=2", tt.body)
+			if tt.field == "max" || tt.field == "wait" {
+				require.Contains(t, e.Message, "query", "the answer says where the parameter goes")
+			}
+		})
+	}
+	rec := must[notify.Notification](t, b, http.StatusOK, "GET", "/v1/notifications/waiting", nil)
+	require.Equal(t, notify.StateScheduled, rec.State, "a refused reservation reserves nothing")
+
+	for _, body := range []any{nil, "", "{}", " {}\n"} {
+		res := must[reserved](t, b, http.StatusOK, "POST", "/v1/topics/jobs/reserve", body)
+		if len(res.Notifications) == 1 {
+			must[any](t, b, http.StatusNoContent, "POST", "/v1/notifications/waiting/ack", map[string]string{"receipt": res.Notifications[0].Receipt})
+		}
+	}
+	rec = must[notify.Notification](t, b, http.StatusOK, "GET", "/v1/notifications/waiting", nil)
+	require.Equal(t, notify.StateSucceeded, rec.State)
+}
+
 func TestReserveLongPoll(t *testing.T) {
 	t.Parallel()
 	b := setup(t, api.Config{})
