@@ -112,6 +112,8 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"TopicStats":   reflect.TypeFor[store.TopicStats](),
 		"PauseAnswer":  reflect.TypeFor[pauseAnswer](),
 		"Error":        reflect.TypeFor[Error](),
+		"AckRequest":   reflect.TypeFor[ackRequest](),
+		"NackRequest":  reflect.TypeFor[nackRequest](),
 	}
 	for name, typ := range types {
 		t.Run(name, func(t *testing.T) {

@@ -113,6 +113,10 @@ type nackRequest struct {
 	// RetryAfter asks for the next attempt no earlier than this; the
 	// policy decides whether it is honoured (honor_retry_after).
 	RetryAfter *notify.Duration `json:"retry_after,omitempty"`
+	// Permanent sends the notification to the dead-letter set at once,
+	// whatever its backoff array has left: no retry can help (a payload
+	// the consumer cannot read). Not with RetryAfter.
+	Permanent bool `json:"permanent,omitempty"`
 }
 
 // ack handles POST /v1/notifications/{id}/ack: 204 when the attempt is
@@ -134,8 +138,9 @@ func (s *Server) ack(w http.ResponseWriter, r *http.Request) {
 }
 
 // nack handles POST /v1/notifications/{id}/nack: the attempt failed, and
-// the notification is retried on its backoff array or, once that is spent,
-// dead. 204, or 409 as for ack.
+// the notification is retried on its backoff array or, once that is spent
+// or when the consumer says the failure is permanent, dead. 204, or 409 as
+// for ack.
 func (s *Server) nack(w http.ResponseWriter, r *http.Request) {
 	var req nackRequest
 	if err := readJSON(w, r, s.cfg.MaxBody, &req); err != nil {
@@ -146,7 +151,13 @@ func (s *Server) nack(w http.ResponseWriter, r *http.Request) {
 	if req.Error != "" {
 		cause = errors.New(req.Error)
 	}
-	if req.RetryAfter != nil {
+	switch {
+	case req.Permanent && req.RetryAfter != nil:
+		s.fail(w, r, notify.Errorf("retry_after", "cannot go with permanent, which makes no further attempt"))
+		return
+	case req.Permanent:
+		cause = notify.Permanent(cause)
+	case req.RetryAfter != nil:
 		cause = notify.Retry(cause, time.Duration(*req.RetryAfter))
 	}
 	ctx, cancel := s.storeContext(r)

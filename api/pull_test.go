@@ -309,7 +309,25 @@ func TestAckNack(t *testing.T) {
 		b.requireError(t, http.StatusConflict, api.CodeStaleReceipt, "", "POST", "/v1/notifications/once/nack",
 			map[string]string{"receipt": n.Receipt})
 	})
+	t.Run("NackPermanentGoesStraightToTheDeadLetters", func(t *testing.T) {
+		// A consumer that cannot read a payload knows no retry will help.
+		must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications", map[string]any{"id": "poison", "topic": "jobs"})
+		n := reserveOne(t, "jobs")
+		must[any](t, b, http.StatusNoContent, "POST", "/v1/notifications/poison/nack",
+			map[string]any{"receipt": n.Receipt, "error": "payload is not an invoice", "permanent": true})
+		rec := must[notify.Notification](t, b, http.StatusOK, "GET", "/v1/notifications/poison", nil)
+		require.Equal(t, notify.StateDead, rec.State, "dead with two entries of its array left")
+		require.Len(t, rec.History, 1)
+		require.Equal(t, notify.OutcomePermanent, rec.History[0].Outcome)
+		require.Equal(t, "permanent: payload is not an invoice", rec.History[0].Error)
+		dead := must[struct {
+			Notifications []notify.Notification `json:"notifications"`
+		}](t, b, http.StatusOK, "GET", "/v1/dead?topic=jobs", nil)
+		require.True(t, slices.ContainsFunc(dead.Notifications, func(d notify.Notification) bool { return d.ID == "poison" }))
+	})
 	t.Run("BadBodies", func(t *testing.T) {
+		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "retry_after", "POST", "/v1/notifications/once/nack",
+			`{"receipt":"r","permanent":true,"retry_after":"1m"}`)
 		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "receipt", "POST", "/v1/notifications/once/ack", `{}`)
 		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "error", "POST", "/v1/notifications/once/ack",
 			`{"receipt":"r","error":"ack takes no error"}`)
