@@ -337,6 +337,47 @@ func TestAckNack(t *testing.T) {
 	})
 }
 
+// TestRacingFinishesOfOneReceipt: a consumer that sends its ack twice at
+// once (a retry after a timeout that was only slow), or an ack and a nack,
+// gets exactly one 204; the other is 409 stale_receipt, and the history has
+// one attempt.
+func TestRacingFinishesOfOneReceipt(t *testing.T) {
+	t.Parallel()
+	b := setup(t, api.Config{})
+	for i := range 20 {
+		id := fmt.Sprintf("race%d", i)
+		must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications", map[string]any{"id": id, "topic": "single"})
+		res := must[reserved](t, b, http.StatusOK, "POST", "/v1/topics/single/reserve?wait=5s", nil)
+		require.Len(t, res.Notifications, 1)
+		receipt := res.Notifications[0].Receipt
+		second := "/ack"
+		if i%2 == 1 {
+			second = "/nack"
+		}
+		var statuses [2]int
+		var bodies [2][]byte
+		var errs [2]error
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for j, route := range []string{"/ack", second} {
+			wg.Go(func() {
+				<-start
+				statuses[j], bodies[j], errs[j] = b.call("POST", "/v1/notifications/"+id+route, map[string]string{"receipt": receipt})
+			})
+		}
+		close(start)
+		wg.Wait()
+		require.NoError(t, errors.Join(errs[:]...))
+		won := slices.Index(statuses[:], http.StatusNoContent)
+		require.NotEqual(t, -1, won, "one of %v wins", statuses)
+		lost := 1 - won
+		require.Equal(t, http.StatusConflict, statuses[lost], "%s", bodies[lost])
+		require.Contains(t, string(bodies[lost]), api.CodeStaleReceipt)
+		rec := must[notify.Notification](t, b, http.StatusOK, "GET", "/v1/notifications/"+id, nil)
+		require.Len(t, rec.History, 1, "one attempt, finished once")
+	}
+}
+
 // TestConcurrentConsumers runs 8 HTTP consumers over 2,000 notifications:
 // none is handed to two consumers at once, and every one is acked exactly
 // once.
