@@ -9,8 +9,11 @@ FUZZTIME ?= 50000x
 demo:
 	$(GO) run ./cmd/herald demo
 
-test: vet
+# The tools first, so that a machine without them stops at once, saying why.
+test:
 	./scripts/ensure-redis
+	GO=$(GO) ./scripts/ensure-cgo
+	$(MAKE) vet
 	$(GO) test -race -count=1 -timeout 9m ./...
 	$(MAKE) fuzz
 
@@ -20,6 +23,7 @@ test: vet
 # `go test ./...` do not need Chromium.
 test-ui:
 	./scripts/ensure-redis
+	GO=$(GO) ./scripts/ensure-cgo
 	./scripts/ensure-chromium
 	$(GO) vet -tags browser ./ui
 	$(GO) test -tags browser -race -count=1 -timeout 5m -run '^TestBrowser$$' ./ui

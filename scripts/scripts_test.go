@@ -1,7 +1,7 @@
 // Package scripts holds the tests of the shell scripts make runs before the
-// tests: what a machine without redis-server is told, and
+// tests: what a machine without redis-server or a C compiler is told, and
 // what gets installed. Each test runs a script with a PATH of its own,
-// holding bash, a few tools and fakes of redis-server, apt-get, sudo
+// holding bash, a few tools and fakes of redis-server, gcc, apt-get, sudo
 // and id, so that nothing is installed and the machine's own tools are
 // never seen.
 package scripts
@@ -168,5 +168,60 @@ func TestEnsureRedis(t *testing.T) {
 		code, stderr := b.run(t, "ensure-redis")
 		require.Equal(t, 1, code)
 		require.Contains(t, stderr, "is Redis 6.0.16, and Herald needs 6.2 or newer.\n"+howTo)
+	})
+}
+
+func TestEnsureCgo(t *testing.T) {
+	t.Parallel()
+
+	// The real go, which decides by itself whether cgo is on: it is when
+	// CGO_ENABLED is unset and the C compiler is on PATH.
+	goBin, err := exec.LookPath("go")
+	require.NoError(t, err)
+	setupGo := func(t *testing.T, uid string) *testBundle {
+		t.Helper()
+		b := setup(t, uid)
+		require.NoError(t, os.Symlink(goBin, filepath.Join(b.bin, "go")))
+		return b
+	}
+	env := []string{"CC=", "CGO_ENABLED=", "GOFLAGS=", "GOENV=off", "GOCACHE=" + t.TempDir()}
+
+	t.Run("Present", func(t *testing.T) {
+		t.Parallel()
+		b := setupGo(t, "1000")
+		b.fake(t, b.bin, "gcc", "exit 0")
+		code, stderr := b.run(t, "ensure-cgo", env...)
+		require.Equal(t, 0, code, stderr)
+		require.Empty(t, stderr)
+	})
+
+	t.Run("MissingWithoutAptGet", func(t *testing.T) {
+		t.Parallel()
+		b := setupGo(t, "0")
+		code, stderr := b.run(t, "ensure-cgo", env...)
+		require.Equal(t, 1, code)
+		require.Equal(t, "a C compiler (gcc, for go test -race) is missing, and there is no apt-get here to install it with.\n"+
+			"error: go test -race needs cgo, and cgo a C compiler, which make could not install.\n"+
+			"Install one, then run make again:\n"+
+			"  Debian/Ubuntu: sudo apt-get install gcc\n"+
+			"  macOS:         xcode-select --install\n", stderr)
+	})
+
+	t.Run("Installed", func(t *testing.T) {
+		t.Parallel()
+		b := setupGo(t, "0")
+		b.aptGet(t, "gcc", "exit 0")
+		code, stderr := b.run(t, "ensure-cgo", env...)
+		require.Equal(t, 0, code, stderr)
+		require.Equal(t, "a C compiler (gcc, for go test -race) is missing: installing gcc libc6-dev with apt-get...\n", stderr)
+	})
+
+	t.Run("CgoTurnedOff", func(t *testing.T) {
+		t.Parallel()
+		b := setupGo(t, "0")
+		b.fake(t, b.bin, "gcc", "exit 0")
+		code, stderr := b.run(t, "ensure-cgo", append(env, "CGO_ENABLED=0")...)
+		require.Equal(t, 1, code)
+		require.Contains(t, stderr, "CGO_ENABLED is 0 here")
 	})
 }
