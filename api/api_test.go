@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -98,7 +99,9 @@ func setupOn(t testing.TB, rdb redis.UniversalClient, cfg api.Config) *testBundl
 	b := &testBundle{store: st, policies: testPolicies(t), metrics: metrics.New(&metrics.Config{Store: st})}
 	cfg.Store = st
 	cfg.PoliciesFunc = func() *policy.Set { return b.policies }
-	cfg.Logger = testLogger(t)
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger(t)
+	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = b.metrics.Handler()
 		cfg.Observer = b.metrics
@@ -117,13 +120,26 @@ func setupOn(t testing.TB, rdb redis.UniversalClient, cfg api.Config) *testBundl
 }
 
 // testLogger routes logs to t.Log.
-func testLogger(tb testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tWriter{tb}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+func testLogger(tb testing.TB) *slog.Logger { return countingLogger(tb, nil) }
+
+// countingLogger is testLogger that also counts its lines in lines, when
+// that is not nil.
+func countingLogger(tb testing.TB, lines *atomic.Int64) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tWriter{tb, lines}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
-type tWriter struct{ tb testing.TB }
+type tWriter struct {
+	tb    testing.TB
+	lines *atomic.Int64
+}
 
-func (w tWriter) Write(p []byte) (int, error) { w.tb.Log(string(p)); return len(p), nil }
+func (w tWriter) Write(p []byte) (int, error) {
+	w.tb.Log(string(p))
+	if w.lines != nil {
+		w.lines.Add(1)
+	}
+	return len(p), nil
+}
 
 // do sends a request with the bundle's token and returns the status and
 // body. body is sent as is when it is a string or []byte, as JSON otherwise.

@@ -344,8 +344,10 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 					writeError(sw, http.StatusInternalServerError, CodeInternal, "internal error")
 				}
 			}
+			// An answer to a client that has hung up (a pull consumer
+			// stopping mid-poll) reached no one and is no fault of ours.
 			level := slog.LevelInfo
-			if sw.status >= http.StatusInternalServerError {
+			if sw.status >= http.StatusInternalServerError && r.Context().Err() == nil {
 				level = slog.LevelWarn
 			}
 			s.log.Log(r.Context(), level, "api: request", "method", r.Method, "path", r.URL.Path, "route", r.Pattern,
