@@ -29,7 +29,7 @@ test-ui:
 	$(GO) test -tags browser -race -count=1 -timeout 5m -run '^TestBrowser$$' ./ui
 
 vet:
-	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 	$(GO) vet ./...
 	cd bench/compare && $(GO) vet ./...
 
