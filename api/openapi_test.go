@@ -2,10 +2,15 @@ package api
 
 import (
 	"cmp"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"maps"
 	"os"
 	"reflect"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -133,5 +138,44 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 			slices.Sort(fields)
 			require.Equal(t, fields, slices.Sorted(maps.Keys(schema.Properties)), "the fields of %s and schema %s", typ, name)
 		})
+	}
+}
+
+// TestErrorCodesDocumented: every error code in errors.go is in the
+// OpenAPI document's list and in the package documentation's, which
+// clients go by.
+func TestErrorCodesDocumented(t *testing.T) {
+	t.Parallel()
+	f, err := parser.ParseFile(token.NewFileSet(), "errors.go", nil, 0)
+	require.NoError(t, err)
+	var codes []string
+	ast.Inspect(f, func(n ast.Node) bool {
+		if vs, ok := n.(*ast.ValueSpec); ok && strings.HasPrefix(vs.Names[0].Name, "Code") {
+			code, err := strconv.Unquote(vs.Values[0].(*ast.BasicLit).Value)
+			require.NoError(t, err)
+			codes = append(codes, code)
+		}
+		return true
+	})
+	require.Contains(t, codes, CodeStaleReceipt)
+
+	doc, _ := loadOpenAPI(t)
+	var schema struct {
+		Properties struct {
+			Code struct {
+				Enum []string `yaml:"enum"`
+			} `yaml:"code"`
+		} `yaml:"properties"`
+	}
+	node := doc.Components["schemas"]["Error"]
+	require.NoError(t, node.Decode(&schema))
+	require.ElementsMatch(t, codes, schema.Properties.Code.Enum, "errors.go and openapi.yaml's Error.code")
+
+	src, err := os.ReadFile("doc.go")
+	require.NoError(t, err)
+	_, section, ok := strings.Cut(string(src), "# Errors")
+	require.True(t, ok)
+	for _, code := range codes {
+		require.Regexp(t, regexp.MustCompile(`\b`+code+`\b`), section, "doc.go's # Errors names %s", code)
 	}
 }
