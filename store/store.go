@@ -28,7 +28,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -321,12 +323,17 @@ type scripter interface {
 // their ttr. An error that hit every call is returned; otherwise each call's
 // own error is in its cmd.
 func (s *Store) runScripts(ctx context.Context, calls []*scriptCall) error {
-	return s.runScriptsOn(ctx, s.client, calls, nil)
+	if err := s.execScripts(ctx, s.client, calls, nil); err != nil {
+		return err
+	}
+	return allFailed(calls)
 }
 
-// runScriptsOn runs calls on r; after them, on the same connection, wait
-// (when set) is queued, so that it covers their writes.
-func (s *Store) runScriptsOn(ctx context.Context, r scripter, calls []*scriptCall, wait func(redis.Pipeliner)) error {
+// execScripts runs calls on r as runScripts does, and leaves each call's
+// outcome in its cmd; it fails only to load a script. After the calls, on
+// the same connection, wait (when set) is queued, so that it covers their
+// writes.
+func (s *Store) execScripts(ctx context.Context, r scripter, calls []*scriptCall, wait func(redis.Pipeliner)) error {
 	pending := calls
 	for try := 0; len(pending) > 0 && try < 2; try++ {
 		pipe := r.Pipeline()
@@ -355,15 +362,21 @@ func (s *Store) runScriptsOn(ctx context.Context, r scripter, calls []*scriptCal
 		}
 		pending = noScript
 	}
+	return nil
+}
+
+// allFailed returns the first call's error when every call failed, nil
+// when one at least succeeded.
+func allFailed(calls []*scriptCall) error {
 	var firstErr error
-	failed := 0
 	for _, c := range calls {
-		if err := c.cmd.Err(); err != nil && !errors.Is(err, redis.Nil) {
-			failed++
-			firstErr = cmp.Or(firstErr, err)
+		err := c.cmd.Err()
+		if err == nil || errors.Is(err, redis.Nil) {
+			return nil
 		}
+		firstErr = cmp.Or(firstErr, err)
 	}
-	if failed > 0 && failed == len(calls) {
+	if firstErr != nil {
 		return fmt.Errorf("run scripts: %w", firstErr)
 	}
 	return nil
@@ -414,30 +427,76 @@ func (s *Store) loadScript(ctx context.Context, r scripter, sc *redis.Script) er
 // a cancel, a replay, a finish): with WaitReplicas set, each node's writes
 // are followed on their own connection by WAIT, and fewer replicas than
 // asked make the call notify.ErrNotReplicated; the writes are then on the
-// master but may not survive its loss.
+// master but may not survive its loss. Errors are otherwise as runScripts's.
 func (s *Store) runAcked(ctx context.Context, calls []*scriptCall) error {
 	n := s.cfg.WaitReplicas
 	if n <= 0 {
 		return s.runScripts(ctx, calls)
 	}
+	err := s.runWaited(ctx, calls, n)
+	if cc, ok := s.client.(*redis.ClusterClient); ok {
+		// The slot map changed (a resharding moved a slot, a failover
+		// promoted a replica), and the cluster client learns that from the
+		// redirects and failures of its own calls, not from these, made on
+		// one node's connection: it would send every acknowledged write of
+		// the slot to the old master until its periodic reload, a minute
+		// later. Such calls never ran: they go again, once, to the master
+		// the map names now.
+		if moved := slices.DeleteFunc(slices.Clone(calls), sentRight); len(moved) > 0 && reloadSlots(ctx, cc) == nil {
+			err = cmp.Or(s.runWaited(ctx, moved, n), err)
+		}
+	}
+	if ferr := allFailed(calls); ferr != nil {
+		return ferr
+	}
+	return err
+}
+
+// sentRight reports whether c reached the master of its slot: not a
+// redirect, nor a master that refused the connection.
+func sentRight(c *scriptCall) bool {
+	err := c.cmd.Err()
+	var dial *net.OpError
+	return !redis.HasErrorPrefix(err, "MOVED") && !redis.HasErrorPrefix(err, "ASK") && (!errors.As(err, &dial) || dial.Op != "dial")
+}
+
+// reloadSlots makes cc read the slot map afresh before it returns:
+// ForEachMaster reloads it before visiting the masters, where ReloadState
+// only asks for a reload in the background.
+func reloadSlots(ctx context.Context, cc *redis.ClusterClient) error {
+	return cc.ForEachMaster(ctx, func(context.Context, *redis.Client) error { return nil })
+}
+
+// runWaited runs calls on the master of each, on one connection per master,
+// where WAIT then waits for n replicas to have them. It returns an error for
+// a master's WAIT that failed or fell short; each call's own error is in
+// its cmd.
+func (s *Store) runWaited(ctx context.Context, calls []*scriptCall, n int) error {
 	groups := map[*redis.Client][]*scriptCall{}
 	switch c := s.client.(type) {
 	case *redis.ClusterClient:
 		for _, call := range calls {
 			node, err := c.MasterForKey(ctx, call.keys[0])
 			if err != nil {
-				return fmt.Errorf("find the master of %s: %w", call.keys[0], err)
+				call.cmd = redis.NewCmd(ctx)
+				call.cmd.SetErr(fmt.Errorf("find the master of %s: %w", call.keys[0], err))
+				continue
 			}
 			groups[node] = append(groups[node], call)
 		}
 	case *redis.Client:
 		groups[c] = calls
 	default:
-		return fmt.Errorf("redis.wait_replicas needs a standalone, Sentinel or Cluster client, not %T", s.client)
+		err := fmt.Errorf("redis.wait_replicas needs a standalone, Sentinel or Cluster client, not %T", s.client)
+		for _, call := range calls {
+			call.cmd = redis.NewCmd(ctx)
+			call.cmd.SetErr(err)
+		}
+		return nil
 	}
 	errs := make(chan error, len(groups))
 	for node, group := range groups {
-		go func() { errs <- s.runWaited(ctx, node, group, n) }()
+		go func() { errs <- s.runWaitedOn(ctx, node, group, n) }()
 	}
 	var err error
 	for range groups {
@@ -446,17 +505,17 @@ func (s *Store) runAcked(ctx context.Context, calls []*scriptCall) error {
 	return err
 }
 
-// runWaited runs calls on one connection of node, then WAITs for n
+// runWaitedOn runs calls on one connection of node, then WAITs for n
 // replicas to have them.
-func (s *Store) runWaited(ctx context.Context, node *redis.Client, calls []*scriptCall, n int) error {
+func (s *Store) runWaitedOn(ctx context.Context, node *redis.Client, calls []*scriptCall, n int) error {
 	conn := node.Conn()
 	defer conn.Close()
 	var acked *redis.Cmd
-	err := s.runScriptsOn(ctx, conn, calls, func(pipe redis.Pipeliner) {
+	err := s.execScripts(ctx, conn, calls, func(pipe redis.Pipeliner) {
 		acked = pipe.Do(ctx, "wait", n, s.cfg.WaitTimeout.Milliseconds())
 	})
-	if err != nil {
-		return err
+	if err != nil || allFailed(calls) != nil {
+		return err // nothing written, nothing to wait for: the calls' errors say why
 	}
 	got, werr := acked.Int()
 	if werr != nil {

@@ -397,41 +397,111 @@ func Namespace(tb testing.TB) string {
 	return fmt.Sprintf("t%d-%s", nsSeq.Add(1), name)
 }
 
-// Cluster is a Redis Cluster of masters only, each a Server.
+// Cluster is a Redis Cluster, each node a Server.
 type Cluster struct {
+	// Nodes are the masters.
 	Nodes []*Server
+	// Replicas are the replicas, if the cluster was started with some.
+	Replicas []*Server
 }
 
 // StartCluster starts a cluster of masters nodes (3 or more) for tb, with the
 // slots spread evenly, and waits until it serves requests.
 func StartCluster(tb testing.TB, masters int) *Cluster {
 	tb.Helper()
+	return StartClusterReplicas(tb, masters, 0)
+}
+
+// StartClusterReplicas is StartCluster with replicas replicas of each
+// master, and waits as well until each replica has synced, so that a WAIT
+// counts it and a failover can promote it.
+func StartClusterReplicas(tb testing.TB, masters, replicas int) *Cluster {
+	tb.Helper()
 	if _, err := exec.LookPath("redis-cli"); err != nil {
 		tb.Fatalf("redistest: redis-cli not found on PATH (it comes with redis-server): %v", err)
 	}
-	c := &Cluster{}
+	var nodes []*Server
 	args := []string{"--cluster", "create"}
-	for range masters {
+	for range masters * (1 + replicas) {
 		s := Start(tb, Options{Args: []string{
 			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000",
+			// A master waits 5s by default before a diskless sync, for
+			// more replicas to share it.
+			"--repl-diskless-sync-delay", "0",
 		}})
-		c.Nodes = append(c.Nodes, s)
+		nodes = append(nodes, s)
 		args = append(args, s.Addr)
 	}
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
 	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
 		tb.Fatalf("redistest: create cluster: %v: %s", err, lastLines(string(out), 5))
 	}
+	c := &Cluster{}
 	deadline := time.Now().Add(20 * time.Second)
-	for _, s := range c.Nodes {
+	for _, s := range nodes {
 		for !s.clusterOK() {
 			if time.Now().After(deadline) {
 				tb.Fatalf("redistest: cluster node %s not ready within 20s", s.Addr)
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
+		// redis-cli picks which nodes replicate which: ask each.
+		if s.masterPort() == 0 {
+			c.Nodes = append(c.Nodes, s)
+		} else {
+			c.Replicas = append(c.Replicas, s)
+		}
+	}
+	for _, s := range c.Nodes {
+		for !s.acknowledgedBy(replicas) {
+			if time.Now().After(deadline) {
+				tb.Fatalf("redistest: the replicas of cluster node %s not synced within 20s", s.Addr)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
 	return c
+}
+
+// ReplicaOf returns a replica of master, or nil when it has none.
+func (c *Cluster) ReplicaOf(master *Server) *Server {
+	for _, r := range c.Replicas {
+		if r.masterPort() == master.port {
+			return r
+		}
+	}
+	return nil
+}
+
+// masterPort is the port of the master the server replicates, 0 for a
+// master.
+func (s *Server) masterPort() int {
+	c := redis.NewClient(s.Options())
+	defer c.Close()
+	info, err := c.Info(context.Background(), "replication").Result()
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Fields(info) {
+		if v, ok := strings.CutPrefix(line, "master_port:"); ok {
+			port, _ := strconv.Atoi(v)
+			return port
+		}
+	}
+	return 0
+}
+
+// acknowledgedBy reports whether a master has replicas replicas online
+// and up to date, as WAIT counts them: a replica's link can be up a moment
+// before its master counts it.
+func (s *Server) acknowledgedBy(replicas int) bool {
+	c := redis.NewClient(s.Options())
+	defer c.Close()
+	conn := c.Conn()
+	defer conn.Close()
+	ctx := context.Background()
+	got, err := conn.Do(ctx, "wait", replicas, 50).Int()
+	return err == nil && got >= replicas
 }
 
 func (s *Server) clusterOK() bool {

@@ -1,0 +1,156 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/internal/redistest"
+	"github.com/heraldhq/herald/notify"
+)
+
+// TestWaitReplicasFollowSlotMoves moves the slot of a shard to another
+// master of a Cluster (a resharding) after the store has learnt where the
+// slots are: with redis.wait_replicas an enqueue into that shard is stored
+// on the slot's new master, as without, rather than failing with the old
+// master's MOVED until the client happens to reload the slot map (every
+// 60s, unless another call sees the move first).
+func TestWaitReplicasFollowSlotMoves(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cluster := redistest.StartClusterReplicas(t, 3, 1)
+	client := cluster.Client(t)
+	st, err := New(&Config{Client: client, WaitReplicas: 1, WaitTimeout: time.Second})
+	require.NoError(t, err)
+	_, status, err := st.Enqueue(ctx, pullNotification("a"), false)
+	require.NoError(t, err)
+	require.Equal(t, Created, status)
+
+	moveSlot(t, cluster, client, st.keys.job(st.keys.shardOf("b")))
+	_, status, err = st.Enqueue(ctx, pullNotification("b"), false)
+	require.NoError(t, err)
+	require.Equal(t, Created, status)
+}
+
+// TestWaitReplicasThroughClusterFailover kills the master of a shard of a
+// Cluster with a replica per master, under redis.wait_replicas 1: the
+// replica takes over with the enqueue acknowledged before the kill, and
+// once the old master is back as its replica, enqueues into the shard are
+// acknowledged again within seconds, rather than failing on the old
+// master's address until the client reloads the slot map a minute later.
+func TestWaitReplicasThroughClusterFailover(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cluster := redistest.StartClusterReplicas(t, 3, 1)
+	client := cluster.Client(t)
+	st, err := New(&Config{Client: client, WaitReplicas: 1, WaitTimeout: 500 * time.Millisecond})
+	require.NoError(t, err)
+	_, _, err = st.Enqueue(ctx, pullNotification("before"), false)
+	require.NoError(t, err)
+
+	key := st.keys.job(st.keys.shardOf("before"))
+	node, err := client.MasterForKey(ctx, key)
+	require.NoError(t, err)
+	var master *redistest.Server
+	for _, m := range cluster.Nodes {
+		if m.Addr == node.Options().Addr {
+			master = m
+		}
+	}
+	replica := cluster.ReplicaOf(master)
+	master.Kill()
+	promoter := replica.Client(t)
+	require.Eventually(t, func() bool {
+		role, err := promoter.Do(ctx, "role").Slice()
+		return err == nil && role[0] == "master"
+	}, 15*time.Second, 20*time.Millisecond, "the replica was not promoted")
+	require.NoError(t, master.Restart()) // it comes back as the new master's replica
+
+	id := "after"
+	for i := 0; st.keys.shardOf(id) != st.keys.shardOf("before"); i++ {
+		id = "after-" + strconv.Itoa(i)
+	}
+	back := time.Now()
+	for {
+		_, _, err = st.Enqueue(ctx, pullNotification(id), false)
+		if err == nil || time.Since(back) > 10*time.Second {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.NoError(t, err, "enqueues into the shard are acknowledged again")
+	t.Logf("acknowledged %s after the old master was back", time.Since(back).Round(time.Millisecond))
+	got, err := st.Get(ctx, "before")
+	require.NoError(t, err, "acknowledged before the kill")
+	require.Equal(t, notify.StateScheduled, got.State)
+}
+
+// pullNotification is a notification of the pull topic jobs, due now.
+func pullNotification(id string) *notify.Notification {
+	return &notify.Notification{ID: id, Topic: "jobs", Channel: notify.ChannelPull, Payload: json.RawMessage(`{}`),
+		Backoff: []notify.Duration{0}, TTR: notify.Duration(time.Minute), SendAt: time.Now().UTC(), Digest: id}
+}
+
+// moveSlot moves the slot of key, with its keys, from its master to
+// another, as redis-cli --cluster reshard does, and waits until every
+// master agrees.
+func moveSlot(t *testing.T, cluster *redistest.Cluster, client *redis.ClusterClient, key string) {
+	t.Helper()
+	ctx := context.Background()
+	slot, err := client.ClusterKeySlot(ctx, key).Result()
+	require.NoError(t, err)
+	from, err := client.MasterForKey(ctx, key)
+	require.NoError(t, err)
+	ids := map[string]string{}
+	clients := map[string]*redis.Client{}
+	var to string
+	for _, node := range cluster.Nodes {
+		c := node.Client(t)
+		clients[node.Addr] = c
+		ids[node.Addr], err = c.ClusterMyID(ctx).Result()
+		require.NoError(t, err)
+		if node.Addr != from.Options().Addr {
+			to = node.Addr
+		}
+	}
+	src, dst := clients[from.Options().Addr], clients[to]
+	require.NoError(t, dst.Do(ctx, "cluster", "setslot", slot, "importing", ids[from.Options().Addr]).Err())
+	require.NoError(t, src.Do(ctx, "cluster", "setslot", slot, "migrating", ids[to]).Err())
+	host, port, err := net.SplitHostPort(to)
+	require.NoError(t, err)
+	for {
+		keys, err := src.ClusterGetKeysInSlot(ctx, int(slot), 100).Result()
+		require.NoError(t, err)
+		if len(keys) == 0 {
+			break
+		}
+		args := []any{"migrate", host, port, "", 0, 5000, "keys"}
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		require.NoError(t, src.Do(ctx, args...).Err())
+	}
+	for _, c := range []*redis.Client{dst, src} {
+		require.NoError(t, c.Do(ctx, "cluster", "setslot", slot, "node", ids[to]).Err())
+	}
+	for _, node := range cluster.Nodes {
+		require.Eventually(t, func() bool {
+			slots, err := clients[node.Addr].ClusterSlots(ctx).Result()
+			if err != nil {
+				return false
+			}
+			for _, r := range slots {
+				if int64(r.Start) <= slot && slot <= int64(r.End) {
+					return r.Nodes[0].Addr == to
+				}
+			}
+			return false
+		}, 10*time.Second, 20*time.Millisecond, "node %s did not learn that slot %d moved", node.Addr, slot)
+	}
+}
