@@ -1,7 +1,8 @@
 // Package demo is the world `herald demo` runs in: fake receivers on one
-// loopback HTTP server (an SMS gateway, a merchant, a payment provider), the
-// demo's four notifications, and a timeline that prints every attempt as it
-// happens, then a summary.
+// loopback HTTP server (an SMS gateway, a merchant that checks webhook
+// signatures, a payment provider), a pull worker, the demo's six
+// notifications, and a timeline that prints every attempt as it happens,
+// then a summary.
 //
 // The command wires Herald as serve does (store, senders, dispatcher,
 // client) around a Demo: Start the receivers, point the SMS sender at
@@ -34,22 +35,29 @@ const TimeoutDefault = 50 * time.Second
 
 // The demo's notifications.
 const (
-	reminderID = "demo-reminder-42"
-	orderID    = "demo-order-1001"
-	pollID     = "demo-poll-1001"
-	brokenID   = "demo-order-1002"
-	phone      = "+14155550100"
-	// reminderDelay stands in for "30 minutes before the appointment".
+	reminderID  = "demo-reminder-42"
+	cancelledID = "demo-reminder-43"
+	orderID     = "demo-order-1001"
+	pollID      = "demo-poll-1001"
+	brokenID    = "demo-order-1002"
+	jobID       = "demo-invoice-42"
+	phone       = "+14155550100"
+	// cancelledPhone is the patient whose appointment is cancelled.
+	cancelledPhone = "+14155550143"
+	// reminderDelay stands in for "30 minutes before the appointment", and
+	// so for 30 minutes: appointment 42 moves this much later.
 	reminderDelay = 3 * time.Second
+	// jobsTopic is the pull worker's topic.
+	jobsTopic = "jobs"
 )
 
 // ids are the demo's notifications in the order they are enqueued.
-var ids = []string{reminderID, orderID, pollID, brokenID}
+var ids = []string{reminderID, cancelledID, orderID, pollID, brokenID, jobID}
 
 // Topics are the topics the demo enqueues to, in the order of its
 // notifications; the policies file must have them all, payment-poll with a
-// poll section.
-var Topics = []string{"appointment-reminder", "order-notify", "payment-poll", "merchant-notify"}
+// poll section and jobs on the pull channel.
+var Topics = []string{"appointment-reminder", "order-notify", "payment-poll", "merchant-notify", jobsTopic}
 
 // ErrTopics is returned, followed by the topic's name, by Start when the
 // policies lack one of Topics; it reads after the policies file's name.
@@ -59,6 +67,10 @@ var ErrTopics = errors.New("has no topic")
 type Config struct {
 	// Out receives the timeline and the summary. Required.
 	Out io.Writer
+	// Secret is the webhook signing secret (senders.webhook.secret), with
+	// which the merchant checks each payment notification's signature, as
+	// a receiver would. Empty: the merchant notes that they are unsigned.
+	Secret string
 	// Policies are the policies file's, with Topics. Required.
 	Policies *policy.Set
 	// Speed plays the schedules this many times faster. Default 1.
@@ -78,6 +90,9 @@ type Demo struct {
 	// deadAfter is how many attempts the broken endpoint's notification
 	// had made when it died, 0 until then.
 	deadAfter int
+	// worked is the pull worker's answers, in order; Run reads it once the
+	// worker has returned.
+	worked []string
 }
 
 // Start checks the policies and starts the receivers on 127.0.0.1, the only
@@ -91,13 +106,14 @@ func Start(cfg *Config) (*Demo, error) {
 		c.Timeout = TimeoutDefault
 	}
 	for _, name := range Topics {
-		if t, ok := c.Policies.Topics[name]; !ok || (name == "payment-poll" && t.Poll == nil) {
+		t, ok := c.Policies.Topics[name]
+		if !ok || (name == "payment-poll" && t.Poll == nil) || (name == jobsTopic && t.Channel != notify.ChannelPull) {
 			return nil, fmt.Errorf("%w %s", ErrTopics, name)
 		}
 	}
 	d := &Demo{cfg: c, records: map[string]*notify.Notification{}}
 	d.tl = &timeline{out: c.Out, start: time.Now()}
-	w, err := startWorld(d.tl)
+	w, err := startWorld(d.tl, c.Secret)
 	if err != nil {
 		return nil, err
 	}
@@ -146,17 +162,16 @@ func (d *Demo) policies() (*policy.Set, error) {
 	return policy.NewSet(policies, topics)
 }
 
-// Run enqueues the demo's notifications through cl, prints the timeline
-// until all are delivered (replaying the broken endpoint's once it is
-// dead), then a summary. It fails when one ends otherwise or the demo runs
-// out of time. stopDispatcher is called before the summary: the store shows
-// an outcome a moment before the dispatcher reports it to the timeline, and
-// stopping it puts its last lines before the summary rather than into it.
+// Run enqueues the demo's notifications through cl and runs the pull
+// worker, prints the timeline until all are delivered (moving one reminder
+// and cancelling the other, replaying the broken endpoint's notification
+// once it is dead), then a summary. It fails when one ends otherwise or the
+// demo runs out of time. stopDispatcher is called before the summary: the
+// store shows an outcome a moment before the dispatcher reports it to the
+// timeline, and stopping it puts its last lines before the summary rather
+// than into it.
 func (d *Demo) Run(ctx context.Context, cl *client.Client, stopDispatcher func()) error {
-	if err := d.enqueue(ctx, cl); err != nil {
-		return err
-	}
-	err := d.wait(ctx, cl)
+	err := d.play(ctx, cl)
 	stopDispatcher()
 	fmt.Fprintln(d.cfg.Out)
 	if perr := d.summary(); perr != nil {
@@ -165,20 +180,44 @@ func (d *Demo) Run(ctx context.Context, cl *client.Client, stopDispatcher func()
 	return err
 }
 
+// play enqueues the notifications, changes the appointments, and follows
+// the notifications, with the pull worker running, until the story ends.
+func (d *Demo) play(ctx context.Context, cl *client.Client) error {
+	if err := d.enqueue(ctx, cl); err != nil {
+		return err
+	}
+	if err := d.change(ctx, cl); err != nil {
+		return err
+	}
+	workCtx, stopWork := context.WithCancel(ctx)
+	worked := make(chan struct{})
+	go func() {
+		defer close(worked)
+		d.work(workCtx, cl)
+	}()
+	defer func() {
+		stopWork()
+		<-worked
+	}()
+	return d.wait(ctx, cl)
+}
+
 // enqueue enqueues the demo's notifications, as the API would, and prints
 // when each is due.
 func (d *Demo) enqueue(ctx context.Context, cl *client.Client) error {
 	delay := notify.Duration(float64(reminderDelay) / d.cfg.Speed)
-	appointment, _ := json.Marshal(time.Now().Add(30 * time.Minute).Format(time.RFC3339))
 	url := d.world.url
 	reqs := []*notify.Request{
 		{ID: reminderID, Topic: "appointment-reminder", Target: phone, Delay: &delay,
-			Payload: json.RawMessage(`{"name":"Ada","with":"Dr. Lee","starts_at":` + string(appointment) + `}`)},
+			Payload: appointment("Ada", 30*time.Minute)},
+		{ID: cancelledID, Topic: "appointment-reminder", Target: cancelledPhone, Delay: &delay,
+			Payload: appointment("Grace", 30*time.Minute)},
 		{ID: orderID, Topic: "order-notify", Target: url + notifyPath,
 			Payload: json.RawMessage(`{"out_trade_no":"1001","trade_no":"2026112200001","trade_status":"TRADE_SUCCESS","total_amount":"9.90"}`)},
 		{ID: pollID, Topic: "payment-poll", Target: url + queryPath + "?out_trade_no=1001"},
 		{ID: brokenID, Topic: "merchant-notify", Target: url + brokenPath,
 			Payload: json.RawMessage(`{"payment_id":"1002","status":"paid","amount":"25.00","currency":"EUR"}`)},
+		{ID: jobID, Topic: jobsTopic, Payload: json.RawMessage(`{"invoice":42}`)},
 	}
 	results, err := cl.EnqueueBatch(ctx, reqs)
 	if err != nil {
@@ -189,6 +228,7 @@ func (d *Demo) enqueue(ctx context.Context, cl *client.Client) error {
 			return fmt.Errorf("demo: enqueue: %w", res.Err)
 		}
 		n := res.Notification
+		d.records[n.ID] = n
 		waits := make([]string, len(n.Backoff))
 		for i, w := range n.Backoff {
 			waits[i] = show.Duration(w)
@@ -199,7 +239,82 @@ func (d *Demo) enqueue(ctx context.Context, cl *client.Client) error {
 	return nil
 }
 
-// wait follows the notifications until all succeeded.
+// appointment is a reminder's payload: name's appointment with Dr. Lee,
+// in from now.
+func appointment(name string, in time.Duration) json.RawMessage {
+	p, _ := json.Marshal(map[string]string{"name": name, "with": "Dr. Lee", "starts_at": time.Now().Add(in).Format(time.RFC3339)})
+	return p
+}
+
+// change does what the appointment service does when appointments change,
+// before the reminders are due: appointment 42 moves 30 minutes later, so
+// its reminder is enqueued again with replace, due that much later;
+// appointment 43 is cancelled, and its reminder with it.
+func (d *Demo) change(ctx context.Context, cl *client.Client) error {
+	sendAt := d.records[reminderID].NextAttemptAt.Add(time.Duration(float64(reminderDelay) / d.cfg.Speed))
+	moved, _, err := cl.Enqueue(ctx, &notify.Request{ID: reminderID, Topic: "appointment-reminder", Target: phone,
+		SendAt: &sendAt, Payload: appointment("Ada", 60*time.Minute), Replace: true})
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	d.tl.line(time.Now(), "%s moved: the appointment moves 30 minutes later, so the service enqueues the reminder again with replace; attempt 0 now due at %s",
+		reminderID, d.tl.stamp(*moved.NextAttemptAt))
+	if _, err := cl.Cancel(ctx, cancelledID); err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	d.tl.line(time.Now(), "%s cancelled: the appointment is cancelled, and its reminder with it (herald cancel %s)", cancelledID, cancelledID)
+	return nil
+}
+
+// work is a pull worker on the jobs topic, as any program that reserves
+// over the API would be: its first attempt fails (a nack), its second
+// succeeds (an ack). It returns then, or when ctx ends.
+func (d *Demo) work(ctx context.Context, cl *client.Client) {
+	for ctx.Err() == nil {
+		jobs, err := cl.Reserve(ctx, jobsTopic, 1, time.Second)
+		if err != nil {
+			if ctx.Err() == nil {
+				d.tl.line(time.Now(), "worker: reserve: %v", err)
+			}
+			return
+		}
+		for _, n := range jobs {
+			a := notify.Attempt{Attempt: n.Attempts, StartedAt: time.Now(), Outcome: notify.OutcomeSuccess}
+			var cause error
+			if n.Attempts == 0 {
+				cause = errors.New("PDF renderer down")
+				a.Outcome, a.Error = notify.OutcomeRetry, "nack: "+cause.Error()
+			}
+			if cause != nil {
+				err = cl.Nack(ctx, n.ID, n.Receipt, cause)
+				d.worked = append(d.worked, fmt.Sprintf("nack %q", cause.Error()))
+			} else {
+				err = cl.Ack(ctx, n.ID, n.Receipt)
+				d.worked = append(d.worked, "ack")
+			}
+			if err != nil {
+				d.tl.line(time.Now(), "worker: %s: %v", n.ID, err)
+				return
+			}
+			a.FinishedAt = time.Now()
+			if cause == nil {
+				d.tl.AttemptFinished(n, a, notify.ActionAck, 0)
+				return
+			}
+			d.tl.AttemptFinished(n, a, notify.ActionRetry, 0)
+		}
+	}
+}
+
+// wants is the state each notification should end in.
+func wants(id string) notify.State {
+	if id == cancelledID {
+		return notify.StateCancelled
+	}
+	return notify.StateSucceeded
+}
+
+// wait follows the notifications until all are where the story ends.
 func (d *Demo) wait(ctx context.Context, cl *client.Client) error {
 	deadline := time.NewTimer(d.cfg.Timeout)
 	defer deadline.Stop()
@@ -226,7 +341,7 @@ func (d *Demo) wait(ctx context.Context, cl *client.Client) error {
 		done := len(d.world.snapshot().results) > 0
 		for id, n := range d.records {
 			switch {
-			case n.State == notify.StateSucceeded:
+			case n.State == wants(id):
 			case n.State.Finished() && (id != brokenID || d.deadAfter > 0):
 				return fmt.Errorf("demo: %s ended %s, not as the demo expected", id, n.State)
 			default:
@@ -234,7 +349,7 @@ func (d *Demo) wait(ctx context.Context, cl *client.Client) error {
 			}
 		}
 		if done {
-			d.tl.line(time.Now(), "all four notifications delivered")
+			d.tl.line(time.Now(), "all delivered, but for the reminder of the cancelled appointment")
 			return nil
 		}
 		select {
@@ -252,8 +367,10 @@ func (d *Demo) wait(ctx context.Context, cl *client.Client) error {
 func (d *Demo) summary() error {
 	seen := d.world.snapshot()
 	stories := map[string]string{
-		reminderID: fmt.Sprintf("the SMS gateway accepted %d text to %s", len(seen.texts), phone),
-		orderID:    "the merchant answered " + strings.Join(seen.notifyAnswers, ", then "),
+		reminderID:  fmt.Sprintf("moved before it was due; the SMS gateway accepted %d text to %s", seen.texts[phone], phone),
+		cancelledID: fmt.Sprintf("cancelled before it was due; the SMS gateway accepted %d texts to %s", seen.texts[cancelledPhone], cancelledPhone),
+		orderID:     seen.signatures + "; the merchant answered " + strings.Join(seen.notifyAnswers, ", then "),
+		jobID:       "the pull worker answered " + strings.Join(d.worked, ", then "),
 		pollID: fmt.Sprintf("the provider answered %s; on_done webhook to the merchant: %s",
 			strings.Join(seen.trades, ", "), show.Dash(strings.Join(seen.results, ", "))),
 		brokenID: fmt.Sprintf("503 on every attempt, %d requests", seen.brokenCalls),

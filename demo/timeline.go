@@ -56,12 +56,20 @@ func (t *timeline) AttemptFinished(n *notify.Notification, a notify.Attempt, act
 	if a.Attempt >= len(n.Backoff) {
 		attempt = fmt.Sprintf("attempt %d (replayed)", a.Attempt)
 	}
-	head := fmt.Sprintf("%-16s %-7s to %-22s %s: ", n.ID, n.Channel, t.showFunc(n.Target), attempt)
+	to := t.showFunc(n.Target)
+	if n.Channel == notify.ChannelPull {
+		to = "the worker"
+	}
+	head := fmt.Sprintf("%-16s %-7s to %-22s %s: ", n.ID, n.Channel, to, attempt)
 	// The channel is in its column already.
 	reason := show.Line(strings.TrimPrefix(a.Error, n.Channel+": "), 90)
 	switch action {
 	case notify.ActionAck:
-		t.line(a.StartedAt, "%ssucceeded (HTTP %d)", head, a.StatusCode)
+		status := "" // a pull worker's ack has none
+		if a.StatusCode != 0 {
+			status = fmt.Sprintf(" (HTTP %d)", a.StatusCode)
+		}
+		t.line(a.StartedAt, "%ssucceeded%s", head, status)
 	case notify.ActionRetry:
 		p := t.policies.PolicyFor(n)
 		next, _ := p.NextAttemptAt(n.Backoff, policy.Failure{Attempt: a.Attempt, At: a.FinishedAt})

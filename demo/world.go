@@ -5,12 +5,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
+	"github.com/heraldhq/herald/notify/webhook"
 )
 
 // Paths of the demo's receivers.
@@ -25,14 +30,18 @@ const (
 
 // world is everyone the demo talks to, faked on one loopback HTTP
 // server: an SMS provider (the http provider's JSON POST), a merchant
-// whose notify endpoint fails twice before answering "success", a payment
-// provider whose trade query reports TRADE_SUCCESS on the third poll, the
-// merchant's endpoint for on_done webhooks, and a merchant endpoint that
-// answers 503 until it is fixed.
+// whose notify endpoint checks each request's Standard Webhooks signature
+// and fails twice before answering "success", a payment provider whose
+// trade query reports TRADE_SUCCESS on the third poll, the merchant's
+// endpoint for on_done webhooks, and a merchant endpoint that answers 503
+// until it is fixed.
 type world struct {
 	srv *http.Server
 	url string
 	tl  *timeline
+	// verifier checks signatures with the demo's secret; nil when
+	// webhooks go out unsigned.
+	verifier *standardwebhooks.Webhook
 
 	// mu guards seen and fixed, which the handlers write.
 	mu   sync.Mutex
@@ -43,8 +52,11 @@ type world struct {
 
 // seenSoFar is what the receivers saw.
 type seenSoFar struct {
-	// texts are the SMS bodies the gateway accepted.
-	texts []string
+	// texts counts the SMS the gateway accepted, by recipient.
+	texts map[string]int
+	// signatures says what the merchant's notify endpoint made of the
+	// signatures: all verified, unsigned, or which one failed.
+	signatures string
 	// notifyAnswers are the notify endpoint's answers, in order.
 	notifyAnswers []string
 	// trades are the trade statuses the provider's query answered.
@@ -60,19 +72,32 @@ func (w *world) snapshot() seenSoFar {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	s := w.seen
-	s.texts, s.notifyAnswers = slices.Clone(s.texts), slices.Clone(s.notifyAnswers)
+	s.texts, s.notifyAnswers = maps.Clone(s.texts), slices.Clone(s.notifyAnswers)
 	s.trades, s.results = slices.Clone(s.trades), slices.Clone(s.results)
 	return s
 }
 
 // startWorld starts the receivers on 127.0.0.1, the only network the
-// demo's SSRF guard lets through. Close it when done.
-func startWorld(tl *timeline) (*world, error) {
+// demo's SSRF guard lets through; the merchant checks signatures with
+// secret, a webhook secret as senders.webhook.secret takes it. Close it
+// when done.
+func startWorld(tl *timeline, secret string) (*world, error) {
+	w := &world{tl: tl, seen: seenSoFar{texts: map[string]int{}, signatures: "webhooks unsigned (senders.webhook.secret is empty)"}}
+	if secret != "" {
+		key, err := webhook.ParseSecret(secret)
+		if err != nil {
+			return nil, err
+		}
+		if w.verifier, err = standardwebhooks.NewWebhookRaw(key); err != nil {
+			return nil, fmt.Errorf("demo merchant: %w", err)
+		}
+		w.seen.signatures = "every signature verified"
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("demo receivers: %w", err)
 	}
-	w := &world{url: "http://" + l.Addr().String(), tl: tl}
+	w.url = "http://" + l.Addr().String()
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+smsPath, w.sms)
 	mux.HandleFunc("POST "+notifyPath, w.notify)
@@ -102,7 +127,7 @@ func (w *world) sms(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.mu.Lock()
-	w.seen.texts = append(w.seen.texts, msg.Body)
+	w.seen.texts[msg.To]++
 	w.mu.Unlock()
 	w.tl.note("SMS provider", "text to %s: %q", msg.To, msg.Body)
 	rw.Header().Set("Content-Type", "application/json")
@@ -117,12 +142,31 @@ var notifyAnswers = []struct {
 	body string
 }{{http.StatusInternalServerError, "busy"}, {http.StatusOK, "fail"}, {http.StatusOK, "success"}}
 
-// notify is the merchant's payment notification endpoint.
-func (w *world) notify(rw http.ResponseWriter, _ *http.Request) {
+// notify is the merchant's payment notification endpoint. It checks the
+// signature first, as a receiver must, and refuses a request whose
+// signature does not verify.
+func (w *world) notify(rw http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err == nil && w.verifier != nil {
+		err = w.verifier.Verify(body, r.Header)
+	}
+	attempt := r.Header.Get("Herald-Attempt")
+	if err != nil {
+		w.mu.Lock()
+		w.seen.signatures = fmt.Sprintf("attempt %s's signature failed: %v", attempt, err)
+		w.seen.notifyAnswers = append(w.seen.notifyAnswers, "401")
+		w.mu.Unlock()
+		w.tl.note("merchant", "webhook-id %s, Herald-Attempt %s: signature check failed (%v)", r.Header.Get("webhook-id"), attempt, err)
+		http.Error(rw, "bad signature", http.StatusUnauthorized)
+		return
+	}
 	w.mu.Lock()
 	a := notifyAnswers[min(len(w.seen.notifyAnswers), len(notifyAnswers)-1)]
 	w.seen.notifyAnswers = append(w.seen.notifyAnswers, fmt.Sprintf("%d %q", a.code, a.body))
 	w.mu.Unlock()
+	if w.verifier != nil {
+		w.tl.note("merchant", "webhook-id %s, Herald-Attempt %s: signature verified", r.Header.Get("webhook-id"), attempt)
+	}
 	rw.WriteHeader(a.code)
 	_, _ = io.WriteString(rw, a.body)
 }

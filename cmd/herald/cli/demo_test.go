@@ -1,9 +1,12 @@
 package cli
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,13 +18,31 @@ func TestDemo(t *testing.T) {
 
 	t.Run("EndToEnd", func(t *testing.T) {
 		t.Parallel()
+		// Signed, as with configs/demo.yaml.
+		config := writeConfig(t, strings.Replace(readFile(t, newEnv(t, "").config),
+			"webhook: {", "webhook: {secret: whsec_ZGVtby10ZXN0LXNpZ25pbmcta2V5, ", 1))
 		start := time.Now()
-		r := newEnv(t, "").run(t, "demo", "--speed", "4")
+		r := run(t, []string{"--config", config, "demo", "--speed", "4"})
 		require.NoError(t, r.err, r.out+r.logs)
 		require.Less(t, time.Since(start), 20*time.Second)
 
 		require.Contains(t, r.logs, "EMBEDDED REDIS", "the demo runs on the embedded Redis, whatever the config says")
+
+		// The appointment service moves one appointment and cancels another:
+		// the moved reminder goes out 30 demo minutes (0.75s at speed 4)
+		// later than it was first due.
+		due := stampOf(t, r.out, `enqueued demo-reminder-42 .*; attempt 0 due at \+(\d+\.\d\d)s`)
+		moved := stampOf(t, r.out, `demo-reminder-42 moved: .* with replace; attempt 0 now due at \+(\d+\.\d\d)s`)
+		require.InDelta(t, 0.75, moved-due, 0.011)
+		require.GreaterOrEqual(t, stampOf(t, r.out, `\+(\d+\.\d\d)s  demo-reminder-42 sms +to \+14155550100 +attempt 0 of 4: succeeded \(HTTP 200\)`), moved)
 		require.Contains(t, r.out, "SMS provider: text to +14155550100: \"Hi Ada, a reminder of your appointment with Dr. Lee at ")
+		require.Contains(t, r.out, "demo-reminder-43 cancelled: the appointment is cancelled")
+		require.NotContains(t, r.out, "text to +14155550143")
+
+		// The merchant checks every payment notification's signature.
+		for attempt := range 3 {
+			require.Contains(t, r.out, fmt.Sprintf("merchant: webhook-id demo-order-1001, Herald-Attempt %d: signature verified\n", attempt))
+		}
 		require.Regexp(t, `demo-order-1001\s+webhook to /merchant/notify\s+attempt 0 of 5: failed, status 500 Internal Server Error: busy; attempt 1 due at \+\d+\.\d\ds`, r.out)
 		require.Contains(t, r.out, "payment provider: query 3 for trade 1001: TRADE_SUCCESS")
 		require.Contains(t, r.out, "merchant: on_done webhook: the trade is TRADE_SUCCESS")
@@ -29,11 +50,17 @@ func TestDemo(t *testing.T) {
 		require.Contains(t, r.out, "demo-order-1002 is dead after 5 attempts.")
 		require.Regexp(t, `demo-order-1002\s+webhook to /merchant/broken\s+attempt 5 \(replayed\): succeeded \(HTTP 200\)`, r.out)
 
+		// A pull worker fails the job once, then acknowledges it.
+		require.Regexp(t, `demo-invoice-42\s+pull\s+to the worker\s+attempt 0 of 5: failed, nack: PDF renderer down; attempt 1 due at \+\d+\.\d\ds`, r.out)
+		require.Regexp(t, `demo-invoice-42\s+pull\s+to the worker\s+attempt 1 of 5: succeeded\n`, r.out)
+
 		for _, row := range []string{
-			`demo-reminder-42\s+appointment-reminder\s+sms\s+succeeded\s+1\s+the SMS gateway accepted 1 text to \+14155550100`,
-			`demo-order-1001\s+order-notify\s+webhook\s+succeeded\s+3\s+the merchant answered 500 "busy", then 200 "fail", then 200 "success"`,
+			`demo-reminder-42\s+appointment-reminder\s+sms\s+succeeded\s+1\s+moved before it was due; the SMS gateway accepted 1 text to \+14155550100`,
+			`demo-reminder-43\s+appointment-reminder\s+sms\s+cancelled\s+0\s+cancelled before it was due; the SMS gateway accepted 0 texts to \+14155550143`,
+			`demo-order-1001\s+order-notify\s+webhook\s+succeeded\s+3\s+every signature verified; the merchant answered 500 "busy", then 200 "fail", then 200 "success"`,
 			`demo-poll-1001\s+payment-poll\s+poll\s+succeeded\s+3\s+the provider answered WAIT_BUYER_PAY, WAIT_BUYER_PAY, TRADE_SUCCESS; on_done webhook to the merchant: TRADE_SUCCESS`,
 			`demo-order-1002\s+merchant-notify\s+webhook\s+succeeded\s+6\s+dead after 5 attempts \(503\), replayed, then delivered`,
+			`demo-invoice-42\s+jobs\s+pull\s+succeeded\s+2\s+the pull worker answered nack "PDF renderer down", then ack`,
 		} {
 			require.Regexp(t, regexp.MustCompile(`(?m)^`+row+`$`), r.out)
 		}
@@ -63,4 +90,15 @@ func TestDemo(t *testing.T) {
 		require.Equal(t, 2, r.code())
 		require.ErrorContains(t, r.err, "configs/demo.yaml")
 	})
+}
+
+// stampOf returns the time since the start, in seconds, that the first
+// submatch of the demo output's line matching re gives.
+func stampOf(t *testing.T, out, re string) float64 {
+	t.Helper()
+	m := regexp.MustCompile(re).FindStringSubmatch(out)
+	require.NotNil(t, m, "no line matches %s in\n%s", re, out)
+	f, err := strconv.ParseFloat(m[1], 64)
+	require.NoError(t, err)
+	return f
 }
