@@ -172,6 +172,11 @@ func (d *Demo) policies() (*policy.Set, error) {
 // than into it.
 func (d *Demo) Run(ctx context.Context, cl *client.Client, stopDispatcher func()) error {
 	err := d.play(ctx, cl)
+	if ctx.Err() != nil {
+		// Say what stopped the demo (Ctrl-C: "interrupt signal received"),
+		// not that a context was cancelled.
+		err = fmt.Errorf("demo: stopped before the end: %w", context.Cause(ctx))
+	}
 	stopDispatcher()
 	fmt.Fprintln(d.cfg.Out)
 	if perr := d.summary(); perr != nil {

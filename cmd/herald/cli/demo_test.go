@@ -1,12 +1,16 @@
 package cli
 
 import (
+	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -66,6 +70,17 @@ func TestDemo(t *testing.T) {
 		}
 	})
 
+	t.Run("Interrupted", func(t *testing.T) {
+		t.Parallel()
+		ctx, cancel := context.WithCancelCause(t.Context())
+		defer cancel(nil)
+		out := &interrupter{cancel: func() { cancel(errors.New("interrupt signal received")) }}
+		var logs bytes.Buffer
+		err := execute(ctx, newApp(Deps{Out: out, Err: &logs}), []string{"--config", newEnv(t, "").config, "demo"})
+		require.EqualError(t, err, "demo: stopped before the end: interrupt signal received")
+		require.Contains(t, out.String(), "Summary after ")
+	})
+
 	t.Run("BadSpeed", func(t *testing.T) {
 		t.Parallel()
 		r := newEnv(t, "").run(t, "demo", "--speed", "0")
@@ -101,4 +116,28 @@ func stampOf(t *testing.T, out, re string) float64 {
 	f, err := strconv.ParseFloat(m[1], 64)
 	require.NoError(t, err)
 	return f
+}
+
+// interrupter is the demo's output; it interrupts the demo, as Ctrl-C
+// would, once the demo has enqueued its notifications.
+type interrupter struct {
+	cancel func()
+
+	mu  sync.Mutex
+	out bytes.Buffer
+}
+
+func (w *interrupter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if bytes.Contains(p, []byte("enqueued demo-invoice-42")) {
+		w.cancel()
+	}
+	return w.out.Write(p)
+}
+
+func (w *interrupter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.out.String()
 }
