@@ -24,10 +24,7 @@ import (
 func TestWaitReplicasFollowSlotMoves(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cluster := redistest.StartClusterReplicas(t, 3, 1)
-	client := cluster.Client(t)
-	st, err := New(&Config{Client: client, WaitReplicas: 1, WaitTimeout: time.Second})
-	require.NoError(t, err)
+	cluster, client, st := startWaitedCluster(t, time.Second)
 	_, status, err := st.Enqueue(ctx, pullNotification("a"), false)
 	require.NoError(t, err)
 	require.Equal(t, Created, status)
@@ -47,11 +44,8 @@ func TestWaitReplicasFollowSlotMoves(t *testing.T) {
 func TestWaitReplicasThroughClusterFailover(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cluster := redistest.StartClusterReplicas(t, 3, 1)
-	client := cluster.Client(t)
-	st, err := New(&Config{Client: client, WaitReplicas: 1, WaitTimeout: 500 * time.Millisecond})
-	require.NoError(t, err)
-	_, _, err = st.Enqueue(ctx, pullNotification("before"), false)
+	cluster, client, st := startWaitedCluster(t, 500*time.Millisecond)
+	_, _, err := st.Enqueue(ctx, pullNotification("before"), false)
 	require.NoError(t, err)
 
 	key := st.keys.job(st.keys.shardOf("before"))
@@ -89,6 +83,51 @@ func TestWaitReplicasThroughClusterFailover(t *testing.T) {
 	got, err := st.Get(ctx, "before")
 	require.NoError(t, err, "acknowledged before the kill")
 	require.Equal(t, notify.StateScheduled, got.State)
+}
+
+// TestWaitReplicasCoverStubs enqueues, on a Cluster under
+// redis.wait_replicas 1, a notification with an order key whose id's shard,
+// where its stub leads Get and Cancel to the key's shard, is on another
+// master than the record, with that master's replica paused: the enqueue
+// is not acknowledged, since a failover of that master would lose the stub
+// and make Get and Cancel answer 404 for a notification still delivered.
+func TestWaitReplicasCoverStubs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cluster, client, st := startWaitedCluster(t, 200*time.Millisecond)
+	master := func(shard int) string {
+		node, err := client.MasterForKey(ctx, st.keys.job(shard))
+		require.NoError(t, err)
+		return node.Options().Addr
+	}
+	n := pullNotification("k")
+	n.OrderKey = "trade"
+	for i := 0; master(st.keys.shardOf(n.ID)) == master(st.keys.shardFor(n)); i++ {
+		n.ID = "k" + strconv.Itoa(i)
+	}
+	for _, m := range cluster.Nodes {
+		if m.Addr == master(st.keys.shardOf(n.ID)) {
+			replica := cluster.ReplicaOf(m)
+			replica.Pause()
+			t.Cleanup(replica.Resume)
+		}
+	}
+	_, status, err := st.Enqueue(ctx, n, false)
+	require.ErrorIs(t, err, notify.ErrNotReplicated, "acknowledged (status %d) with its stub on the master alone", status)
+}
+
+// startWaitedCluster starts a Cluster of 3 masters with a replica each,
+// and opens a store on it with redis.wait_replicas 1 and wait_timeout
+// timeout.
+func startWaitedCluster(t *testing.T, timeout time.Duration) (*redistest.Cluster, *redis.ClusterClient, *Store) {
+	t.Helper()
+	cluster := redistest.StartClusterReplicas(t, 3, 1)
+	client := cluster.Client(t)
+	st, err := New(&Config{Client: client, WaitReplicas: 1, WaitTimeout: timeout})
+	require.NoError(t, err)
+	_, err = st.Shards(context.Background())
+	require.NoError(t, err)
+	return cluster, client, st
 }
 
 // pullNotification is a notification of the pull topic jobs, due now.

@@ -501,7 +501,10 @@ func (s *Store) placeStubs(ctx context.Context, items []*enqueueItem) ([]*enqueu
 			calls = append(calls, &scriptCall{script: stubScript, keys: []string{s.keys.job(shard)}, args: args})
 			groups = append(groups, byShard[shard])
 		}
-		if err := s.runScripts(ctx, calls); err != nil {
+		// Acknowledged like the record: on a Cluster the stub is on
+		// another master, and one that lost it in a failover would leave
+		// Get and Cancel answering 404 for a notification still delivered.
+		if err := s.runAcked(ctx, calls); err != nil {
 			return nil, err
 		}
 		var moved []*enqueueItem

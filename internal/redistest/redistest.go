@@ -453,7 +453,7 @@ func StartClusterReplicas(tb testing.TB, masters, replicas int) *Cluster {
 		}
 	}
 	for _, s := range c.Nodes {
-		for !s.acknowledgedBy(replicas) {
+		for replicas > 0 && !s.acknowledgedBy(replicas) {
 			if time.Now().After(deadline) {
 				tb.Fatalf("redistest: the replicas of cluster node %s not synced within 20s", s.Addr)
 			}
@@ -491,15 +491,26 @@ func (s *Server) masterPort() int {
 	return 0
 }
 
-// acknowledgedBy reports whether a master has replicas replicas online
-// and up to date, as WAIT counts them: a replica's link can be up a moment
-// before its master counts it.
+// acknowledgedBy reports whether a cluster master's replicas replicas
+// acknowledge a write, as WAIT counts them: a replica's link can be up a
+// while before it acknowledges the first one.
 func (s *Server) acknowledgedBy(replicas int) bool {
 	c := redis.NewClient(s.Options())
 	defer c.Close()
+	ctx := context.Background()
 	conn := c.Conn()
 	defer conn.Close()
-	ctx := context.Background()
+	// One connection, as WAIT counts the writes of its own; and a key of
+	// the master's slots, as another answers MOVED.
+	for i := 0; ; i++ {
+		err := conn.Incr(ctx, "redistest:sync:"+strconv.Itoa(i)).Err()
+		if err == nil {
+			break
+		}
+		if !redis.HasErrorPrefix(err, "MOVED") || i == 1000 {
+			return false
+		}
+	}
 	got, err := conn.Do(ctx, "wait", replicas, 50).Int()
 	return err == nil && got >= replicas
 }
