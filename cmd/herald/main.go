@@ -14,12 +14,23 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	// The first signal starts a graceful shutdown, which can take a while;
-	// the default handling restored, a second one ends the process at once.
-	context.AfterFunc(ctx, stop)
+	ctx, cancel := context.WithCancel(context.Background())
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		// The first signal starts a graceful shutdown, which can take a
+		// while; a second one ends the process at once, with the status a
+		// shell gives a process its signal ended. Exiting rather than
+		// restoring the default handling works where the signal was
+		// ignored when herald started, as SIGINT is for a script's
+		// background job.
+		<-signals
+		cancel()
+		s := <-signals
+		os.Exit(128 + int(s.(syscall.Signal)))
+	}()
 	err := cli.Execute(ctx, cli.Deps{Out: os.Stdout, Err: os.Stderr, RedisLogs: cli.RouteRedisLogs}, os.Args[1:])
-	stop()
+	cancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "herald:", err)
 	}

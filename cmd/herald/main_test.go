@@ -45,9 +45,20 @@ topics:
 // TestSecondInterruptExitsAtOnce: on SIGINT, herald serve shuts down
 // gracefully, waiting up to its shutdown timeout (10s) for an attempt
 // whose receiver does not answer, and says that a second Ctrl-C exits at
-// once; the second SIGINT then ends it at once.
+// once; the second SIGINT then ends it at once, with the status a shell
+// gives a process SIGINT ended (130). It does so too when SIGINT was
+// ignored as it started, as a script's background job's is.
 func TestSecondInterruptExitsAtOnce(t *testing.T) {
 	t.Parallel()
+	for name, ignored := range map[string]bool{"Default": false, "IgnoredAtStart": true} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			secondInterruptExitsAtOnce(t, ignored)
+		})
+	}
+}
+
+func secondInterruptExitsAtOnce(t *testing.T, ignored bool) {
 	redis := redistest.Start(t, redistest.Options{})
 	hung, release := make(chan struct{}, 1), make(chan struct{})
 	rcv := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
@@ -63,7 +74,7 @@ func TestSecondInterruptExitsAtOnce(t *testing.T) {
 	t.Cleanup(rcv.Close)
 	t.Cleanup(func() { close(release) }) // before Close, which waits for the handler
 
-	serve := startServe(t, redis)
+	serve := startServe(t, redis, ignored)
 	cmd, exited := serve.cmd, serve.exited
 	res, err := http.Post(serve.url+"/v1/notifications", "application/json",
 		strings.NewReader(fmt.Sprintf(`{"id": "hang-1", "topic": "hang", "target": %q, "payload": {}}`, rcv.URL)))
@@ -93,9 +104,7 @@ func TestSecondInterruptExitsAtOnce(t *testing.T) {
 		t.Fatal("the second SIGINT did not end serve within 3s")
 	}
 	t.Logf("exited %s after the second SIGINT", time.Since(second).Round(time.Millisecond))
-	status := cmd.ProcessState.Sys().(syscall.WaitStatus)
-	require.True(t, status.Signaled(), "ended by the signal, not by a finished shutdown: %v", cmd.ProcessState)
-	require.Equal(t, syscall.SIGINT, status.Signal())
+	require.Equal(t, 128+int(syscall.SIGINT), cmd.ProcessState.ExitCode(), "ended by the signal, not by a finished shutdown: %v", cmd.ProcessState)
 }
 
 // TestRedisOutageLogsFewLines: while Redis is down, go-redis's own
@@ -104,7 +113,7 @@ func TestSecondInterruptExitsAtOnce(t *testing.T) {
 func TestRedisOutageLogsFewLines(t *testing.T) {
 	t.Parallel()
 	redis := redistest.Start(t, redistest.Options{})
-	serve := startServe(t, redis)
+	serve := startServe(t, redis, false)
 	redis.Kill()
 	time.Sleep(4 * time.Second) // the outage
 	require.NoError(t, redis.Restart())
@@ -130,7 +139,7 @@ func TestRedisOutageLogsFewLines(t *testing.T) {
 // configured one (port 0 picks a free port).
 func TestOpenAPIWarnsOfItsAddress(t *testing.T) {
 	t.Parallel()
-	serve := startServe(t, redistest.Start(t, redistest.Options{}))
+	serve := startServe(t, redistest.Start(t, redistest.Options{}), false)
 	require.Contains(t, serve.output(serve.stderr), "answer anyone who can reach "+strings.TrimPrefix(serve.url, "http://")+" by IP address")
 }
 
@@ -148,7 +157,9 @@ type served struct {
 
 // startServe runs herald serve on redis with hangPolicies, in a process of
 // its own, and waits for its API; the process is killed when the test ends.
-func startServe(t *testing.T, redis *redistest.Server) *served {
+// ignoreSIGINT starts it with SIGINT ignored, as a shell starts a script's
+// background job.
+func startServe(t *testing.T, redis *redistest.Server, ignoreSIGINT bool) *served {
 	t.Helper()
 	dir := t.TempDir()
 	templates, err := filepath.Abs("../../templates")
@@ -176,6 +187,10 @@ log: {level: info}
 		return string(b)
 	}
 	cmd := exec.Command(os.Args[0], "--config", config, "serve")
+	if ignoreSIGINT {
+		// An ignored signal stays ignored across exec.
+		cmd = exec.Command("sh", "-c", `trap "" INT; exec "$0" "$@"`, os.Args[0], "--config", config, "serve")
+	}
 	cmd.Env = append(os.Environ(), runMainEnv+"=1")
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
