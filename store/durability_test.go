@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldhq/herald/endpoint"
 	"github.com/heraldhq/herald/internal/heraldtest"
 	"github.com/heraldhq/herald/internal/redistest"
 	"github.com/heraldhq/herald/notify"
@@ -111,4 +112,56 @@ func TestLateRepliesRunScriptsOnce(t *testing.T) {
 	stats, err := client.Info(ctx, "commandstats").Result()
 	require.NoError(t, err)
 	require.Contains(t, stats, "cmdstat_evalsha:calls=1,", "the reservation's script ran once")
+}
+
+// TestWaitReplicasCoverSettings: with redis.wait_replicas, the changes an
+// operator is answered about besides notifications (a pause and a resume,
+// an endpoint stored, enabled or deleted, a dashboard sign-out) wait for
+// the replicas too, and fail with ErrNotReplicated while the replica is
+// paused, rather than being reported done and lost with the master: a lost
+// pause lets attempts run that the operator was told were held back, a
+// lost sign-out brings a signed-out session back.
+func TestWaitReplicasCoverSettings(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	master := redistest.Start(t, redistest.Options{})
+	replica := redistest.StartReplica(t, master)
+	clock := heraldtest.NewClock(time.Now())
+	st, err := store.New(&store.Config{Client: master.Client(t), WaitReplicas: 1, WaitTimeout: 100 * time.Millisecond,
+		Logger: heraldtest.Logger(t), TimeNowFunc: clock.Now})
+	require.NoError(t, err)
+	e := &endpoint.Endpoint{URL: "https://m.example", DisableAfter: notify.Duration(time.Hour)}
+	changes := []struct {
+		name   string
+		change func() error
+	}{
+		{"Pause", func() error { return st.Pause(ctx, store.PauseTopic, "jobs") }},
+		{"Resume", func() error { _, err := st.Resume(ctx, store.PauseTopic, "jobs"); return err }},
+		{"PutEndpoint", func() error { _, err := st.PutEndpoint(ctx, "m", e); return err }},
+		{"EnableEndpoint", func() error {
+			for range 2 { // failing for its disable_after, then disabled
+				if _, err := st.EndpointFailed(ctx, "m", time.Millisecond); err != nil {
+					return err
+				}
+				clock.Advance(time.Millisecond)
+			}
+			_, err := st.EnableEndpoint(ctx, "m")
+			return err
+		}},
+		{"DeleteEndpoint", func() error { return st.DeleteEndpoint(ctx, "m") }},
+		{"SignOut", func() error { return st.SignOut(ctx, "session", time.Minute) }},
+	}
+	for _, c := range changes {
+		require.NoError(t, c.change(), "%s with the replica up", c.name)
+	}
+
+	replica.Pause()
+	t.Cleanup(replica.Resume)
+	for _, c := range changes {
+		if c.name == "DeleteEndpoint" {
+			_, err := st.PutEndpoint(ctx, "m", e)
+			require.ErrorIs(t, err, notify.ErrNotReplicated)
+		}
+		require.ErrorIs(t, c.change(), notify.ErrNotReplicated, "%s with the replica paused", c.name)
+	}
 }

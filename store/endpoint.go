@@ -51,11 +51,12 @@ func (s *Store) PutEndpoint(ctx context.Context, name string, e *endpoint.Endpoi
 			return false, fmt.Errorf("store: put endpoint %q: end its failing streak: %w", name, err)
 		}
 	}
-	n, err := s.client.HSet(ctx, s.keys.endpoints(), name, b).Result()
+	var set *redis.IntCmd
+	err = s.runAckedCmds(ctx, s.keys.endpoints(), func(p redis.Pipeliner) { set = p.HSet(ctx, s.keys.endpoints(), name, b) })
 	if err != nil {
 		return false, fmt.Errorf("store: put endpoint %q: %w", name, err)
 	}
-	return n == 1, nil
+	return set.Val() == 1, nil
 }
 
 // Endpoint returns the endpoint stored under name, or endpoint.ErrNotFound.
@@ -83,26 +84,33 @@ func (s *Store) Endpoint(ctx context.Context, name string) (*endpoint.Endpoint, 
 // failing streak ends with it, or at the latest when PutEndpoint registers
 // the name again, so that the endpoint registered then is not disabled at
 // its first failure for the failures of this one; a disabling stays until
-// EnableEndpoint.
+// EnableEndpoint. notify.ErrNotReplicated (Config.WaitReplicas) means the
+// endpoint is deleted, but its replicas may not know it yet.
 func (s *Store) DeleteEndpoint(ctx context.Context, name string) error {
 	if err := s.open(ctx); err != nil {
 		return err
 	}
-	n, err := s.client.HDel(ctx, s.keys.endpoints(), name).Result()
-	if err != nil {
+	var del *redis.IntCmd
+	err := s.runAckedCmds(ctx, s.keys.endpoints(), func(p redis.Pipeliner) { del = p.HDel(ctx, s.keys.endpoints(), name) })
+	if del == nil || del.Err() != nil {
 		return fmt.Errorf("store: delete endpoint %q: %w", name, err)
 	}
-	if n == 0 {
+	if del.Val() == 0 {
 		return endpoint.ErrNotFound
+	}
+	if err != nil {
+		// Deleted on the master: its streak goes too, and the caller
+		// hears that the replicas may not have the deletion.
+		err = fmt.Errorf("store: delete endpoint %q: %w", name, err)
 	}
 	// The endpoint is gone: failing here must not fail the call, whose
 	// caller goes on to end the endpoint's pauses, and whose retry would
 	// find nothing to delete. The streak left then ends when the name is
 	// registered again.
-	if err := s.client.HDel(ctx, s.keys.health(name), "failing_since").Err(); err != nil {
-		s.cfg.Logger.WarnContext(ctx, "store: deleted an endpoint but not its failing streak", "endpoint", name, "error", err)
+	if herr := s.client.HDel(ctx, s.keys.health(name), "failing_since").Err(); herr != nil {
+		s.cfg.Logger.WarnContext(ctx, "store: deleted an endpoint but not its failing streak", "endpoint", name, "error", herr)
 	}
-	return nil
+	return err
 }
 
 // Endpoints returns every stored endpoint by name. An entry that does not

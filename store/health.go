@@ -93,7 +93,7 @@ func (s *Store) EnableEndpoint(ctx context.Context, name string) (resumed int, e
 	if err := s.open(ctx); err != nil {
 		return 0, err
 	}
-	if _, err := s.runScript(ctx, enableScript, []string{s.keys.health(name)}); err != nil {
+	if _, err := s.runAckedScript(ctx, enableScript, []string{s.keys.health(name)}); err != nil {
 		return 0, fmt.Errorf("store: enable endpoint %q: %w", name, err)
 	}
 	return s.Resume(ctx, PauseDisabled, name)

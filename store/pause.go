@@ -53,7 +53,10 @@ func (s *Store) Pause(ctx context.Context, kind, name string) error {
 	if err := checkPause(kind, name); err != nil {
 		return err
 	}
-	if err := s.client.HSetNX(ctx, s.keys.paused(), pauseField(kind, name), ms(s.Now())).Err(); err != nil {
+	err := s.runAckedCmds(ctx, s.keys.paused(), func(p redis.Pipeliner) {
+		p.HSetNX(ctx, s.keys.paused(), pauseField(kind, name), ms(s.Now()))
+	})
+	if err != nil {
 		return fmt.Errorf("store: pause %s %q: %w", kind, name, err)
 	}
 	return nil
@@ -70,7 +73,11 @@ func (s *Store) Resume(ctx context.Context, kind, name string) (moved int, err e
 	if err := checkPause(kind, name); err != nil {
 		return 0, err
 	}
-	if err := s.client.HDel(ctx, s.keys.paused(), pauseField(kind, name)).Err(); err != nil {
+	// Only the end of the pause waits for the replicas: a failover that
+	// loses the moves below leaves notifications parked under a pause that
+	// is gone, which the dispatchers make due (UnparkStray).
+	err = s.runAckedCmds(ctx, s.keys.paused(), func(p redis.Pipeliner) { p.HDel(ctx, s.keys.paused(), pauseField(kind, name)) })
+	if err != nil {
 		return 0, fmt.Errorf("store: resume %s %q: %w", kind, name, err)
 	}
 	band := ParkAt(kind, name).UnixMilli()

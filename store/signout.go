@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // A dashboard session is a signed cookie that each API process checks on
@@ -23,7 +25,8 @@ func (s *Store) SignOut(ctx context.Context, id string, ttl time.Duration) error
 	if ttl < time.Millisecond {
 		return nil
 	}
-	if err := s.client.Set(ctx, s.keys.signedOut(id), 1, ttl).Err(); err != nil {
+	key := s.keys.signedOut(id)
+	if err := s.runAckedCmds(ctx, key, func(p redis.Pipeliner) { p.Set(ctx, key, 1, ttl) }); err != nil {
 		return fmt.Errorf("store: record a sign-out: %w", err)
 	}
 	return nil

@@ -84,7 +84,8 @@ type Config struct {
 	// stay until replayed or purged.
 	Retention time.Duration
 	// WaitReplicas, when above 0, makes every write whose success is
-	// reported (enqueue, cancel, replay, purge, finish) wait until that
+	// reported (enqueue, cancel, replay, purge, finish; a pause or resume,
+	// an endpoint stored, enabled or deleted, a sign-out) wait until that
 	// many replicas have it (Redis WAIT), and fail with
 	// notify.ErrNotReplicated when they do not within WaitTimeout.
 	// Default 0: answer as soon as the master has it.
@@ -452,12 +453,15 @@ func (s *Store) runAcked(ctx context.Context, calls []*scriptCall) error {
 	return err
 }
 
-// sentRight reports whether c reached the master of its slot: not a
-// redirect, nor a master that refused the connection.
-func sentRight(c *scriptCall) bool {
-	err := c.cmd.Err()
+// sentRight reports whether c reached the master of its slot.
+func sentRight(c *scriptCall) bool { return !misrouted(c.cmd.Err()) }
+
+// misrouted reports whether err shows a command sent where its slot no
+// longer lives, and never run: a redirect, or a master that refused the
+// connection.
+func misrouted(err error) bool {
 	var dial *net.OpError
-	return !redis.HasErrorPrefix(err, "MOVED") && !redis.HasErrorPrefix(err, "ASK") && (!errors.As(err, &dial) || dial.Op != "dial")
+	return redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK") || (errors.As(err, &dial) && dial.Op == "dial")
 }
 
 // reloadSlots makes cc read the slot map afresh before it returns:
@@ -473,26 +477,14 @@ func reloadSlots(ctx context.Context, cc *redis.ClusterClient) error {
 // its cmd.
 func (s *Store) runWaited(ctx context.Context, calls []*scriptCall, n int) error {
 	groups := map[*redis.Client][]*scriptCall{}
-	switch c := s.client.(type) {
-	case *redis.ClusterClient:
-		for _, call := range calls {
-			node, err := c.MasterForKey(ctx, call.keys[0])
-			if err != nil {
-				call.cmd = redis.NewCmd(ctx)
-				call.cmd.SetErr(fmt.Errorf("find the master of %s: %w", call.keys[0], err))
-				continue
-			}
-			groups[node] = append(groups[node], call)
-		}
-	case *redis.Client:
-		groups[c] = calls
-	default:
-		err := fmt.Errorf("redis.wait_replicas needs a standalone, Sentinel or Cluster client, not %T", s.client)
-		for _, call := range calls {
+	for _, call := range calls {
+		node, err := s.masterOf(ctx, call.keys[0])
+		if err != nil {
 			call.cmd = redis.NewCmd(ctx)
 			call.cmd.SetErr(err)
+			continue
 		}
-		return nil
+		groups[node] = append(groups[node], call)
 	}
 	errs := make(chan error, len(groups))
 	for node, group := range groups {
@@ -517,14 +509,76 @@ func (s *Store) runWaitedOn(ctx context.Context, node *redis.Client, calls []*sc
 	if err != nil || allFailed(calls) != nil {
 		return err // nothing written, nothing to wait for: the calls' errors say why
 	}
-	got, werr := acked.Int()
-	if werr != nil {
-		return fmt.Errorf("wait for replicas: %w", werr)
+	return s.replicated(acked, n)
+}
+
+// masterOf returns the client of the master that serves key: the store's
+// own on a single Redis, where WAIT needs no more.
+func (s *Store) masterOf(ctx context.Context, key string) (*redis.Client, error) {
+	switch c := s.client.(type) {
+	case *redis.ClusterClient:
+		node, err := c.MasterForKey(ctx, key)
+		if err != nil {
+			return nil, fmt.Errorf("find the master of %s: %w", key, err)
+		}
+		return node, nil
+	case *redis.Client:
+		return c, nil
+	}
+	return nil, fmt.Errorf("redis.wait_replicas needs a standalone, Sentinel or Cluster client, not %T", s.client)
+}
+
+// replicated reads the reply of WAIT n: notify.ErrNotReplicated when fewer
+// replicas than n had the writes before it.
+func (s *Store) replicated(wait *redis.Cmd, n int) error {
+	got, err := wait.Int()
+	if err != nil {
+		return fmt.Errorf("wait for replicas: %w", err)
 	}
 	if int(got) < n {
 		return fmt.Errorf("%w: %d of %d replicas within %s", notify.ErrNotReplicated, got, n, s.cfg.WaitTimeout)
 	}
 	return nil
+}
+
+// runAckedCmds sends the plain commands queue adds, all of key's slot, in
+// one pipeline: with WaitReplicas set, on one connection of key's master,
+// followed there by WAIT, as runAcked does for scripts. It is for the
+// writes an operator is answered about besides notifications (a pause, an
+// endpoint, a sign-out), each a command or two that is safe to send again:
+// on a Cluster whose slot map changed they go again, once, where the
+// reloaded map says.
+func (s *Store) runAckedCmds(ctx context.Context, key string, queue func(redis.Pipeliner)) error {
+	n := s.cfg.WaitReplicas
+	if n <= 0 {
+		_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error { queue(p); return nil })
+		return err
+	}
+	err := s.sendWaited(ctx, key, queue, n)
+	if cc, ok := s.client.(*redis.ClusterClient); ok && misrouted(err) && reloadSlots(ctx, cc) == nil {
+		err = s.sendWaited(ctx, key, queue, n)
+	}
+	return err
+}
+
+// sendWaited sends queue's commands on one connection of key's master,
+// then WAITs there for n replicas to have them.
+func (s *Store) sendWaited(ctx context.Context, key string, queue func(redis.Pipeliner), n int) error {
+	node, err := s.masterOf(ctx, key)
+	if err != nil {
+		return err
+	}
+	conn := node.Conn()
+	defer conn.Close()
+	var wait *redis.Cmd
+	if _, err := conn.Pipelined(ctx, func(p redis.Pipeliner) error {
+		queue(p)
+		wait = p.Do(ctx, "wait", n, s.cfg.WaitTimeout.Milliseconds())
+		return nil
+	}); err != nil {
+		return err
+	}
+	return s.replicated(wait, n)
 }
 
 // runScript runs one script and returns its reply.
