@@ -405,7 +405,8 @@ type Job struct {
 	// de-duplicate, as delivery is at least once.
 	ID    string
 	Topic string
-	// Payload is the JSON the notification was enqueued with.
+	// Payload is the JSON the notification was enqueued with: null for
+	// one enqueued with a nil payload, so that Decode takes it.
 	Payload json.RawMessage
 	// Attempt is the 0-based index of this attempt.
 	Attempt int
@@ -497,6 +498,9 @@ func (w *Worker) Handle(topic string, h Handler) {
 	}
 	w.handlers[topic] = notify.SenderFunc(func(ctx context.Context, n *notify.Notification) (notify.Response, error) {
 		job := &Job{ID: n.ID, Topic: n.Topic, Payload: n.Payload, Attempt: n.Attempts, Headers: n.Headers}
+		if len(job.Payload) == 0 {
+			job.Payload = json.RawMessage("null") // a copy each time: handlers may write to it
+		}
 		if n.Deadline != nil {
 			job.Deadline = *n.Deadline
 		}

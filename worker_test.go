@@ -1,0 +1,57 @@
+package herald_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald"
+)
+
+// startWorker starts a worker in ns with one handler for topic "jobs" and
+// stops it at the test's end.
+func startWorker(t *testing.T, rdb redis.UniversalClient, cfg *herald.WorkerConfig, fn herald.HandlerFunc) *herald.Worker {
+	t.Helper()
+	w, err := herald.NewWorker(rdb, cfg)
+	require.NoError(t, err)
+	w.Handle("jobs", fn)
+	require.NoError(t, w.Start(context.Background()))
+	t.Cleanup(w.Stop)
+	return w
+}
+
+// TestHandlerDecodesNoPayload: a job enqueued with a nil payload reaches
+// its handler as JSON null, which Decode takes, rather than as no bytes at
+// all, on which the usual "Decode failed: Permanent" handler sent it
+// straight to the dead letters.
+func TestHandlerDecodesNoPayload(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb, ns, c := connect(t, nil)
+	type seen struct {
+		payload json.RawMessage
+		err     error
+	}
+	got := make(chan seen, 1)
+	startWorker(t, rdb, &herald.WorkerConfig{Namespace: ns}, func(_ context.Context, job *herald.Job) error {
+		var v struct{ N int }
+		err := job.Decode(&v)
+		got <- seen{job.Payload, err}
+		return herald.Permanent(err)
+	})
+	_, err := c.Enqueue(ctx, "jobs", nil, herald.ID("no-payload"))
+	require.NoError(t, err)
+	var s seen
+	select {
+	case s = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the job did not reach its handler in 10s")
+	}
+	require.NoError(t, s.err)
+	require.JSONEq(t, "null", string(s.payload))
+	require.Equal(t, herald.StateSucceeded, waitFinished(c, "no-payload").State)
+}
