@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"time"
 
@@ -282,8 +283,20 @@ func TTR(d time.Duration) EnqueueOption {
 	return func(r *notify.Request) { v := notify.Duration(d); r.TTR = &v }
 }
 
-// Headers adds HTTP headers to a webhook or poll request.
-func Headers(h map[string]string) EnqueueOption { return func(r *notify.Request) { r.Headers = h } }
+// Headers adds HTTP headers to a webhook or poll request; a handler finds
+// them in Job.Headers. Given more than once, the headers add up, a later
+// value replacing an earlier one of the same name. h is copied.
+func Headers(h map[string]string) EnqueueOption {
+	return func(r *notify.Request) {
+		if h == nil {
+			return
+		}
+		if r.Headers == nil {
+			r.Headers = make(map[string]string, len(h))
+		}
+		maps.Copy(r.Headers, h)
+	}
+}
 
 // Template renders the payload with the named template before sending.
 func Template(name string) EnqueueOption { return func(r *notify.Request) { r.Template = name } }

@@ -114,6 +114,19 @@ func TestEnqueue(t *testing.T) {
 		require.Equal(t, "policy", fe.Field)
 	})
 
+	t.Run("HeadersAddUp", func(t *testing.T) {
+		// Headers adds: given twice, as by a helper that sets a trace
+		// header beside the caller's, both sets are sent, a later value
+		// replacing an earlier one of the same name; the caller's maps
+		// are left as they were.
+		mine, trace := map[string]string{"X-Shop": "42", "X-Try": "1"}, map[string]string{"Traceparent": "00-ab", "X-Try": "2"}
+		res, err := c.Enqueue(ctx, "hooks", nil, herald.Target("https://merchant.example/notify"),
+			herald.Headers(mine), herald.Headers(trace))
+		require.NoError(t, err)
+		require.Equal(t, map[string]string{"X-Shop": "42", "X-Try": "2", "Traceparent": "00-ab"}, res.Notification.Headers)
+		require.Equal(t, map[string]string{"X-Shop": "42", "X-Try": "1"}, mine)
+	})
+
 	t.Run("Cancel", func(t *testing.T) {
 		_, err := c.Enqueue(ctx, "jobs", nil, herald.ID("to-cancel"), herald.Delay(time.Hour))
 		require.NoError(t, err)
