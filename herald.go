@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"os"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -436,7 +438,9 @@ func (j *Job) Decode(v any) error { return json.Unmarshal(j.Payload, v) }
 // Handler handles the jobs of a topic. Returning nil finishes the
 // notification; Permanent(err) sends it to the dead-letter set; any other
 // error retries it on its backoff array (RetryAfter asks for a later
-// retry).
+// retry); these wrappers are found through fmt.Errorf's %w. A panic fails
+// the attempt as an error does, and is logged at error level with its
+// stack.
 type Handler interface {
 	Handle(ctx context.Context, job *Job) error
 }
@@ -477,6 +481,7 @@ type WorkerConfig struct {
 type Worker struct {
 	rdb redis.UniversalClient
 	cfg WorkerConfig
+	log *slog.Logger
 
 	mu         sync.Mutex // guards handlers and dispatcher
 	handlers   map[string]notify.Sender
@@ -491,7 +496,11 @@ func NewWorker(rdb redis.UniversalClient, cfg *WorkerConfig) (*Worker, error) {
 	if rdb == nil {
 		return nil, errors.New("herald: a Redis client is required")
 	}
-	return &Worker{rdb: rdb, cfg: *cfg, handlers: map[string]notify.Sender{}}, nil
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	return &Worker{rdb: rdb, cfg: *cfg, log: log, handlers: map[string]notify.Sender{}}, nil
 }
 
 // Handle registers h for topic's jobs. It panics when called after Start,
@@ -510,15 +519,30 @@ func (w *Worker) Handle(topic string, h Handler) {
 		panic(fmt.Sprintf("herald: a handler is already registered for topic %q", topic))
 	}
 	w.handlers[topic] = notify.SenderFunc(func(ctx context.Context, n *notify.Notification) (notify.Response, error) {
-		job := &Job{ID: n.ID, Topic: n.Topic, Payload: n.Payload, Attempt: n.Attempts, Headers: n.Headers}
-		if len(job.Payload) == 0 {
-			job.Payload = json.RawMessage("null") // a copy each time: handlers may write to it
-		}
-		if n.Deadline != nil {
-			job.Deadline = *n.Deadline
-		}
-		return notify.Response{}, h.Handle(ctx, job)
+		return notify.Response{}, w.handle(ctx, h, n)
 	})
+}
+
+// handle runs h on an attempt of n. A panic is the handler's failure, not
+// the worker's: it is logged with the stack that tells where it happened,
+// which the attempt's history, cut to 1 KiB, cannot hold, and the attempt
+// fails like any other.
+func (w *Worker) handle(ctx context.Context, h Handler, n *notify.Notification) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			w.log.ErrorContext(ctx, "herald: handler panicked", "topic", n.Topic, "id", n.ID, "attempt", n.Attempts,
+				"panic", r, "stack", string(debug.Stack()))
+			err = fmt.Errorf("handler panicked: %v", r)
+		}
+	}()
+	job := &Job{ID: n.ID, Topic: n.Topic, Payload: n.Payload, Attempt: n.Attempts, Headers: n.Headers}
+	if len(job.Payload) == 0 {
+		job.Payload = json.RawMessage("null") // a copy each time: handlers may write to it
+	}
+	if n.Deadline != nil {
+		job.Deadline = *n.Deadline
+	}
+	return h.Handle(ctx, job)
 }
 
 // HandleFunc registers fn for topic's jobs; see Handle.
@@ -536,7 +560,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	if w.dispatcher != nil {
 		return errors.New("herald: worker already started")
 	}
-	st, err := openStore(w.rdb, w.cfg.Namespace, w.cfg.Shards, w.cfg.Logger)
+	st, err := openStore(w.rdb, w.cfg.Namespace, w.cfg.Shards, w.log)
 	if err != nil {
 		return err
 	}
@@ -560,7 +584,7 @@ func (w *Worker) Start(ctx context.Context) error {
 			Source:   st,
 		}),
 		Concurrency: w.cfg.Concurrency,
-		Logger:      w.cfg.Logger,
+		Logger:      w.log,
 	})
 	if err != nil {
 		return fmt.Errorf("herald: %w", err)

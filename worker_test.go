@@ -3,6 +3,7 @@ package herald_test
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald"
+	"github.com/heraldhq/herald/internal/heraldtest"
 )
 
 // startWorker starts a worker in ns with one handler for topic "jobs" and
@@ -54,4 +56,32 @@ func TestHandlerDecodesNoPayload(t *testing.T) {
 	require.NoError(t, s.err)
 	require.JSONEq(t, "null", string(s.payload))
 	require.Equal(t, herald.StateSucceeded, waitFinished(c, "no-payload").State)
+}
+
+// TestHandlerPanic: a handler that panics does not take the worker down;
+// the attempt is recorded as a failed one naming the panic and retried,
+// and the log says which job panicked, with the stack that tells where.
+func TestHandlerPanic(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb, ns, c := connect(t, nil)
+	var logs heraldtest.Buffer
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	startWorker(t, rdb, &herald.WorkerConfig{Namespace: ns, Logger: logger}, func(_ context.Context, job *herald.Job) error {
+		if job.Attempt == 0 {
+			var m map[string]int
+			m[job.ID]++ // a nil map: a programming error that panics
+		}
+		return nil
+	})
+	_, err := c.Enqueue(ctx, "jobs", nil, herald.ID("panics-once"), herald.Backoff(0, time.Millisecond))
+	require.NoError(t, err)
+
+	n := waitFinished(c, "panics-once")
+	require.Equal(t, herald.StateSucceeded, n.State)
+	require.Len(t, n.History, 2)
+	require.Equal(t, "retry", string(n.History[0].Outcome))
+	require.Equal(t, "handler panicked: assignment to entry in nil map", n.History[0].Error)
+	require.Contains(t, logs.String(), `msg="herald: handler panicked" topic=jobs id=panics-once attempt=0`)
+	require.Contains(t, logs.String(), "herald_test.TestHandlerPanic", "the stack names the handler")
 }

@@ -1,10 +1,12 @@
 // Package heraldtest holds helpers that Herald's tests share: a logger that
-// writes to the test's log, a stub clock, a notification builder, and a
-// check that the store's statistics agree with its sets. It is test-only:
-// production packages must not import it.
+// writes to the test's log, a buffer that logs can be written to
+// concurrently, a stub clock, a notification builder, and a check that the
+// store's statistics agree with its sets. It is test-only: production
+// packages must not import it.
 package heraldtest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
@@ -26,6 +28,27 @@ import (
 // when the test fails or runs with -v.
 func Logger(tb testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(tb.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// Buffer is a bytes.Buffer safe for concurrent use: a log destination that
+// background goroutines write while the test reads it.
+type Buffer struct {
+	mu  sync.Mutex // guards buf
+	buf bytes.Buffer
+}
+
+// Write implements io.Writer.
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// String returns what was written so far.
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // Clock is a clock that moves only when told; it is safe for concurrent
