@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"regexp"
@@ -85,15 +86,27 @@ func (c *app) onDead(cmd *cobra.Command, f *deadFilterFlags, do func(cl *client.
 	return c.withClient(cmd, false, func(cl *client.Client) error { return do(cl, filter) })
 }
 
-// printCount prints the outcome of a replay or purge (verb) that matched
-// and changed done notifications.
-func printCount(out io.Writer, dryRun bool, verb string, matched, done int) error {
-	if dryRun {
-		_, err := fmt.Fprintf(out, "dry run: %d dead notifications match; none %s\n", matched, verb)
+// deadOutcome prints the outcome of a replay or purge (verb) that matched
+// and changed done notifications, or with asJSON r, the API's answer, and
+// returns err, the run's error. A run that failed after changing some says
+// so before its error, as import does: an interrupted replay of thousands
+// leaves the operator knowing how far it got.
+func (c *app) deadOutcome(asJSON, dryRun bool, verb string, r any, matched, done int, err error) error {
+	if err != nil && (dryRun || done == 0) {
 		return err
 	}
-	_, err := fmt.Fprintf(out, "%d matched, %d %s\n", matched, done, verb)
-	return err
+	return errors.Join(err, c.output(asJSON, r, func(out io.Writer) error {
+		var werr error
+		switch {
+		case dryRun:
+			_, werr = fmt.Fprintf(out, "dry run: %d dead notifications match; none %s\n", matched, verb)
+		case err != nil:
+			_, werr = fmt.Fprintf(out, "stopped part way: %d %s, of %d matched so far\n", done, verb, matched)
+		default:
+			_, werr = fmt.Fprintf(out, "%d matched, %d %s\n", matched, done, verb)
+		}
+		return werr
+	}))
 }
 
 func (c *app) dlqListCommand() *cobra.Command {
@@ -208,7 +221,9 @@ func (c *app) dlqReplayCommand() *cobra.Command {
 		Long: `Replay moves dead notifications back to their queue, due now. Each gets one
 more attempt and is dead again if it fails; with --reset-attempts its whole
 backoff array runs again. Their history is kept. --dry-run only counts them.
-On a terminal, a replay of many shows a progress bar.`,
+On a terminal, a replay of many shows a progress bar. A replay that fails
+part way (Redis lost, Ctrl-C) prints how many it replayed before its error;
+running it again replays what is dead by then.`,
 		Example: `  herald dlq replay --ids order-1001,order-1002
   herald dlq replay --topic order-notify --since 2h --reset-attempts
   herald dlq replay --topic order-notify --since 2026-03-01T00:00:00Z --dry-run`,
@@ -217,10 +232,8 @@ On a terminal, a replay of many shows a progress bar.`,
 			return c.onDead(cmd, &f, func(cl *client.Client, filter store.DeadFilter) error {
 				var r api.ReplayResult
 				var err error
-				if r.Matched, r.Replayed, err = c.replay(cmd.Context(), cl, filter, reset, dryRun, !asJSON); err != nil {
-					return err
-				}
-				return c.output(asJSON, r, func(out io.Writer) error { return printCount(out, dryRun, "replayed", r.Matched, r.Replayed) })
+				r.Matched, r.Replayed, err = c.replay(cmd.Context(), cl, filter, reset, dryRun, !asJSON)
+				return c.deadOutcome(asJSON, dryRun, "replayed", r, r.Matched, r.Replayed, err)
 			})
 		},
 	})
@@ -261,17 +274,16 @@ func (c *app) dlqPurgeCommand() *cobra.Command {
 		Use:   "purge",
 		Short: "Delete dead notifications for good",
 		Long: `Purge deletes dead notifications and their history; they cannot be replayed
-afterwards. Try the same filters with --dry-run first: it only counts.`,
+afterwards. Try the same filters with --dry-run first: it only counts. A
+purge that fails part way prints how many it purged before its error.`,
 		Example: "  herald dlq purge --topic order-notify --until 720h --dry-run\n  herald dlq purge --ids order-1001",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return c.onDead(cmd, &f, func(cl *client.Client, filter store.DeadFilter) error {
 				var r api.PurgeResult
 				var err error
-				if r.Matched, r.Purged, err = cl.Purge(cmd.Context(), filter, store.DeadOptions{DryRun: dryRun}); err != nil {
-					return err
-				}
-				return c.output(asJSON, r, func(out io.Writer) error { return printCount(out, dryRun, "purged", r.Matched, r.Purged) })
+				r.Matched, r.Purged, err = cl.Purge(cmd.Context(), filter, store.DeadOptions{DryRun: dryRun})
+				return c.deadOutcome(asJSON, dryRun, "purged", r, r.Matched, r.Purged, err)
 			})
 		},
 	})

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -146,32 +147,67 @@ func TestDLQ(t *testing.T) {
 func replayOnTerminal(t *testing.T, flags ...string) (*testEnv, string) {
 	t.Helper()
 	e := newEnv(t, "")
+	var out bytes.Buffer
+	require.NoError(t, execute(t.Context(), terminalApp(&out), replayBacklog(t, e, flags...)))
+	return e, out.String()
+}
+
+// replayBacklog makes one more dead notification of topic jobs than a
+// replay moves without a progress bar, and returns the command line that
+// replays them, with flags.
+func replayBacklog(t *testing.T, e *testEnv, flags ...string) []string {
+	t.Helper()
 	ids := make([]string, replayChunk+1)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("p%d", i)
 	}
 	e.dead(t, "jobs", ids...)
-
-	var out bytes.Buffer
-	c := newApp(Deps{Out: &out, Err: io.Discard})
-	c.terminal = func(io.Writer) bool { return true }
-	args := append([]string{"--config", e.config, "dlq", "replay", "--topic", "jobs"}, flags...)
-	require.NoError(t, execute(t.Context(), c, args))
-	return e, out.String()
+	return append([]string{"--config", e.config, "dlq", "replay", "--topic", "jobs"}, flags...)
 }
 
-func TestShellQuote(t *testing.T) {
-	t.Parallel()
+// terminalApp is an app whose output, out, stands in for a terminal.
+func terminalApp(out io.Writer) *app {
+	c := newApp(Deps{Out: out, Err: io.Discard})
+	c.terminal = func(io.Writer) bool { return true }
+	return c
+}
 
-	for _, tt := range []struct{ in, want string }{
-		{in: "hooks", want: "hooks"},
-		{in: "/srv/herald/herald.yaml", want: "/srv/herald/herald.yaml"},
-		{in: "eyJjIjoxLCJpIjoiZDIifQ==", want: "eyJjIjoxLCJpIjoiZDIifQ=="},
-		{in: "", want: "''"},
-		{in: "my configs/herald.yaml", want: "'my configs/herald.yaml'"},
-		{in: "it's", want: `'it'\''s'`},
-		{in: "$HOME", want: "'$HOME'"},
-	} {
-		require.Equal(t, tt.want, shellQuote(tt.in), tt.in)
+// cancelOnProgress is a terminal that cancels its command, as a Ctrl-C
+// would, once the progress bar shows the first notifications replayed.
+type cancelOnProgress struct {
+	bytes.Buffer
+	cancel context.CancelFunc
+}
+
+func (w *cancelOnProgress) Write(p []byte) (int, error) {
+	n, err := w.Buffer.Write(p)
+	if regexp.MustCompile(`\] [1-9]\d*/`).Match(p) {
+		w.cancel()
 	}
+	return n, err
+}
+
+// TestReplayStoppedPartWay interrupts a long replay after its first batch:
+// besides the error, the operator learns how many were replayed before it
+// stopped, as the dead set now holds them.
+func TestReplayStoppedPartWay(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "")
+	args := replayBacklog(t, e)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	out := &cancelOnProgress{cancel: cancel}
+
+	err := execute(ctx, terminalApp(out), args)
+	require.ErrorIs(t, err, context.Canceled)
+	require.Equal(t, 1, ExitCode(err))
+
+	r := e.run(t, "stats", "--json")
+	require.NoError(t, r.err)
+	var got api.Stats
+	require.NoError(t, json.Unmarshal([]byte(r.out), &got))
+	replayed := replayChunk + 1 - int(got.Topics["jobs"].Dead)
+	require.Positive(t, replayed, "the first batch was replayed")
+	require.Less(t, replayed, replayChunk+1, "the replay stopped part way")
+	require.Contains(t, out.String(), fmt.Sprintf("\nstopped part way: %d replayed, of %d matched so far\n", replayed, replayed))
 }
