@@ -11,6 +11,7 @@ import (
 
 	"github.com/heraldhq/herald/client"
 	"github.com/heraldhq/herald/endpoint"
+	"github.com/heraldhq/herald/internal/show"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -43,7 +44,8 @@ never printed: only their ids, expiries and, for ed25519, public keys.`,
 				if v.Shadowed {
 					src += " (shadowed by file)"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%g\n", v.Name, src, v.URL, v.Signing, len(v.Secrets), v.MaxInFlight, v.Rate)
+				// The URL came from whoever registered the endpoint.
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%g\n", v.Name, src, show.Clean(v.URL), v.Signing, len(v.Secrets), v.MaxInFlight, v.Rate)
 			}
 			return tw.Flush()
 		})})

@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -11,6 +13,10 @@ import (
 	"github.com/heraldhq/herald/client"
 	"github.com/heraldhq/herald/notify"
 )
+
+// controlRe matches the control characters that drive a terminal: all but
+// tab and newline, which tables and JSON print.
+const controlRe = "[\x00-\x08\x0b-\x1f\x7f\u0080-\u009f]"
 
 // TestStoredTextIsEscaped prints a notification whose last error, as a
 // receiver or consumer wrote it, would clear the operator's screen and
@@ -31,7 +37,22 @@ func TestStoredTextIsEscaped(t *testing.T) {
 	for _, args := range [][]string{{"status", "evil-1"}, {"dlq", "list"}} {
 		r := e.run(t, args...)
 		require.NoError(t, r.err)
-		require.NotRegexp(t, "[\x00-\x08\x0b-\x1f\x7f\u0080-\u009f]", r.out, "%v printed control characters", args)
+		require.NotRegexp(t, controlRe, r.out, "%v printed control characters", args)
 		require.Contains(t, r.out, `\x1b[2J\x1b]0;x\a \u009b31m\x7f`, args)
 	}
+}
+
+// TestEndpointURLIsEscaped registers an endpoint whose URL, which url.Parse
+// accepts, holds a C1 control sequence: the table shows its escape.
+func TestEndpointURLIsEscaped(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "")
+	file := filepath.Join(t.TempDir(), "evil.json")
+	require.NoError(t, os.WriteFile(file, []byte(`{"url": "https://evil.example/\u009b2J"}`), 0o600))
+	require.NoError(t, e.run(t, "endpoint", "put", "evil", "--file", file).err)
+
+	r := e.run(t, "endpoint", "list")
+	require.NoError(t, r.err)
+	require.NotRegexp(t, controlRe, r.out)
+	require.Contains(t, r.out, `https://evil.example/\u009b2J`)
 }
