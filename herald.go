@@ -503,9 +503,9 @@ func NewWorker(rdb redis.UniversalClient, cfg *WorkerConfig) (*Worker, error) {
 	return &Worker{rdb: rdb, cfg: *cfg, log: log, handlers: map[string]notify.Sender{}}, nil
 }
 
-// Handle registers h for topic's jobs. It panics when called after Start,
-// with an invalid topic name, or for a topic that already has a handler:
-// all are programming errors.
+// Handle registers h for topic's jobs. It panics when called while the
+// worker runs (between Start and Stop), with an invalid topic name, or for
+// a topic that already has a handler: all are programming errors.
 func (w *Worker) Handle(topic string, h Handler) {
 	if !notify.ValidTopic(topic) {
 		panic(fmt.Sprintf("herald: handler topic %q must match [a-z0-9._-]{1,64}", topic))
@@ -550,8 +550,8 @@ func (w *Worker) HandleFunc(topic string, fn func(ctx context.Context, job *Job)
 	w.Handle(topic, HandlerFunc(fn))
 }
 
-// Start starts reserving and running jobs and returns. It fails when
-// called twice, with neither handlers nor senders, or with a Shards the
+// Start starts reserving and running jobs and returns. It fails while the
+// worker runs (a second Start), with neither handlers nor senders, or with a Shards the
 // namespace's recorded count contradicts. A Redis that cannot answer yet
 // does not fail it: the worker waits for Redis in the background.
 func (w *Worker) Start(ctx context.Context) error {
@@ -574,7 +574,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	d, err := schedule.New(&schedule.Config{
 		Store:        st,
 		Senders:      w.cfg.Senders,
-		Handlers:     w.handlers,
+		Handlers:     maps.Clone(w.handlers), // Handle may add to w's after a Stop
 		PoliciesFunc: func() *policy.Set { return set },
 		// An endpoint's max_in_flight, rate and health bind every
 		// dispatcher of the namespace: a library worker's as much as those
@@ -620,12 +620,18 @@ func settleShards(ctx context.Context, st *store.Store) error {
 // ignores its cancelled context for a further second is left running: its
 // job stays reserved until its Deadline and is then retried, and what it
 // returns is not recorded. Stop before Start, or a second Stop, does
-// nothing.
+// nothing. A stopped worker can be started again.
 func (w *Worker) Stop() {
 	w.mu.Lock()
 	d := w.dispatcher
 	w.mu.Unlock()
-	if d != nil {
-		d.Stop()
+	if d == nil {
+		return
+	}
+	d.Stop()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.dispatcher == d { // else a concurrent Stop cleared it and a Start set another
+		w.dispatcher = nil
 	}
 }

@@ -3,6 +3,7 @@ package herald_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -84,4 +85,37 @@ func TestHandlerPanic(t *testing.T) {
 	require.Equal(t, "handler panicked: assignment to entry in nil map", n.History[0].Error)
 	require.Contains(t, logs.String(), `msg="herald: handler panicked" topic=jobs id=panics-once attempt=0`)
 	require.Contains(t, logs.String(), "herald_test.TestHandlerPanic", "the stack names the handler")
+}
+
+// TestWorkerLifecycle: Stop before Start and a second Stop do nothing, a
+// second Start fails while the worker runs, and a stopped worker starts
+// again and takes jobs, rather than answering "already started".
+func TestWorkerLifecycle(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb, ns, c := connect(t, nil)
+	w, err := herald.NewWorker(rdb, &herald.WorkerConfig{Namespace: ns})
+	require.NoError(t, err)
+	handled := make(chan string, 1)
+	w.HandleFunc("jobs", func(_ context.Context, job *herald.Job) error {
+		handled <- job.ID
+		return nil
+	})
+	w.Stop() // before Start
+
+	for run := range 2 {
+		require.NoError(t, w.Start(ctx), "run %d", run)
+		require.Error(t, w.Start(ctx), "run %d: Start while running", run)
+		id := fmt.Sprintf("run-%d", run)
+		_, err := c.Enqueue(ctx, "jobs", nil, herald.ID(id))
+		require.NoError(t, err)
+		select {
+		case got := <-handled:
+			require.Equal(t, id, got)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("run %d: the job did not reach its handler in 10s", run)
+		}
+		w.Stop()
+		w.Stop()
+	}
 }
