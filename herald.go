@@ -105,7 +105,8 @@ var (
 	// place in its order key's line.
 	ErrOrdered = notify.ErrOrdered
 	// ErrNotReplicated means a write reached the Redis master but not the
-	// replicas asked for (WaitReplicas), so it is not reported done.
+	// replicas asked for (ClientConfig.WaitReplicas), so it is not reported
+	// done.
 	ErrNotReplicated = notify.ErrNotReplicated
 	// ErrStaleReceipt means an ack or nack came after its reservation
 	// ended.
@@ -162,6 +163,15 @@ type ClientConfig struct {
 	Policies *Policies
 	// MaxPayload bounds a payload in bytes. Default 256 KiB.
 	MaxPayload int
+	// WaitReplicas, when above 0, makes Enqueue, EnqueueBatch and Cancel
+	// wait until that many replicas have the change (Redis WAIT), and fail
+	// with ErrNotReplicated when they do not within WaitTimeout, as
+	// herald serve's redis.wait_replicas does. The change has then reached
+	// the master: read it back before trying again. Default 0: answer as
+	// soon as the master has it.
+	WaitReplicas int
+	// WaitTimeout bounds that wait. Default 1s.
+	WaitTimeout time.Duration
 	// Logger defaults to a warn-level text handler on stderr.
 	Logger *slog.Logger
 }
@@ -182,7 +192,8 @@ func NewClient(rdb redis.UniversalClient, cfg *ClientConfig) (*Client, error) {
 	if cfg == nil {
 		cfg = &ClientConfig{}
 	}
-	st, err := openStore(rdb, cfg.Namespace, cfg.Shards, cfg.Logger)
+	st, err := openStore(&store.Config{Client: rdb, Namespace: cfg.Namespace, Shards: cfg.Shards,
+		WaitReplicas: cfg.WaitReplicas, WaitTimeout: cfg.WaitTimeout, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -197,11 +208,12 @@ func NewClient(rdb redis.UniversalClient, cfg *ClientConfig) (*Client, error) {
 	return &Client{client: c, policies: set}, nil
 }
 
-func openStore(rdb redis.UniversalClient, namespace string, shards int, logger *slog.Logger) (*store.Store, error) {
-	if rdb == nil {
+// openStore opens the store of cfg, whose Client is the caller's rdb.
+func openStore(cfg *store.Config) (*store.Store, error) {
+	if cfg.Client == nil {
 		return nil, errors.New("herald: a Redis client is required")
 	}
-	return store.New(&store.Config{Client: rdb, Namespace: namespace, Shards: shards, Logger: logger})
+	return store.New(cfg)
 }
 
 func policiesOrDefault(set *Policies) (*Policies, error) {
@@ -560,7 +572,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	if w.dispatcher != nil {
 		return errors.New("herald: worker already started")
 	}
-	st, err := openStore(w.rdb, w.cfg.Namespace, w.cfg.Shards, w.log)
+	st, err := openStore(&store.Config{Client: w.rdb, Namespace: w.cfg.Namespace, Shards: w.cfg.Shards, Logger: w.log})
 	if err != nil {
 		return err
 	}

@@ -402,3 +402,29 @@ func TestWorkerStartRefusesAnotherShardCount(t *testing.T) {
 	require.ErrorAs(t, err, &fe)
 	require.Equal(t, "shards", fe.Field)
 }
+
+// TestWaitReplicas: a client that asks for a replica's acknowledgement
+// reports an enqueue and a cancel that reached the master alone as
+// ErrNotReplicated, and answers as usual once a replica takes them.
+func TestWaitReplicas(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	master := redistest.Start(t, redistest.Options{})
+	c, err := herald.NewClient(master.Client(t), &herald.ClientConfig{WaitReplicas: 1, WaitTimeout: 50 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+
+	_, err = c.Enqueue(ctx, "jobs", nil, herald.ID("alone"), herald.Delay(time.Hour))
+	require.ErrorIs(t, err, herald.ErrNotReplicated)
+	n, err := c.Get(ctx, "alone")
+	require.NoError(t, err, "on the master all the same")
+	require.Equal(t, herald.StateScheduled, n.State)
+	_, err = c.Cancel(ctx, "alone")
+	require.ErrorIs(t, err, herald.ErrNotReplicated)
+
+	redistest.StartReplica(t, master)
+	_, err = c.Enqueue(ctx, "jobs", nil, herald.ID("replicated"), herald.Delay(time.Hour))
+	require.NoError(t, err)
+	_, err = c.Cancel(ctx, "replicated")
+	require.NoError(t, err)
+}
