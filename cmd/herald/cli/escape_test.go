@@ -2,11 +2,13 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
@@ -40,6 +42,25 @@ func TestStoredTextIsEscaped(t *testing.T) {
 		require.NotRegexp(t, controlRe, r.out, "%v printed control characters", args)
 		require.Contains(t, r.out, `\x1b[2J\x1b]0;x\a \u009b31m\x7f`, args)
 	}
+
+	// JSON escapes them too, and a script reads back what was stored.
+	r := e.run(t, "status", "evil-1", "--json")
+	require.NoError(t, r.err)
+	require.NotRegexp(t, controlRe, r.out, "status --json printed control characters")
+	var n notify.Notification
+	require.NoError(t, json.Unmarshal([]byte(r.out), &n))
+	require.Equal(t, hostile, n.History[0].Error)
+
+	// A payload is kept as its producer sent it, which JSON's parser lets
+	// hold a lone byte 0x9b, CSI to an 8-bit terminal: it prints as U+FFFD,
+	// as encoding/json writes any string's invalid bytes.
+	_, _, err = cl.Enqueue(ctx, &notify.Request{ID: "evil-2", Topic: "jobs", Payload: []byte("\"a\x9bb\"")})
+	require.NoError(t, err)
+	r = e.run(t, "status", "evil-2", "--json")
+	require.NoError(t, r.err)
+	require.True(t, utf8.ValidString(r.out), "status --json printed invalid UTF-8: %q", r.out)
+	require.NoError(t, json.Unmarshal([]byte(r.out), &n))
+	require.JSONEq(t, `"a\ufffdb"`, string(n.Payload))
 }
 
 // TestEndpointURLIsEscaped registers an endpoint whose URL, which url.Parse

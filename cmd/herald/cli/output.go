@@ -1,11 +1,13 @@
 package cli
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"strings"
+	"unicode/utf8"
 
 	"golang.org/x/term"
 )
@@ -13,10 +15,37 @@ import (
 // printJSON writes v as indented JSON: what --json prints. Records, stats
 // and dead-letter answers take the shapes the HTTP API answers with, so a
 // script can move between the two.
+//
+// encoding/json escapes the C0 controls but writes DEL and the C1 controls
+// (U+0080 to U+009F, CSI among them) as they are, and a payload's bytes as
+// the producer sent them, invalid UTF-8 included: printed to a terminal, a
+// receiver's error or a payload could drive it. Those controls are escaped
+// here, and an invalid byte becomes U+FFFD, as encoding/json makes it in
+// any other string. They can only stand inside strings, where the escape
+// means the same character, so the JSON decodes to the same values.
 func printJSON(out io.Writer, v any) error {
-	enc := json.NewEncoder(out)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
 	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	b := buf.Bytes()
+	var safe []byte
+	for i := 0; i < len(b); {
+		r, size := utf8.DecodeRune(b[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			safe = append(safe, `\ufffd`...)
+		case r == '\x7f' || r >= 0x80 && r <= 0x9f:
+			safe = fmt.Appendf(safe, `\u%04x`, r)
+		default:
+			safe = append(safe, b[i:i+size]...)
+		}
+		i += size
+	}
+	_, err := out.Write(safe)
+	return err
 }
 
 // isTerminal reports whether w is a terminal, where a progress bar can
