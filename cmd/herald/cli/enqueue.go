@@ -17,7 +17,7 @@ import (
 
 // enqueueOptions are enqueue's flags, the fields of POST /v1/notifications.
 type enqueueOptions struct {
-	id, topic, channel, target, template, policy, orderKey string
+	id, topic, channel, target, endpoint, template, policy, orderKey string
 	// payload is JSON, or @FILE to read it from a file.
 	payload string
 	// backoff is a comma-separated array of durations.
@@ -41,7 +41,7 @@ func (o *enqueueOptions) request() (*notify.Request, error) {
 		return nil, usage("topic", "is required")
 	}
 	req := &notify.Request{
-		ID: o.id, Topic: o.topic, Channel: o.channel, Target: o.target,
+		ID: o.id, Topic: o.topic, Channel: o.channel, Target: o.target, Endpoint: o.endpoint,
 		Template: o.template, Policy: o.policy, OrderKey: o.orderKey, Replace: o.replace,
 	}
 	if o.payload != "" {
@@ -110,8 +110,8 @@ func (c *app) enqueueCommand() *cobra.Command {
 		Use:   "enqueue --topic TOPIC [flags]",
 		Short: "Enqueue a notification",
 		Long: `Enqueue stores a notification in Redis, as POST /v1/notifications does: the
-same validation, the topic's defaults (channel, policy, template, target from
-the policies file), then the policy's backoff array. The first attempt is due
+same validation, the topic's defaults (channel, policy, template, target or
+endpoint from the policies file), then the policy's backoff array. The first attempt is due
 at the send time (now, --delay after now, or --send-at) plus backoff[0].
 
 The id makes enqueueing idempotent: the same id with the same content returns
@@ -153,6 +153,7 @@ chosen. Prints the stored record (--json: as the API answers).`,
 	f.StringVar(&o.id, "id", "", "idempotency key ([A-Za-z0-9._:-], up to 128); random when absent")
 	f.StringVar(&o.channel, "channel", "", "webhook, sms, poll or pull (default: the topic's)")
 	f.StringVar(&o.target, "target", "", "URL (webhook, poll) or E.164 number (sms); none for pull (default: the topic's)")
+	f.StringVar(&o.endpoint, "endpoint", "", "registered endpoint to deliver to instead of --target (webhook; default: the topic's)")
 	f.StringVar(&o.payload, "payload", "", "JSON payload, or @FILE to read it from a file")
 	f.StringVar(&o.template, "template", "", "template in templates_dir (default: the topic's)")
 	f.StringVar(&o.policy, "policy", "", "policy name (default: the topic's, else default)")

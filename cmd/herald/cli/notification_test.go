@@ -73,6 +73,28 @@ func TestEnqueue(t *testing.T) {
 		require.ErrorContains(t, r.err, "order_key")
 	})
 
+	t.Run("Endpoint", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, "")
+		file := filepath.Join(t.TempDir(), "m42.json")
+		require.NoError(t, os.WriteFile(file, []byte(`{"url": "https://m42.example/notify"}`), 0o600))
+		require.NoError(t, e.run(t, "endpoint", "put", "merchant-42", "--file", file).err)
+
+		r := e.run(t, "enqueue", "--topic", "merchant-notify", "--endpoint", "merchant-42", "--json")
+		require.NoError(t, r.err)
+		var n notify.Notification
+		require.NoError(t, json.Unmarshal([]byte(r.out), &n))
+		require.Equal(t, "merchant-42", n.Endpoint)
+		require.Empty(t, n.Target)
+
+		r = e.run(t, "enqueue", "--topic", "merchant-notify", "--endpoint", "merchant-43")
+		require.Equal(t, 2, r.code())
+		requireField(t, r.err, "endpoint")
+		r = e.run(t, "enqueue", "--topic", "merchant-notify", "--endpoint", "merchant-42", "--target", "https://m42.example/")
+		require.Equal(t, 2, r.code())
+		requireField(t, r.err, "endpoint")
+	})
+
 	t.Run("ConflictAndReplace", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t, "")
