@@ -111,8 +111,9 @@ func (c *app) enqueueCommand() *cobra.Command {
 		Short: "Enqueue a notification",
 		Long: `Enqueue stores a notification in Redis, as POST /v1/notifications does: the
 same validation, the topic's defaults (channel, policy, template, target or
-endpoint from the policies file), then the policy's backoff array. The first attempt is due
-at the send time (now, --delay after now, or --send-at) plus backoff[0].
+endpoint from the policies file), then the policy's backoff array. The first
+attempt is due at the send time (now, --delay after now, or --send-at) plus
+backoff[0].
 
 The id makes enqueueing idempotent: the same id with the same content returns
 the stored record unchanged; with other content it fails (exit status 1)
