@@ -24,10 +24,18 @@ They come from the policies file (endpoints:, which wins on a name clash) and
 from the API; these commands change the API's, stored in Redis. Secrets are
 never printed: only their ids, expiries and, for ed25519, public keys.`,
 	}
-	// on runs do on a client that knows the policies file's endpoints.
+	// on runs do on a client that knows the policies file's endpoints. Its
+	// error names the command and the endpoint: "endpoint not found" alone
+	// does not say which.
 	on := func(do func(cmd *cobra.Command, cl *client.Client, args []string) error) func(*cobra.Command, []string) error {
 		return func(cmd *cobra.Command, args []string) error {
-			return c.withClient(cmd, true, func(cl *client.Client) error { return do(cmd, cl, args) })
+			return c.withClient(cmd, true, func(cl *client.Client) error {
+				err := do(cmd, cl, args)
+				if err != nil && len(args) > 0 {
+					return fmt.Errorf("endpoint %s %s: %w", cmd.Name(), args[0], err)
+				}
+				return err
+			})
 		}
 	}
 	var asJSON bool
@@ -113,7 +121,12 @@ func (c *app) pauseCommands() []*cobra.Command {
 				if args[0] != store.PauseTopic && args[0] != store.PauseEndpoint {
 					return &UsageError{Err: fmt.Errorf("%s what? topic or endpoint, not %q", verb, args[0])}
 				}
-				return c.withClient(cmd, true, func(cl *client.Client) error { return do(cmd, cl, args[0], args[1]) })
+				return c.withClient(cmd, true, func(cl *client.Client) error {
+					if err := do(cmd, cl, args[0], args[1]); err != nil {
+						return fmt.Errorf("%s %s %s: %w", verb, args[0], args[1], err)
+					}
+					return nil
+				})
 			},
 		})
 	}

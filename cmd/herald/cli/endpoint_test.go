@@ -42,8 +42,12 @@ func TestEndpointCommand(t *testing.T) {
 
 	r = e.run(t, "endpoint", "delete", "merchant-42")
 	require.NoError(t, r.err, r.logs)
-	r = e.run(t, "endpoint", "get", "merchant-42")
-	require.ErrorContains(t, r.err, "not found")
+	// Each failure names the command and the endpoint it failed on.
+	for _, verb := range []string{"get", "delete", "enable"} {
+		r = e.run(t, "endpoint", verb, "merchant-42")
+		require.Equal(t, 1, r.code())
+		require.EqualError(t, r.err, "endpoint "+verb+" merchant-42: endpoint not found")
+	}
 }
 
 func TestPauseCommand(t *testing.T) {
@@ -56,7 +60,10 @@ func TestPauseCommand(t *testing.T) {
 	require.NoError(t, r.err, r.logs)
 	require.Contains(t, r.out, "resumed topic jobs: 0 due at once")
 	r = e.run(t, "pause", "endpoint", "nobody")
-	require.ErrorContains(t, r.err, "not found")
+	require.Equal(t, 1, r.code())
+	require.EqualError(t, r.err, "pause endpoint nobody: endpoint not found")
+	r = e.run(t, "resume", "endpoint", "nobody")
+	require.EqualError(t, r.err, "resume endpoint nobody: endpoint not found")
 	r = e.run(t, "pause", "queue", "jobs")
 	require.Equal(t, 2, r.code())
 	r = e.run(t, "pause", "topic", "Bad Topic")
