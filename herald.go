@@ -249,7 +249,8 @@ func ID(id string) EnqueueOption { return func(r *notify.Request) { r.ID = id } 
 
 // Delay sends the notification d from now (its first attempt is then due
 // after the first backoff entry, normally 0). As for the HTTP API's delay,
-// d is between 0 and 100 years: any other is a *FieldError for "delay".
+// d is between 0 and 100 years: any other is a *FieldError for "delay", as
+// is Delay together with SendAt.
 func Delay(d time.Duration) EnqueueOption {
 	return func(r *notify.Request) { v := notify.Duration(d); r.Delay = &v }
 }
@@ -292,7 +293,8 @@ func Channel(channel string) EnqueueOption { return func(r *notify.Request) { r.
 
 // TTR sets how long one attempt may hold its reservation before it counts
 // as failed; default the policy's (30s). It is more than 0 and at most 100
-// years.
+// years. It does not lengthen an attempt: a handler's context still ends at
+// the policy's timeout (default 10s) when that is sooner.
 func TTR(d time.Duration) EnqueueOption {
 	return func(r *notify.Request) { v := notify.Duration(d); r.TTR = &v }
 }
@@ -323,12 +325,22 @@ func OrderKey(key string) EnqueueOption { return func(r *notify.Request) { r.Ord
 
 // Replace reschedules an existing notification of the same id with the new
 // content, from attempt 0, unless it is being attempted right now
-// (ErrReserved).
+// (ErrReserved), holds its place in its order key's line (ErrOrdered), or
+// would move to another shard (ErrOtherShard). A finished or cancelled one
+// is scheduled anew.
 func Replace() EnqueueOption { return func(r *notify.Request) { r.Replace = true } }
 
 // Enqueue stores a notification for topic with payload: a []byte or
-// json.RawMessage holding JSON is stored as is, anything else is encoded
-// with encoding/json. A bad field is a *FieldError naming it.
+// json.RawMessage holding JSON is stored as is (a []byte is not encoded as
+// base64, as encoding/json would), anything else is encoded with
+// encoding/json; nil stores no payload. A bad field is a *FieldError
+// naming it. An id already stored with other content is ErrConflict (with
+// Replace: ErrReserved, ErrOrdered or ErrOtherShard), and the result then
+// holds the stored record beside the error. ErrNotReplicated means the
+// master has it but too few replicas (ClientConfig.WaitReplicas). Any other
+// error means Redis could not be reached or did not answer in time:
+// whether the notification was stored is unknown, and the same call with
+// the same ID is safe to repeat.
 func (c *Client) Enqueue(ctx context.Context, topic string, payload any, opts ...EnqueueOption) (*EnqueueResult, error) {
 	raw, err := encodePayload(payload)
 	if err != nil {
@@ -353,9 +365,10 @@ type BatchResult struct {
 }
 
 // EnqueueBatch stores up to 1000 requests in one round trip per Redis
-// node. Results follow the requests' order; a request that fails
-// validation has a *FieldError and is not stored, the others are. The
-// error is for the whole batch: too many requests, or Redis unreachable.
+// node. Results follow the requests' order, each with the error Enqueue
+// would have returned for it: a request that fails validation has a
+// *FieldError and is not stored, the others are. The error is for the
+// whole batch: too many requests, or Redis unreachable.
 func (c *Client) EnqueueBatch(ctx context.Context, reqs []*Request) ([]BatchResult, error) {
 	set := c.policies
 	resolved := make([]*notify.Request, len(reqs))
@@ -439,8 +452,11 @@ type Job struct {
 	Attempt int
 	// Headers are the notification's headers.
 	Headers map[string]string
-	// Deadline is when the reservation ends; the handler's context ends
-	// then too, and an attempt still running counts as failed.
+	// Deadline is when the reservation ends (its start plus the ttr): an
+	// attempt still running then counts as failed. The handler's context
+	// ends at the policy's timeout (default 10s) when that comes first, so
+	// a job that needs longer needs a longer timeout as well as a longer
+	// TTR.
 	Deadline time.Time
 }
 
@@ -563,9 +579,12 @@ func (w *Worker) HandleFunc(topic string, fn func(ctx context.Context, job *Job)
 }
 
 // Start starts reserving and running jobs and returns. It fails while the
-// worker runs (a second Start), with neither handlers nor senders, or with a Shards the
-// namespace's recorded count contradicts. A Redis that cannot answer yet
-// does not fail it: the worker waits for Redis in the background.
+// worker runs (a second Start), with neither handlers nor senders, or with
+// a Shards the namespace's recorded count contradicts. A Redis that cannot
+// answer yet does not fail it: the worker waits for Redis in the
+// background. The worker reserves no more jobs once ctx ends (Stop still
+// waits for those running), so give it a context that lasts as long as the
+// worker, not one that bounds start-up.
 func (w *Worker) Start(ctx context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -73,8 +73,9 @@ func TestEnqueue(t *testing.T) {
 		again, err := c.Enqueue(ctx, "jobs", map[string]int{"n": 1}, herald.ID("same"), herald.SendAt(at))
 		require.NoError(t, err)
 		require.Equal(t, herald.Existing, again.Status)
-		_, err = c.Enqueue(ctx, "jobs", map[string]int{"n": 2}, herald.ID("same"), herald.SendAt(at))
+		refused, err := c.Enqueue(ctx, "jobs", map[string]int{"n": 2}, herald.ID("same"), herald.SendAt(at))
 		require.ErrorIs(t, err, herald.ErrConflict)
+		require.JSONEq(t, `{"n":1}`, string(refused.Notification.Payload), "the stored record beside the error")
 		replaced, err := c.Enqueue(ctx, "jobs", map[string]int{"n": 2}, herald.ID("same"), herald.SendAt(at), herald.Replace())
 		require.NoError(t, err)
 		require.Equal(t, herald.Replaced, replaced.Status)
@@ -89,6 +90,9 @@ func TestEnqueue(t *testing.T) {
 		_, err = c.Enqueue(ctx, "jobs", func() {})
 		require.ErrorAs(t, err, &fe)
 		require.Equal(t, "payload", fe.Field)
+		_, err = c.Enqueue(ctx, "jobs", nil, herald.Delay(time.Hour), herald.SendAt(time.Now()))
+		require.ErrorAs(t, err, &fe)
+		require.Equal(t, "delay", fe.Field, "Delay and SendAt")
 	})
 
 	t.Run("OptionsAreStored", func(t *testing.T) {

@@ -3,6 +3,7 @@ package herald_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/heraldhq/herald"
 	"github.com/heraldhq/herald/internal/heraldtest"
+	"github.com/heraldhq/herald/policy"
 )
 
 // startWorker starts a worker in ns with one handler for topic "jobs" and
@@ -118,4 +120,85 @@ func TestWorkerLifecycle(t *testing.T) {
 		w.Stop()
 		w.Stop()
 	}
+}
+
+// TestJobFields: a handler's Job carries the notification's id, topic,
+// headers and the 0-based index of the attempt; Deadline is the end of the
+// reservation (start + ttr), and the handler's context ends at the
+// policy's timeout when that comes first.
+func TestJobFields(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb, ns, c := connect(t, nil)
+	type seen struct {
+		job        herald.Job
+		start, ctx time.Time
+	}
+	got := make(chan seen, 2)
+	startWorker(t, rdb, &herald.WorkerConfig{Namespace: ns}, func(ctx context.Context, job *herald.Job) error {
+		dl, _ := ctx.Deadline()
+		got <- seen{*job, time.Now(), dl}
+		if job.Attempt == 0 {
+			return errors.New("once more")
+		}
+		return nil
+	})
+	_, err := c.Enqueue(ctx, "jobs", map[string]int{"n": 1}, herald.ID("fields"), herald.TTR(time.Minute),
+		herald.Headers(map[string]string{"X-Shop": "42"}), herald.Backoff(0, time.Millisecond))
+	require.NoError(t, err)
+	for attempt := range 2 {
+		var s seen
+		select {
+		case s = <-got:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("attempt %d did not reach the handler in 10s", attempt)
+		}
+		require.Equal(t, attempt, s.job.Attempt)
+		require.Equal(t, "fields", s.job.ID)
+		require.Equal(t, "jobs", s.job.Topic)
+		require.Equal(t, map[string]string{"X-Shop": "42"}, s.job.Headers)
+		require.JSONEq(t, `{"n":1}`, string(s.job.Payload))
+		require.WithinDuration(t, s.start.Add(time.Minute), s.job.Deadline, time.Second, "Deadline: reserved + ttr")
+		require.WithinDuration(t, s.start.Add(policy.TimeoutDefault), s.ctx, time.Second, "context: the policy's timeout, before the Deadline")
+	}
+}
+
+// TestHandlerWrappedOutcomes: Permanent and RetryAfter are found through
+// a handler's fmt.Errorf %w wrapping.
+func TestHandlerWrappedOutcomes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	set, err := herald.NewPolicies(map[string]herald.RetryPolicy{
+		"default": {Backoff: []herald.Duration{0, herald.Duration(time.Millisecond)}, HonorRetryAfter: true},
+	}, nil)
+	require.NoError(t, err)
+	rdb, ns, c := connect(t, set)
+	wait := 200 * time.Millisecond
+	startWorker(t, rdb, &herald.WorkerConfig{Namespace: ns, Policies: set}, func(_ context.Context, job *herald.Job) error {
+		switch {
+		case job.ID == "permanent":
+			return fmt.Errorf("charge %s: %w", job.ID, herald.Permanent(errors.New("card declined")))
+		case job.Attempt == 0:
+			return fmt.Errorf("charge %s: %w", job.ID, herald.RetryAfter(errors.New("provider busy"), wait))
+		}
+		return nil
+	})
+	for _, id := range []string{"permanent", "retry-after"} {
+		_, err := c.Enqueue(ctx, "jobs", nil, herald.ID(id))
+		require.NoError(t, err)
+	}
+
+	n := waitFinished(c, "permanent")
+	require.Equal(t, herald.StateDead, n.State)
+	require.Len(t, n.History, 1, "no retry")
+	require.Equal(t, "charge permanent: permanent: card declined", n.History[0].Error)
+	replaced, err := c.Enqueue(ctx, "jobs", map[string]int{"n": 2}, herald.ID("permanent"), herald.Delay(time.Hour), herald.Replace())
+	require.NoError(t, err, "a dead notification is replaced")
+	require.Equal(t, herald.Replaced, replaced.Status)
+	require.Equal(t, herald.StateScheduled, replaced.Notification.State)
+
+	n = waitFinished(c, "retry-after")
+	require.Equal(t, herald.StateSucceeded, n.State)
+	require.Len(t, n.History, 2)
+	require.GreaterOrEqual(t, n.History[1].StartedAt.Sub(n.History[0].FinishedAt), wait, "the retry waited as asked, not the 1ms of the array")
 }
