@@ -29,6 +29,19 @@ func startWorker(t *testing.T, rdb redis.UniversalClient, cfg *herald.WorkerConf
 	return w
 }
 
+// received returns what a handler sends on ch, failing the test when
+// nothing comes within 10s; what names it.
+func received[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	var v T
+	select {
+	case v = <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s did not reach its handler in 10s", what)
+	}
+	return v
+}
+
 // TestHandlerDecodesNoPayload: a job enqueued with a nil payload reaches
 // its handler as JSON null, which Decode takes, rather than as no bytes at
 // all, on which the usual "Decode failed: Permanent" handler sent it
@@ -50,12 +63,7 @@ func TestHandlerDecodesNoPayload(t *testing.T) {
 	})
 	_, err := c.Enqueue(ctx, "jobs", nil, herald.ID("no-payload"))
 	require.NoError(t, err)
-	var s seen
-	select {
-	case s = <-got:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the job did not reach its handler in 10s")
-	}
+	s := received(t, got, "the job")
 	require.NoError(t, s.err)
 	require.JSONEq(t, "null", string(s.payload))
 	require.Equal(t, herald.StateSucceeded, waitFinished(c, "no-payload").State)
@@ -111,12 +119,7 @@ func TestWorkerLifecycle(t *testing.T) {
 		id := fmt.Sprintf("run-%d", run)
 		_, err := c.Enqueue(ctx, "jobs", nil, herald.ID(id))
 		require.NoError(t, err)
-		select {
-		case got := <-handled:
-			require.Equal(t, id, got)
-		case <-time.After(10 * time.Second):
-			t.Fatalf("run %d: the job did not reach its handler in 10s", run)
-		}
+		require.Equal(t, id, received(t, handled, id))
 		w.Stop()
 		w.Stop()
 	}
@@ -147,12 +150,7 @@ func TestJobFields(t *testing.T) {
 		herald.Headers(map[string]string{"X-Shop": "42"}), herald.Backoff(0, time.Millisecond))
 	require.NoError(t, err)
 	for attempt := range 2 {
-		var s seen
-		select {
-		case s = <-got:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("attempt %d did not reach the handler in 10s", attempt)
-		}
+		s := received(t, got, fmt.Sprintf("attempt %d", attempt))
 		require.Equal(t, attempt, s.job.Attempt)
 		require.Equal(t, "fields", s.job.ID)
 		require.Equal(t, "jobs", s.job.Topic)
