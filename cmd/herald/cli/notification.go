@@ -58,6 +58,9 @@ func (c *app) recordCommand(cmd *cobra.Command, verb string,
 		}
 		return c.withClient(cmd, false, func(cl *client.Client) error {
 			n, err := do(cmd.Context(), cl, id)
+			if errors.Is(err, notify.ErrNotFound) {
+				err = fmt.Errorf("%w: %s", err, c.notFoundWhy())
+			}
 			if err != nil {
 				return fmt.Errorf("%s %s: %w", cmd.Name(), id, err)
 			}
@@ -66,6 +69,18 @@ func (c *app) recordCommand(cmd *cobra.Command, verb string,
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the record as JSON")
 	return withConfig(cmd)
+}
+
+// notFoundWhy says why a notification may not be found: a record an
+// operator saw last week has expired, not vanished, and one enqueued under
+// another namespace is not in this one.
+func (c *app) notFoundWhy() string {
+	cfg := c.base.Config
+	why := fmt.Sprintf("never enqueued in namespace %s, or purged from the dead letters", cfg.Namespace)
+	if cfg.Retention > 0 {
+		why += fmt.Sprintf(", or succeeded or cancelled more than %s ago (retention)", show.Duration(notify.Duration(cfg.Retention)))
+	}
+	return why
 }
 
 // showRecord prints n as status shows it, after a line "verb ID" when verb

@@ -192,6 +192,11 @@ func TestStatus(t *testing.T) {
 		r := e.run(t, "status", "nobody")
 		require.Equal(t, 1, r.code())
 		require.ErrorIs(t, r.err, notify.ErrNotFound)
+		// A record that was there last week may have expired, or be in
+		// another namespace: say so rather than let the operator conclude
+		// it was never enqueued.
+		require.EqualError(t, r.err, "status nobody: notification not found: never enqueued in namespace "+e.namespace+
+			", or purged from the dead letters, or succeeded or cancelled more than 168h ago (retention)")
 	})
 
 	t.Run("BadID", func(t *testing.T) {
