@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -46,14 +47,15 @@ never printed: only their ids, expiries and, for ed25519, public keys.`,
 				return c.reply(err, map[string]any{"endpoints": vs})
 			}
 			tw := tabwriter.NewWriter(c.base.Out, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tSOURCE\tURL\tSIGNING\tSECRETS\tMAX IN FLIGHT\tRATE")
+			fmt.Fprintln(tw, "NAME\tSOURCE\tURL\tSIGNING\tSECRETS\tMAX IN FLIGHT\tRATE\tSTATE")
 			for _, v := range vs {
 				src := v.Source
 				if v.Shadowed {
 					src += " (shadowed by file)"
 				}
 				// The URL came from whoever registered the endpoint.
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%g\n", v.Name, src, show.Clean(v.URL), v.Signing, len(v.Secrets), v.MaxInFlight, v.Rate)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%g\t%s\n", v.Name, src, show.Clean(v.URL), v.Signing, len(v.Secrets),
+					v.MaxInFlight, v.Rate, endpointState(&v))
 			}
 			return tw.Flush()
 		})})
@@ -89,6 +91,27 @@ standard input, so that secrets stay out of the shell's history:
 		})})
 	cmd.AddCommand(list, get, put, del, enable)
 	return cmd
+}
+
+// endpointState says why an endpoint's notifications may not be attempted:
+// "paused", "disabled at TIME" by its disable_after, or "failing since
+// TIME" on the way there; "-" when none of these holds.
+func endpointState(v *endpoint.View) string {
+	var state []string
+	if v.Paused {
+		state = append(state, "paused")
+	}
+	switch {
+	case v.Disabled:
+		disabled := "disabled"
+		if v.DisabledAt != nil {
+			disabled += " at " + show.Time(*v.DisabledAt)
+		}
+		state = append(state, disabled)
+	case v.FailingSince != nil:
+		state = append(state, "failing since "+show.Time(*v.FailingSince))
+	}
+	return show.Dash(strings.Join(state, ", "))
 }
 
 // readEndpoint decodes an endpoint from path, or from stdin for "-";

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -48,6 +49,37 @@ func TestEndpointCommand(t *testing.T) {
 		require.Equal(t, 1, r.code())
 		require.EqualError(t, r.err, "endpoint "+verb+" merchant-42: endpoint not found")
 	}
+}
+
+// TestEndpointListState lists a paused endpoint and one its disable_after
+// disabled: the table says so, where the operator looks for why a merchant
+// receives nothing.
+func TestEndpointListState(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "")
+	file := filepath.Join(t.TempDir(), "m.json")
+	require.NoError(t, os.WriteFile(file, []byte(`{"url": "https://m.example/notify", "disable_after": "1ms"}`), 0o600))
+	for _, name := range []string{"m-disabled", "m-failing", "m-ok", "m-paused"} {
+		require.NoError(t, e.run(t, "endpoint", "put", name, "--file", file).err)
+	}
+	require.NoError(t, e.run(t, "pause", "endpoint", "m-paused").err)
+	st := e.store(t)
+	disabled, err := st.EndpointFailed(t.Context(), "m-failing", time.Hour)
+	require.NoError(t, err)
+	require.False(t, disabled)
+	waitFor(t, 5*time.Second, "m-disabled to be disabled", func() bool {
+		disabled, err := st.EndpointFailed(t.Context(), "m-disabled", time.Millisecond)
+		require.NoError(t, err)
+		return disabled
+	})
+
+	r := e.run(t, "endpoint", "list")
+	require.NoError(t, r.err)
+	require.Regexp(t, `(?m)^NAME\s.*\sSTATE$`, r.out)
+	require.Regexp(t, `(?m)^m-disabled\s.*\sdisabled at \S+Z$`, r.out)
+	require.Regexp(t, `(?m)^m-failing\s.*\sfailing since \S+Z$`, r.out)
+	require.Regexp(t, `(?m)^m-ok\s.*\s-$`, r.out)
+	require.Regexp(t, `(?m)^m-paused\s.*\spaused$`, r.out)
 }
 
 func TestPauseCommand(t *testing.T) {

@@ -74,14 +74,21 @@ func (e *testEnv) run(t *testing.T, args ...string) *result {
 // command then reads.
 func (e *testEnv) client(t *testing.T) *client.Client {
 	t.Helper()
-	st, err := store.New(&store.Config{Client: server.Client(t), Namespace: e.namespace, Shards: 4})
-	require.NoError(t, err)
 	set, err := policy.Load(repoPath(t, "configs/demo-policies.yaml"))
 	require.NoError(t, err)
-	cl, err := client.New(&client.Config{Store: st, PoliciesFunc: func() *policy.Set { return set }})
+	cl, err := client.New(&client.Config{Store: e.store(t), PoliciesFunc: func() *policy.Set { return set }})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cl.Close() })
 	return cl
+}
+
+// store returns a store on the env's namespace, for what the client does
+// not do, such as recording an endpoint's failures.
+func (e *testEnv) store(t *testing.T) *store.Store {
+	t.Helper()
+	st, err := store.New(&store.Config{Client: server.Client(t), Namespace: e.namespace, Shards: 4})
+	require.NoError(t, err)
+	return st
 }
 
 // dead makes dead pull notifications of topic with the given ids: each has
