@@ -205,7 +205,14 @@ dead-letter set from which an operator can replay it.
 
 Configuration comes from the file named by --config, then HERALD_*
 environment variables (HERALD_ and the key path upper-cased with _, such as
-HERALD_REDIS_ADDRS=a:6379,b:6379 or HERALD_API_LISTEN=:8080), then flags.`,
+HERALD_REDIS_ADDRS=a:6379,b:6379 or HERALD_API_LISTEN=:8080), then flags.
+
+Exit status: 0 on success, 1 when something failed at run time (Redis
+unreachable, an unknown id), 2 for a usage or configuration mistake (a bad
+flag, argument or value, named in the message). Errors go to standard error
+as text, with --json too: a command that fails prints nothing on standard
+output, except a dlq replay or purge or an import that fails part way,
+which first prints what it did.`,
 		SilenceUsage:      true,
 		SilenceErrors:     true,
 		PersistentPreRunE: c.setup,

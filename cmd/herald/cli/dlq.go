@@ -118,9 +118,10 @@ func (c *app) dlqListCommand() *cobra.Command {
 	cmd := withConfig(&cobra.Command{
 		Use:   "list",
 		Short: "List dead notifications",
-		Long: `List prints dead notifications, oldest death first within each topic: id,
-topic, channel, target, attempts made, when it died and the last error. It
-stops after --limit; the next page starts at the cursor it prints.`,
+		Long: `List prints dead notifications, oldest death first (of every topic, or of
+--topic): id, topic, channel, target, attempts made, when it died (UTC) and
+the last error. It stops after --limit; the next page starts at the cursor it
+prints.`,
 		Example: "  herald dlq list --topic order-notify\n  herald dlq list --json --limit 1000",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
