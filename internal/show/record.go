@@ -30,7 +30,7 @@ func Relative(t, now time.Time) string {
 
 // Record prints a notification as herald status shows it: its fields, then
 // its history as a table. now places the next attempt in time. Text from
-// outside (target, payload, errors) goes through Clean or Line, so it
+// outside (target, template, payload, errors) goes through Clean or Line, so it
 // cannot drive the terminal.
 func Record(out io.Writer, n *notify.Notification, now time.Time) error {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
@@ -38,8 +38,12 @@ func Record(out io.Writer, n *notify.Notification, now time.Time) error {
 	row("id", n.ID)
 	row("topic", n.Topic)
 	row("channel", n.Channel)
-	row("target", Dash(Clean(n.Target)))
-	row("template", Dash(n.Template))
+	if n.Endpoint != "" {
+		row("endpoint", Clean(n.Endpoint))
+	} else {
+		row("target", Dash(Clean(n.Target)))
+	}
+	row("template", Dash(Clean(n.Template)))
 	row("policy", Dash(n.Policy))
 	row("state", string(n.State))
 	if n.OrderKey != "" {
@@ -58,6 +62,8 @@ func Record(out io.Writer, n *notify.Notification, now time.Time) error {
 	switch {
 	case n.State == notify.StateReserved && n.Deadline != nil:
 		row("next_attempt", fmt.Sprintf("attempt %d running, reserved until %s", n.Attempts, Time(*n.Deadline)))
+	case n.Paused:
+		row("next_attempt", fmt.Sprintf("attempt %d when its topic or endpoint is resumed (paused)", n.Attempts))
 	case n.NextAttemptAt != nil:
 		row("next_attempt", fmt.Sprintf("attempt %d at %s (%s)", n.Attempts, Time(*n.NextAttemptAt), Relative(*n.NextAttemptAt, now)))
 	default:

@@ -82,3 +82,24 @@ func TestRecord(t *testing.T) {
 	require.Contains(t, out, "backoff       0s,2m")
 	require.Regexp(t, `0\s+2026-03-01T09:30:00.000Z\s+12ms\s+retry\s+503\s+status 503`, out)
 }
+
+// TestRecordEndpointAndPause: a notification to an endpoint names it
+// rather than showing no target; one parked by a pause says so rather
+// than showing no next attempt; a template name, which nothing checks, is
+// escaped.
+func TestRecordEndpointAndPause(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 3, 1, 9, 30, 0, 0, time.UTC)
+	n := &notify.Notification{
+		ID: "order-1002", Topic: "order-notify", Channel: notify.ChannelWebhook, Endpoint: "acme-shop", Template: "\x1b[7mx",
+		State: notify.StateScheduled, Attempts: 2, Backoff: []notify.Duration{0, 0, 0}, Paused: true,
+		SendAt: now, CreatedAt: now, UpdatedAt: now,
+	}
+	var buf bytes.Buffer
+	require.NoError(t, Record(&buf, n, now))
+	out := buf.String()
+	require.Regexp(t, `(?m)^endpoint\s+acme-shop$`, out)
+	require.NotContains(t, out, "target")
+	require.Regexp(t, `(?m)^template\s+\\x1b\[7mx$`, out)
+	require.Regexp(t, `(?m)^next_attempt\s+attempt 2 when its topic or endpoint is resumed \(paused\)$`, out)
+}
