@@ -3,6 +3,7 @@ package asynqimport_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -317,4 +318,19 @@ func TestParseStates(t *testing.T) {
 	require.Equal(t, []asynqimport.State{asynqimport.StateRetry}, got)
 	_, err = asynqimport.ParseStates("active")
 	require.ErrorContains(t, err, `"active" is not scheduled, retry, pending, archived or all`)
+}
+
+// TestSummaryEscapesTasks: the ids of skipped tasks, and reasons quoting
+// them, are any text asynq held; the summary escapes them, so that an id
+// holding an escape sequence cannot clear or drive the operator's terminal.
+func TestSummaryEscapesTasks(t *testing.T) {
+	t.Parallel()
+	sum := &asynqimport.Summary{Queue: "default", Matched: 1, Skipped: 1, Reasons: []*asynqimport.Reason{
+		{Reason: "type \x1b]0;x\a is not mapped", Count: 1, IDs: []string{"task-\x1b[2J"}},
+	}}
+	var b strings.Builder
+	_, err := sum.WriteTo(&b)
+	require.NoError(t, err)
+	require.Contains(t, b.String(), `  1: type \x1b]0;x\a is not mapped (task-\x1b[2J)`)
+	require.NotContains(t, b.String(), "\x1b")
 }

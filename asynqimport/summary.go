@@ -5,6 +5,8 @@ import (
 	"io"
 	"slices"
 	"strings"
+
+	"github.com/heraldhq/herald/internal/show"
 )
 
 // Summary is what an import did. Matched = Imported + Present + Skipped.
@@ -95,11 +97,17 @@ func (s *Summary) WriteTo(w io.Writer) (int64, error) {
 // and the first ids.
 func writeReasons(b *strings.Builder, reasons []*Reason) {
 	for _, r := range reasons {
-		ids := strings.Join(r.IDs, ", ")
-		if r.Count > len(r.IDs) {
-			ids += ", ..."
+		// Task ids and the reasons that quote tasks are any text asynq
+		// held: escaped, they cannot drive the terminal.
+		ids := make([]string, len(r.IDs))
+		for i, id := range r.IDs {
+			ids[i] = show.Clean(id)
 		}
-		fmt.Fprintf(b, "  %d: %s (%s)\n", r.Count, r.Reason, ids)
+		list := strings.Join(ids, ", ")
+		if r.Count > len(r.IDs) {
+			list += ", ..."
+		}
+		fmt.Fprintf(b, "  %d: %s (%s)\n", r.Count, show.Clean(r.Reason), list)
 	}
 }
 
