@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/api"
+	"github.com/heraldhq/herald/internal/heraldtest"
 	"github.com/heraldhq/herald/internal/redistest"
 	"github.com/heraldhq/herald/notify"
 )
@@ -28,7 +29,7 @@ import (
 // serving is herald serve running in the background.
 type serving struct {
 	url        string
-	out, logs  *syncBuffer
+	out, logs  *heraldtest.Buffer
 	cancel     context.CancelFunc
 	done       chan error
 	stopOnce   sync.Once
@@ -42,7 +43,7 @@ var apiLineRe = regexp.MustCompile(`API on (http://\S+) `)
 func startServe(t *testing.T, config string, args ...string) *serving {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &serving{out: &syncBuffer{}, logs: &syncBuffer{}, cancel: cancel, done: make(chan error, 1)}
+	s := &serving{out: &heraldtest.Buffer{}, logs: &heraldtest.Buffer{}, cancel: cancel, done: make(chan error, 1)}
 	c := newApp(Deps{Out: s.out, Err: s.logs})
 	go func() { s.done <- execute(ctx, c, append([]string{"--config", config, "serve"}, args...)) }()
 	t.Cleanup(func() { _ = s.stop() })
@@ -164,7 +165,7 @@ func TestServe(t *testing.T) {
 		t.Cleanup(rcv.Close)
 		e := newEnv(t, "")
 		ctx, cancel := context.WithCancel(context.Background())
-		out, done := &syncBuffer{}, make(chan error, 1)
+		out, done := &heraldtest.Buffer{}, make(chan error, 1)
 		go func() {
 			done <- execute(ctx, newApp(Deps{Out: out, Err: io.Discard}), []string{"--config", e.config, "serve", "--role", "dispatcher"})
 		}()
@@ -253,7 +254,7 @@ func TestServeWaitsForRedis(t *testing.T) {
 	// At info level, to see the reload.
 	e.config = writeConfig(t, strings.Replace(readFile(t, e.config), "log: {level: warn}", "log: {level: info}", 1))
 	ctx, cancel := context.WithCancel(context.Background())
-	out, logs, done := &syncBuffer{}, &syncBuffer{}, make(chan error, 1)
+	out, logs, done := &heraldtest.Buffer{}, &heraldtest.Buffer{}, make(chan error, 1)
 	go func() {
 		done <- execute(ctx, newApp(Deps{Out: out, Err: logs}), []string{"--config", e.config, "serve"})
 	}()
@@ -310,7 +311,7 @@ func TestShardsMismatch(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	logs := &syncBuffer{}
+	logs := &heraldtest.Buffer{}
 	err := execute(ctx, newApp(Deps{Out: io.Discard, Err: logs}), []string{"--config", cfg, "serve"})
 	require.NoError(t, ctx.Err(), "serve ran until the deadline; logs:\n%s", logs)
 	require.Equal(t, 2, ExitCode(err), err)
