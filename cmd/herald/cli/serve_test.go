@@ -34,6 +34,8 @@ type serving struct {
 	done       chan error
 	stopOnce   sync.Once
 	stoppedErr error
+	// token, when set, is the bearer token every call sends.
+	token string
 }
 
 var apiLineRe = regexp.MustCompile(`API on (http://\S+) `)
@@ -77,18 +79,28 @@ func (s *serving) stop() error {
 // out, when out is not nil.
 func (s *serving) call(t *testing.T, method, path, body string, out any) int {
 	t.Helper()
+	status, b := s.send(t, method, path, body)
+	if out != nil {
+		require.NoError(t, json.Unmarshal(b, out), "%s %s: %s", method, path, b)
+	}
+	return status
+}
+
+// send makes an HTTP request to the API and returns its status and body.
+func (s *serving) send(t *testing.T, method, path, body string) (int, []byte) {
+	t.Helper()
 	req, err := http.NewRequest(method, s.url+path, strings.NewReader(body))
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")
+	if s.token != "" {
+		req.Header.Set("Authorization", "Bearer "+s.token)
+	}
 	res, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	defer res.Body.Close()
 	b, err := io.ReadAll(res.Body)
 	require.NoError(t, err)
-	if out != nil {
-		require.NoError(t, json.Unmarshal(b, out), "%s %s: %s", method, path, b)
-	}
-	return res.StatusCode
+	return res.StatusCode, b
 }
 
 func TestServe(t *testing.T) {
