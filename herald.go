@@ -348,7 +348,9 @@ func (c *Client) Enqueue(ctx context.Context, topic string, payload any, opts ..
 	}
 	req := &notify.Request{Topic: topic, Payload: raw}
 	for _, o := range opts {
-		o(req)
+		if o != nil { // an option left unset, as conditional options are
+			o(req)
+		}
 	}
 	res, err := c.EnqueueBatch(ctx, []*Request{req})
 	if err != nil {
@@ -393,7 +395,7 @@ func (c *Client) EnqueueBatch(ctx context.Context, reqs []*Request) ([]BatchResu
 // neither the request nor its topic names one: webhook for an endpoint,
 // the target's kind, or pull.
 func withDefaultChannel(r *notify.Request, set *Policies) *notify.Request {
-	if r.Channel != "" || set.Topics[r.Topic].Channel != "" {
+	if r == nil || r.Channel != "" || set.Topics[r.Topic].Channel != "" {
 		return r
 	}
 	out := *r

@@ -432,3 +432,30 @@ func TestWaitReplicas(t *testing.T) {
 	_, err = c.Cancel(ctx, "replicated")
 	require.NoError(t, err)
 }
+
+// TestNilOptionsAndRequests: an option left nil, as a conditional option
+// is when its condition does not hold, is skipped; a nil request in a
+// batch is that item's error, and the others are stored. Neither panics.
+func TestNilOptionsAndRequests(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, _, c := connect(t, nil)
+	var maybe herald.EnqueueOption
+	res, err := c.Enqueue(ctx, "jobs", map[string]int{"n": 1}, herald.ID("nil-option"), maybe, herald.Delay(time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, "nil-option", res.ID)
+
+	batch, err := c.EnqueueBatch(ctx, []*herald.Request{{ID: "before-nil", Topic: "jobs", Payload: []byte(`{}`)}, nil,
+		{ID: "after-nil", Topic: "jobs", Payload: []byte(`{}`)}})
+	require.NoError(t, err)
+	require.Len(t, batch, 3)
+	require.NoError(t, batch[0].Err)
+	var fe *herald.FieldError
+	require.ErrorAs(t, batch[1].Err, &fe)
+	require.Equal(t, "notification", fe.Field)
+	require.NoError(t, batch[2].Err)
+	for _, id := range []string{"before-nil", "after-nil"} {
+		_, err := c.Get(ctx, id)
+		require.NoError(t, err, id)
+	}
+}

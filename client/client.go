@@ -208,7 +208,9 @@ func (c *Client) EnqueueBatch(ctx context.Context, reqs []*notify.Request) ([]st
 	for i, req := range reqs {
 		var n *notify.Notification
 		var err error
-		if _, known := set.Topics[req.Topic]; c.cfg.StrictTopics && !known {
+		if req == nil {
+			err = notify.Errorf("notification", "is nil")
+		} else if _, known := set.Topics[req.Topic]; c.cfg.StrictTopics && !known {
 			err = notify.Errorf("topic", "%q is not a topic of the policies file, and only those are accepted", req.Topic)
 		} else if err = req.CheckDurations(); err == nil {
 			n, err = set.Resolve(req, now, c.cfg.MaxPayload)
