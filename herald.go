@@ -172,6 +172,11 @@ type ClientConfig struct {
 	WaitReplicas int
 	// WaitTimeout bounds that wait. Default 1s.
 	WaitTimeout time.Duration
+	// Retention is how long succeeded and cancelled records are kept, as
+	// herald serve's retention: give every process of a namespace the
+	// same, since each one's sweeps delete the finished records past its
+	// own. Default 7 days; -1 keeps them for ever.
+	Retention time.Duration
 	// Logger defaults to a warn-level text handler on stderr.
 	Logger *slog.Logger
 }
@@ -193,7 +198,7 @@ func NewClient(rdb redis.UniversalClient, cfg *ClientConfig) (*Client, error) {
 		cfg = &ClientConfig{}
 	}
 	st, err := openStore(&store.Config{Client: rdb, Namespace: cfg.Namespace, Shards: cfg.Shards,
-		WaitReplicas: cfg.WaitReplicas, WaitTimeout: cfg.WaitTimeout, Logger: cfg.Logger})
+		WaitReplicas: cfg.WaitReplicas, WaitTimeout: cfg.WaitTimeout, Retention: cfg.Retention, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -500,6 +505,11 @@ type WorkerConfig struct {
 	// for a worker that also dispatches what it does not handle itself.
 	// Optional.
 	Senders map[string]Sender
+	// Retention is how long succeeded and cancelled records are kept, as
+	// herald serve's retention: give every process of a namespace the
+	// same, since each one's sweeps delete the finished records past its
+	// own. Default 7 days; -1 keeps them for ever.
+	Retention time.Duration
 	// Logger defaults to a warn-level text handler on stderr.
 	Logger *slog.Logger
 }
@@ -593,7 +603,8 @@ func (w *Worker) Start(ctx context.Context) error {
 	if w.dispatcher != nil {
 		return errors.New("herald: worker already started")
 	}
-	st, err := openStore(&store.Config{Client: w.rdb, Namespace: w.cfg.Namespace, Shards: w.cfg.Shards, Logger: w.log})
+	st, err := openStore(&store.Config{Client: w.rdb, Namespace: w.cfg.Namespace, Shards: w.cfg.Shards,
+		Retention: w.cfg.Retention, Logger: w.log})
 	if err != nil {
 		return err
 	}

@@ -200,3 +200,37 @@ func TestHandlerWrappedOutcomes(t *testing.T) {
 	require.Len(t, n.History, 2)
 	require.GreaterOrEqual(t, n.History[1].StartedAt.Sub(n.History[0].FinishedAt), wait, "the retry waited as asked, not the 1ms of the array")
 }
+
+// TestWorkerRetention: a worker keeps finished records for its Retention,
+// as herald serve does for its retention: its sweeps delete them past it,
+// and with -1 never.
+func TestWorkerRetention(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for name, retention := range map[string]time.Duration{"Short": 300 * time.Millisecond, "Forever": -1} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			rdb, ns, c := connect(t, nil)
+			done := make(chan string, 1)
+			startWorker(t, rdb, &herald.WorkerConfig{Namespace: ns, Retention: retention}, func(_ context.Context, job *herald.Job) error {
+				done <- job.ID
+				return nil
+			})
+			_, err := c.Enqueue(ctx, "jobs", map[string]int{"n": 1}, herald.ID("kept"))
+			require.NoError(t, err)
+			received(t, done, "the job")
+			if retention < 0 {
+				// Three sweeps at least, a second apart.
+				time.Sleep(3500 * time.Millisecond)
+				n, err := c.Get(ctx, "kept")
+				require.NoError(t, err, "a record kept for ever was swept")
+				require.Equal(t, herald.StateSucceeded, n.State)
+				return
+			}
+			require.Eventually(t, func() bool {
+				_, err := c.Get(ctx, "kept")
+				return errors.Is(err, herald.ErrNotFound)
+			}, 10*time.Second, 50*time.Millisecond, "the record outlived its retention")
+		})
+	}
+}
