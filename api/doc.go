@@ -7,6 +7,10 @@
 // ack and nack go through the same client a Go service uses without HTTP,
 // so both resolve topic and policy defaults and validate identically.
 //
+// Operators pause and resume topics and endpoints (POST
+// /v1/topics/{topic}/pause, /resume, the same under /v1/endpoints/{name})
+// and list what is paused or disabled, with since when (GET /v1/pauses).
+//
 // # Running
 //
 // New builds a Server, an http.Handler; Serve runs it on a listener until a

@@ -213,3 +213,45 @@ func TestEndpointListShowsHealth(t *testing.T) {
 	require.Nil(t, list.Endpoints[0].FailingSince)
 	require.Equal(t, one, list.Endpoints[1], "the list shows what GET of the one does")
 }
+
+// TestListPauses: GET /v1/pauses names every paused topic and endpoint and
+// every disabled endpoint, by kind then name, with since when; nothing
+// paused is an empty list, and it needs the token as the pauses do.
+func TestListPauses(t *testing.T) {
+	t.Parallel()
+	b := setup(t, api.Config{Tokens: []string{"sesame"}})
+	status, out := b.do(t, http.MethodGet, "/v1/pauses", nil)
+	require.Equal(t, http.StatusOK, status)
+	require.JSONEq(t, `{"pauses": []}`, string(out))
+
+	before := time.Now().Truncate(time.Millisecond)
+	must[endpoint.View](t, b, http.StatusCreated, http.MethodPut, "/v1/endpoints/m", map[string]any{"url": "https://m.example"})
+	must[map[string]any](t, b, http.StatusOK, http.MethodPost, "/v1/endpoints/m/pause", nil)
+	must[map[string]any](t, b, http.StatusOK, http.MethodPost, "/v1/topics/orders/pause", nil)
+	require.Eventually(t, func() bool {
+		disabled, err := b.store.EndpointFailed(t.Context(), "a", time.Millisecond)
+		return err == nil && disabled
+	}, 5*time.Second, 2*time.Millisecond)
+	after := time.Now()
+
+	type pause struct {
+		Kind, Name string
+		Since      time.Time
+	}
+	got := must[struct{ Pauses []pause }](t, b, http.StatusOK, http.MethodGet, "/v1/pauses", nil).Pauses
+	require.Len(t, got, 3)
+	var kinds []string
+	for _, p := range got {
+		kinds = append(kinds, p.Kind+" "+p.Name)
+		require.False(t, p.Since.Before(before) || p.Since.After(after), "%s %s since %s", p.Kind, p.Name, p.Since)
+		require.Equal(t, time.UTC, p.Since.Location())
+	}
+	require.Equal(t, []string{"disabled a", "endpoint m", "topic orders"}, kinds)
+
+	req, err := http.NewRequest(http.MethodGet, b.http.URL+"/v1/pauses", nil)
+	require.NoError(t, err)
+	resp, err := b.http.Client().Do(req)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+}

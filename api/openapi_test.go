@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/heraldhq/herald/client"
 	"github.com/heraldhq/herald/endpoint"
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/store"
@@ -116,6 +117,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"EndpointView": reflect.TypeFor[endpoint.View](),
 		"TopicStats":   reflect.TypeFor[store.TopicStats](),
 		"PauseAnswer":  reflect.TypeFor[pauseAnswer](),
+		"Pause":        reflect.TypeFor[client.Pause](),
 		"Error":        reflect.TypeFor[Error](),
 		"AckRequest":   reflect.TypeFor[ackRequest](),
 		"NackRequest":  reflect.TypeFor[nackRequest](),

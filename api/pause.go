@@ -3,8 +3,28 @@ package api
 import (
 	"net/http"
 
+	"github.com/heraldhq/herald/client"
 	"github.com/heraldhq/herald/store"
 )
+
+// pauseList is the answer of GET /v1/pauses.
+type pauseList struct {
+	Pauses []client.Pause `json:"pauses"`
+}
+
+// listPauses handles GET /v1/pauses: every paused topic and endpoint and
+// every disabled endpoint, with when it started, so that an operator
+// without the dashboard can tell what is held back.
+func (s *Server) listPauses(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := s.storeContext(r)
+	defer cancel()
+	ps, err := s.client.Pauses(ctx)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, pauseList{Pauses: ps})
+}
 
 // pauseAnswer is the answer of a pause or a resume.
 type pauseAnswer struct {

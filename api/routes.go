@@ -39,6 +39,7 @@ var routes = []route{
 	{method: http.MethodPost, path: "/v1/endpoints/{name}/enable", handle: (*Server).enableEndpoint},
 	{method: http.MethodPost, path: "/v1/endpoints/{name}/pause", handle: (*Server).pauseEndpoint},
 	{method: http.MethodPost, path: "/v1/endpoints/{name}/resume", handle: (*Server).resumeEndpoint},
+	{method: http.MethodGet, path: "/v1/pauses", handle: (*Server).listPauses},
 	{method: http.MethodPost, path: "/v1/topics/{topic}/pause", handle: (*Server).pauseTopic},
 	{method: http.MethodPost, path: "/v1/topics/{topic}/resume", handle: (*Server).resumeTopic},
 	{method: http.MethodGet, path: "/healthz", open: true, handle: func(s *Server, w http.ResponseWriter, r *http.Request) { s.probes.healthz(w, r) }},

@@ -1,8 +1,11 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,6 +42,33 @@ func (c *Client) Resume(ctx context.Context, kind, name string) (resumed int, er
 	}
 	c.pausedCache.forget()
 	return resumed, nil
+}
+
+// Pause is what holds back notifications: a topic or an endpoint paused,
+// or an endpoint its disable_after disabled.
+type Pause struct {
+	// Kind is store.PauseTopic, store.PauseEndpoint or store.PauseDisabled.
+	Kind  string    `json:"kind"`
+	Name  string    `json:"name"`
+	Since time.Time `json:"since"`
+}
+
+// Pauses returns what is paused now, in order of kind then name. A
+// disabled endpoint is listed as a pause of kind store.PauseDisabled,
+// besides any pause of its own, as each needs its own resume or enable.
+func (c *Client) Pauses(ctx context.Context) ([]Pause, error) {
+	paused, err := c.store.Paused(ctx)
+	if err != nil {
+		c.storeError("paused", err)
+		return nil, err
+	}
+	out := make([]Pause, 0, len(paused))
+	for f, since := range paused {
+		kind, name, _ := strings.Cut(f, "|")
+		out = append(out, Pause{Kind: kind, Name: name, Since: since.UTC()})
+	}
+	slices.SortFunc(out, func(a, b Pause) int { return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Name, b.Name)) })
+	return out, nil
 }
 
 func (c *Client) checkPausable(ctx context.Context, kind, name string) error {

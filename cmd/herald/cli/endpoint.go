@@ -134,7 +134,10 @@ func readEndpoint(stdin io.Reader, path string, e *endpoint.Endpoint) error {
 	return nil
 }
 
-// pauseCommands are herald pause and herald resume.
+// pauseCommands are herald pause, herald resume and herald pauses, which
+// lists what the other two act on. It is not "pause list": pause's first
+// argument is the kind, and a subcommand would make pause both a verb and
+// a group of commands.
 func (c *app) pauseCommands() []*cobra.Command {
 	build := func(verb, short string, do func(cmd *cobra.Command, cl *client.Client, kind, name string) error) *cobra.Command {
 		return withConfig(&cobra.Command{
@@ -163,5 +166,36 @@ func (c *app) pauseCommands() []*cobra.Command {
 			n, err := cl.Resume(cmd.Context(), kind, name)
 			return c.say(err, "resumed", kind, name+":", n, "due at once")
 		})
-	return []*cobra.Command{pause, resume}
+	return []*cobra.Command{pause, resume, c.pausesCommand()}
+}
+
+// pausesCommand is herald pauses: every paused topic and endpoint and every
+// endpoint its disable_after disabled, so that an operator without the
+// dashboard can tell what is held back.
+func (c *app) pausesCommand() *cobra.Command {
+	var asJSON bool
+	cmd := withConfig(&cobra.Command{Use: "pauses", Args: cobra.NoArgs,
+		Short: "List the paused topics and endpoints and the disabled endpoints, with since when",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return c.withClient(cmd, false, func(cl *client.Client) error {
+				ps, err := cl.Pauses(cmd.Context())
+				if err != nil {
+					return err
+				}
+				return c.output(asJSON, map[string]any{"pauses": ps}, func(out io.Writer) error {
+					if len(ps) == 0 {
+						_, err := fmt.Fprintln(out, "nothing is paused")
+						return err
+					}
+					tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+					fmt.Fprintln(tw, "KIND\tNAME\tSINCE")
+					for _, p := range ps {
+						fmt.Fprintf(tw, "%s\t%s\t%s\n", p.Kind, show.Clean(p.Name), show.Time(p.Since))
+					}
+					return tw.Flush()
+				})
+			})
+		}})
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON, as GET /v1/pauses answers")
+	return cmd
 }

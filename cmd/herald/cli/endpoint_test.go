@@ -1,12 +1,16 @@
 package cli
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/client"
+	"github.com/heraldhq/herald/store"
 )
 
 func TestEndpointCommand(t *testing.T) {
@@ -80,6 +84,46 @@ func TestEndpointListState(t *testing.T) {
 	require.Regexp(t, `(?m)^m-failing\s.*\sfailing since \S+Z$`, r.out)
 	require.Regexp(t, `(?m)^m-ok\s.*\s-$`, r.out)
 	require.Regexp(t, `(?m)^m-paused\s.*\spaused$`, r.out)
+}
+
+// TestPausesCommand: herald pauses answers "what did we pause?" from a
+// shell, disabled endpoints included, as a table or as GET /v1/pauses
+// answers.
+func TestPausesCommand(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "")
+	r := e.run(t, "pauses")
+	require.NoError(t, r.err, r.logs)
+	require.Equal(t, "nothing is paused\n", r.out)
+	r = e.run(t, "pauses", "--json")
+	require.NoError(t, r.err, r.logs)
+	require.JSONEq(t, `{"pauses": []}`, r.out)
+
+	file := filepath.Join(t.TempDir(), "m.json")
+	require.NoError(t, os.WriteFile(file, []byte(`{"url": "https://m.example/notify"}`), 0o600))
+	require.NoError(t, e.run(t, "endpoint", "put", "m-paused", "--file", file).err)
+	require.NoError(t, e.run(t, "pause", "endpoint", "m-paused").err)
+	require.NoError(t, e.run(t, "pause", "topic", "jobs").err)
+	st := e.store(t)
+	waitFor(t, 5*time.Second, "m-gone to be disabled", func() bool {
+		disabled, err := st.EndpointFailed(t.Context(), "m-gone", time.Millisecond)
+		require.NoError(t, err)
+		return disabled
+	})
+
+	r = e.run(t, "pauses")
+	require.NoError(t, r.err, r.logs)
+	require.Regexp(t, `^KIND\s+NAME\s+SINCE\n`+
+		`disabled\s+m-gone\s+\S+Z\n`+
+		`endpoint\s+m-paused\s+\S+Z\n`+
+		`topic\s+jobs\s+\S+Z\n$`, r.out)
+	r = e.run(t, "pauses", "--json")
+	require.NoError(t, r.err, r.logs)
+	var got struct{ Pauses []client.Pause }
+	require.NoError(t, json.Unmarshal([]byte(r.out), &got))
+	require.Len(t, got.Pauses, 3)
+	require.Equal(t, client.Pause{Kind: store.PauseTopic, Name: "jobs", Since: got.Pauses[2].Since}, got.Pauses[2])
+	require.False(t, got.Pauses[2].Since.IsZero())
 }
 
 func TestPauseCommand(t *testing.T) {
