@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"maps"
 	"os"
-	"runtime/debug"
 	"sync"
 	"time"
 
@@ -564,17 +563,9 @@ func (w *Worker) Handle(topic string, h Handler) {
 }
 
 // handle runs h on an attempt of n. A panic is the handler's failure, not
-// the worker's: it is logged with the stack that tells where it happened,
-// which the attempt's history, cut to 1 KiB, cannot hold, and the attempt
-// fails like any other.
-func (w *Worker) handle(ctx context.Context, h Handler, n *notify.Notification) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			w.log.ErrorContext(ctx, "herald: handler panicked", "topic", n.Topic, "id", n.ID, "attempt", n.Attempts,
-				"panic", r, "stack", string(debug.Stack()))
-			err = fmt.Errorf("handler panicked: %v", r)
-		}
-	}()
+// the worker's: the dispatcher recovers it, logs it with its stack and
+// fails the attempt like any other.
+func (w *Worker) handle(ctx context.Context, h Handler, n *notify.Notification) error {
 	job := &Job{ID: n.ID, Topic: n.Topic, Payload: n.Payload, Attempt: n.Attempts, Headers: n.Headers}
 	if len(job.Payload) == 0 {
 		job.Payload = json.RawMessage("null") // a copy each time: handlers may write to it

@@ -93,7 +93,7 @@ func TestHandlerPanic(t *testing.T) {
 	require.Len(t, n.History, 2)
 	require.Equal(t, "retry", string(n.History[0].Outcome))
 	require.Equal(t, "handler panicked: assignment to entry in nil map", n.History[0].Error)
-	require.Contains(t, logs.String(), `msg="herald: handler panicked" topic=jobs id=panics-once attempt=0`)
+	require.Contains(t, logs.String(), `msg="schedule: handler panicked" topic=jobs id=panics-once channel=pull attempt=0`)
 	require.Contains(t, logs.String(), "herald_test.TestHandlerPanic", "the stack names the handler")
 }
 

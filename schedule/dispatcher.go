@@ -44,6 +44,7 @@ import (
 	"maps"
 	"math"
 	"os"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"time"
@@ -751,15 +752,20 @@ func (d *Dispatcher) finish(f pendingFinish) bool {
 }
 
 func (d *Dispatcher) send(ctx context.Context, n *notify.Notification) (resp notify.Response, err error) {
+	sender, what := d.cfg.Senders[n.Channel], "sender"
+	if n.Channel == notify.ChannelPull {
+		sender, what = d.cfg.Handlers[n.Topic], "handler"
+	}
 	defer func() {
+		// A panic is the sender's failure, not the dispatcher's: the
+		// attempt fails like any other, and the log keeps the stack that
+		// says where it happened, which the history, cut to 1 KiB, cannot.
 		if r := recover(); r != nil {
-			err = fmt.Errorf("sender panicked: %v", r)
+			d.log.ErrorContext(ctx, "schedule: "+what+" panicked", "topic", n.Topic, "id", n.ID, "channel", n.Channel,
+				"attempt", n.Attempts, "panic", r, "stack", string(debug.Stack()))
+			err = fmt.Errorf("%s panicked: %v", what, r)
 		}
 	}()
-	sender := d.cfg.Senders[n.Channel]
-	if n.Channel == notify.ChannelPull {
-		sender = d.cfg.Handlers[n.Topic]
-	}
 	if sender == nil {
 		return notify.Response{}, notify.Permanent(fmt.Errorf("no sender configured for channel %q", n.Channel))
 	}
