@@ -52,13 +52,13 @@ func ParseDuration(s string) (time.Duration, error) {
 }
 
 // Check refuses d where ParseDuration would refuse its string form
-// (negative, or over 100 years), in the same words, for durations built
-// in Go that no decoder has read.
-func (d Duration) Check() error {
+// (negative, or over 100 years), in the same words, as an error for field:
+// for durations built in Go, which no decoder has read.
+func (d Duration) Check(field string) error {
 	if d >= 0 && time.Duration(d) <= maxDuration {
 		return nil // without the string, which costs an allocation
 	}
-	return checkRange(time.Duration(d), d.String())
+	return Errorf(field, "%v", checkRange(time.Duration(d), d.String()))
 }
 
 // checkRange refuses a duration outside what ParseDuration takes; s is how

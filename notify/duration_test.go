@@ -56,16 +56,16 @@ func TestParseDuration(t *testing.T) {
 }
 
 // TestDurationCheck: a duration built in Go is refused where its string
-// form would be, in the same words.
+// form would be, in the same words, naming the field.
 func TestDurationCheck(t *testing.T) {
 	t.Parallel()
 	for _, d := range []time.Duration{0, time.Nanosecond, 2 * time.Minute, maxDuration, maxDuration + 1, -time.Nanosecond, -time.Hour, 1<<63 - 1, -1 << 63} {
 		_, parseErr := ParseDuration(d.String())
-		err := Duration(d).Check()
+		err := Duration(d).Check("delay")
 		if parseErr == nil {
 			require.NoError(t, err, d)
 		} else {
-			require.EqualError(t, err, parseErr.Error(), d)
+			require.EqualError(t, err, "delay: "+parseErr.Error(), d)
 		}
 	}
 }

@@ -71,8 +71,8 @@ func (r *Request) CheckDurations() error {
 		if f.d == nil {
 			continue
 		}
-		if err := f.d.Check(); err != nil {
-			return Errorf(f.name, "%v", err)
+		if err := f.d.Check(f.name); err != nil {
+			return err
 		}
 	}
 	return nil

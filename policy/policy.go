@@ -114,7 +114,7 @@ func (p *Policy) Validate() error {
 		return notify.Errorf("backoff", "has %d entries, more than %d", len(p.Backoff), notify.MaxBackoff)
 	}
 	for i, d := range p.Backoff {
-		if err := checkDuration(fmt.Sprintf("backoff[%d]", i), d); err != nil {
+		if err := d.Check(fmt.Sprintf("backoff[%d]", i)); err != nil {
 			return err
 		}
 	}
@@ -122,7 +122,7 @@ func (p *Policy) Validate() error {
 		name string
 		d    notify.Duration
 	}{{"ttr", p.TTR}, {"timeout", p.Timeout}, {"max_retry_after", p.MaxRetryAfter}} {
-		if err := checkDuration(f.name, f.d); err != nil {
+		if err := f.d.Check(f.name); err != nil {
 			return err
 		}
 	}

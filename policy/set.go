@@ -274,16 +274,6 @@ func (s *Set) Resolve(req *notify.Request, now time.Time, maxPayload int) (*noti
 	return n, nil
 }
 
-// checkDuration refuses a duration that the API's decoder and the policies
-// file's refuse (negative, or over 100 years), with their words: a Go
-// caller hands over a time.Duration no decoder has seen.
-func checkDuration(field string, d notify.Duration) error {
-	if err := d.Check(); err != nil {
-		return notify.Errorf(field, "%v", err)
-	}
-	return nil
-}
-
 // Bounds of a due time. A record writes its times in RFC 3339, whose years
 // have four digits, so the last one is the last millisecond of 9999 (due
 // times are rounded up to the millisecond, so a later fraction of it
