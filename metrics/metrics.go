@@ -49,6 +49,11 @@ const (
 	// RedisErrorsTotal counts failed store calls by operation (reserve,
 	// finish, reap, sweep, enqueue, get, cancel, stats).
 	RedisErrorsTotal = "herald_redis_errors_total"
+	// QuarantinedTotal counts the notifications this process moved aside
+	// because their stored record could not be decoded (Store.Quarantined):
+	// nothing attempts them again until an operator looks in the shard's
+	// quarantine hash. Each process counts its own, so sum processes.
+	QuarantinedTotal = "herald_quarantined_total"
 	// ScheduledNotifications, WaitingNotifications, ReservedNotifications
 	// and DeadNotifications are the per-topic gauges read from the store at
 	// scrape time. Waiting ones are held behind an earlier one of their
@@ -85,9 +90,10 @@ var (
 
 // Config configures Metrics.
 type Config struct {
-	// Store feeds the queue gauges at scrape time. Optional: without it the
-	// gauges are left out (a process that only dispatches may leave them to
-	// the API's process).
+	// Store feeds the queue gauges at scrape time, and QuarantinedTotal
+	// with what it moved aside. Optional: without it they are left out (a
+	// process that only dispatches may leave the gauges to the API's
+	// process, but then its quarantines go uncounted).
 	Store *store.Store
 	// ScrapeTimeout bounds the store read behind the gauges. Default
 	// ScrapeTimeoutDefault (5s).
@@ -156,6 +162,11 @@ func New(cfg *Config) *Metrics {
 		timeout := cmp.Or(cfg.ScrapeTimeout, ScrapeTimeoutDefault)
 		m.registry.MustRegister(&queueCollector{store: cfg.Store, timeout: timeout, errors: m.redisErrors, topics: m.topics})
 		m.registry.MustRegister(&endpointCollector{store: cfg.Store, timeout: timeout, errors: m.redisErrors})
+		m.registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: QuarantinedTotal,
+			Help: "Notifications this process moved to a shard's quarantine hash because their record could not be decoded; " +
+				"they are not attempted again. Counted per process: sum processes.",
+		}, func() float64 { return float64(cfg.Store.Quarantined()) }))
 	}
 	return m
 }

@@ -146,3 +146,30 @@ func TestSharedGaugesSaySo(t *testing.T) {
 		require.Contains(t, help[1], "aggregate processes with max, not sum", name)
 	}
 }
+
+// TestQuarantined corrupts a stored notification: the reservation that
+// meets it moves it aside, and the scrape counts it, so that an alert can
+// tell the operator to look in the quarantine hash rather than leave it to
+// a log line.
+func TestQuarantined(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := redistest.Start(t, redistest.Options{})
+	rc := srv.Client(t)
+	ns := redistest.Namespace(t)
+	st, err := store.New(&store.Config{Client: rc, Namespace: ns, Shards: 1, Logger: heraldtest.Logger(t)})
+	require.NoError(t, err)
+	m := metrics.New(&metrics.Config{Store: st})
+	require.Contains(t, scrape(t, m), metrics.QuarantinedTotal+" 0\n")
+
+	for _, id := range []string{"good", "bad"} {
+		_, _, err := st.Enqueue(ctx, heraldtest.Notification(t, id, time.Now()), false)
+		require.NoError(t, err)
+	}
+	// A header that parses but a body that does not.
+	require.NoError(t, rc.HSet(ctx, ns+":{0}:job", "bad", "d u 1000 jobs\nnot a body").Err())
+	got, _, err := st.Reserve(ctx, store.PullQueue("jobs"), []int{0}, 10)
+	require.NoError(t, err)
+	require.Len(t, got, 1, "the good one is handed out")
+	require.Contains(t, scrape(t, m), metrics.QuarantinedTotal+" 1\n")
+}
