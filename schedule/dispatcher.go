@@ -396,6 +396,17 @@ func (d *Dispatcher) Stop() {
 		stop()
 		d.loops.Wait()
 		close(d.work) // no reserve loop sends any more
+		// What was reserved ahead goes back now, not once a worker is free
+		// of an attempt that may take the whole ShutdownTimeout: another
+		// dispatcher can start it meanwhile. Nothing reserves any more, so
+		// the room it frees is not given back.
+		d.workers.Add(1)
+		go func() {
+			defer d.workers.Done()
+			for q := range d.work {
+				d.releaseAt(q.n, q.n.DueAt(d.store.Now()))
+			}
+		}()
 		done := make(chan struct{})
 		go func() { d.workers.Wait(); close(done) }()
 		select {
