@@ -11,7 +11,8 @@
 //   - no proxy from the environment (it would hide the real destination from
 //     the guard), no cookie jar (cookies must not travel between
 //     notifications), no redirects followed, and keep-alive connections
-//     reused across attempts;
+//     reused across attempts (a Replayable request cut off on one that the
+//     receiver closed goes again at once on a new one);
 //   - "Accept: */*" unless the sender asks for a type, whatever the body's
 //     type;
 //   - a response read capped at ReadLimit;
@@ -138,6 +139,13 @@ type Request struct {
 	// Body is sent as it is; nil sends none. Without a Content-Type header,
 	// the body's type is sniffed (http.DetectContentType).
 	Body []byte
+	// Replayable says the receiver takes the request twice as it takes it
+	// once, as a webhook's receiver de-duplicates by webhook-id. Such a
+	// request, cut off without an answer on a kept-alive connection that
+	// the receiver closed as it went out, is sent again at once on a new
+	// connection, as a GET is, rather than failing its attempt with an EOF.
+	// Leave it unset where a second request does a second thing (an SMS).
+	Replayable bool
 }
 
 // headerRoom is how many headers a new request has room for, a signed
@@ -200,6 +208,11 @@ func (c *Client) Do(ctx context.Context, req *Request) (*Result, error) {
 	// The request's own map, not a copy: resty clones it into the HTTP
 	// request anyway.
 	rr.Header = req.Header
+	if _, ok := rr.Header["Idempotency-Key"]; req.Replayable && !ok {
+		// net/http resends only requests it knows to be idempotent; a nil
+		// value says so without sending the header.
+		rr.Header["Idempotency-Key"] = nil
+	}
 	if rr.Header.Get("Accept") == "" {
 		// Any answer will do: receivers acknowledge in text as often as in
 		// JSON. Without this, resty would copy a JSON or XML Content-Type

@@ -161,6 +161,9 @@ func (s *Sender) Send(ctx context.Context, n *notify.Notification) (notify.Respo
 	timestamp := strconv.FormatInt(now.Unix(), 10)
 	req := httpsend.NewRequest(http.MethodPost, target)
 	req.Body = body
+	// Receivers de-duplicate by webhook-id, so a request cut off on a
+	// connection the receiver closed can go again within the attempt.
+	req.Replayable = true
 	req.SetNotificationHeaders(n.Headers, HeaderID, HeaderTimestamp, HeaderSignature, HeaderAttempt)
 	req.Header.Set("Content-Type", contentType)
 	req.Header.Set(HeaderAttempt, strconv.Itoa(n.Attempts))

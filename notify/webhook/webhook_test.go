@@ -321,6 +321,42 @@ func TestSendRequest(t *testing.T) {
 	})
 }
 
+// TestSendKeptAliveConnectionClosedByReceiver sends two webhooks to a
+// receiver that closes the kept-alive connection as the second one arrives,
+// as a server does whose keep-alive timeout runs out at that moment (5s for
+// Apache and Node). The second is sent again at once on a new connection,
+// as net/http does for a GET, instead of the attempt failing with an EOF and
+// the merchant waiting for the next attempt on the backoff array.
+func TestSendKeptAliveConnectionClosedByReceiver(t *testing.T) {
+	t.Parallel()
+
+	var requests atomic.Int64
+	rec := httpsendtest.NewReceiver(t, "tcp4", func(w http.ResponseWriter, r *http.Request) {
+		if requests.Add(1) == 2 {
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+			return
+		}
+		httpsendtest.Answer(200, "success")(w, r)
+	})
+	sender := newSender(t, Config{Common: httpsend.Common{HTTP: loopback}})
+	n := notification(rec.URL())
+	n.Policy = "alipay"
+	for attempt := range 2 {
+		n.Attempts = attempt
+		_, err := sender.Send(context.Background(), n)
+		require.NoError(t, err, "attempt %d", attempt)
+	}
+	reqs := rec.Requests()
+	require.Len(t, reqs, 3)
+	require.EqualValues(t, 2, rec.Conns())
+	require.Equal(t, reqs[1].Body, reqs[2].Body)
+	require.Equal(t, reqs[1].Header.Get("Webhook-Signature"), reqs[2].Header.Get("Webhook-Signature"))
+	require.Empty(t, reqs[2].Header.Values("Idempotency-Key"))
+}
+
 func TestSendSuccessBody(t *testing.T) {
 	t.Parallel()
 
