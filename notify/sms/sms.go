@@ -20,9 +20,13 @@
 // 429; other answers are classified by status under the policy, so 429 and
 // 5xx are retried.
 //
-// http: a JSON POST of {"to", "from", "body"} to URL, with the notification
-// id as Idempotency-Key so a gateway can drop a repeated attempt; classified
-// by status under the policy like a webhook.
+// http: a JSON POST of {"to", "from", "body"} to URL, classified by status
+// under the policy like a webhook. Its Idempotency-Key is the notification
+// id and the Unix milliseconds of its enqueue, as
+// "appt-42-reminder.1777885200000": the same on every attempt and replay,
+// so a gateway can drop a repeated attempt, while a reminder enqueued again
+// with replace (a moved appointment) is a new message with a new key, which
+// the gateway sends even when the one it replaces went out.
 //
 // Both go through the SSRF guard of package httpsend, so a gateway on an
 // internal address needs its network in Config.HTTP.AllowNetworks.
@@ -38,6 +42,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/heraldhq/herald/notify"
@@ -191,7 +196,7 @@ func (s *Sender) sendHTTP(ctx context.Context, r *notify.Rules, n *notify.Notifi
 	}
 	req := httpsend.NewRequest(http.MethodPost, s.url)
 	req.Header.Set("Content-Type", templates.ContentTypeJSON)
-	req.Header.Set("Idempotency-Key", n.ID)
+	req.Header.Set("Idempotency-Key", idempotencyKey(n))
 	req.Body = body
 	res, err := s.Client.Do(ctx, req)
 	if err != nil {
@@ -202,6 +207,16 @@ func (s *Sender) sendHTTP(ctx context.Context, r *notify.Rules, n *notify.Notifi
 		return resp, fmt.Errorf("sms: %w", err)
 	}
 	return resp, nil
+}
+
+// idempotencyKey is the Idempotency-Key of n's attempts; see the package
+// doc. A notification never stored has no enqueue time, and its id alone
+// is the key.
+func idempotencyKey(n *notify.Notification) string {
+	if n.CreatedAt.IsZero() {
+		return n.ID
+	}
+	return n.ID + "." + strconv.FormatInt(n.CreatedAt.UnixMilli(), 10)
 }
 
 // twilioError is the body of a failed Twilio API request.

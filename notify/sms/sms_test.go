@@ -266,3 +266,49 @@ func TestNew(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, TwilioURLDefault, s.url)
 }
+
+// sentOnce returns the texts of reqs that a gateway dropping repeated
+// Idempotency-Keys sends, as the package doc invites gateways to do: the
+// first of each key.
+func sentOnce(reqs []httpsendtest.Request) []string {
+	seen := map[string]bool{}
+	var sent []string
+	for _, r := range reqs {
+		if key := r.Header.Get("Idempotency-Key"); !seen[key] {
+			seen[key] = true
+			var msg struct{ Body string }
+			_ = json.Unmarshal(r.Body, &msg)
+			sent = append(sent, msg.Body)
+		}
+	}
+	return sent
+}
+
+// TestSendHTTPReplacedReminder moves an appointment whose reminder already
+// went out: the appointment service enqueues the reminder again under the
+// same id with replace, and the store records it with a new created_at. The
+// moved reminder is a new message, so a gateway that drops repeated
+// attempts must not drop it; a repeated attempt of one message still
+// carries the same key.
+func TestSendHTTPReplacedReminder(t *testing.T) {
+	t.Parallel()
+
+	bundle := setup(t, ProviderHTTP, httpsendtest.Answer(202, ""))
+	first := notification(`"Your appointment is at 15:30"`)
+	first.CreatedAt = time.Date(2026, 5, 4, 9, 0, 0, 0, time.UTC)
+	for attempt := range 2 {
+		first.Attempts = attempt
+		_, err := bundle.sender.Send(context.Background(), first)
+		require.NoError(t, err)
+	}
+	moved := notification(`"Your appointment is at 17:00"`)
+	moved.CreatedAt = time.Date(2026, 5, 4, 15, 10, 0, 0, time.UTC)
+	_, err := bundle.sender.Send(context.Background(), moved)
+	require.NoError(t, err)
+
+	reqs := bundle.rec.Requests()
+	require.Equal(t, []string{"Your appointment is at 15:30", "Your appointment is at 17:00"}, sentOnce(reqs))
+	require.Len(t, reqs, 3)
+	require.Equal(t, reqs[0].Header.Get("Idempotency-Key"), reqs[1].Header.Get("Idempotency-Key"), "attempts of one message")
+	require.Equal(t, "appt-42-reminder.1777907400000", reqs[2].Header.Get("Idempotency-Key"), "the id and the enqueue time")
+}
