@@ -26,7 +26,9 @@
 // "appt-42-reminder.1777885200000": the same on every attempt and replay,
 // so a gateway can drop a repeated attempt, while a reminder enqueued again
 // with replace (a moved appointment) is a new message with a new key, which
-// the gateway sends even when the one it replaces went out.
+// the gateway sends even when the one it replaces went out. A gateway's
+// API key can go in URL's query: the errors the history keeps name the URL
+// without it (and without user information, as every sender's do).
 //
 // Both go through the SSRF guard of package httpsend, so a gateway on an
 // internal address needs its network in Config.HTTP.AllowNetworks.
@@ -198,7 +200,7 @@ func (s *Sender) sendHTTP(ctx context.Context, r *notify.Rules, n *notify.Notifi
 	req.Header.Set("Content-Type", templates.ContentTypeJSON)
 	req.Header.Set("Idempotency-Key", idempotencyKey(n))
 	req.Body = body
-	res, err := s.Client.Do(ctx, req)
+	res, err := s.do(ctx, req)
 	if err != nil {
 		return notify.Response{}, httpsend.ClassifyError(r, fmt.Errorf("sms: %w", err))
 	}
@@ -207,6 +209,23 @@ func (s *Sender) sendHTTP(ctx context.Context, r *notify.Rules, n *notify.Notifi
 		return resp, fmt.Errorf("sms: %w", err)
 	}
 	return resp, nil
+}
+
+// do sends req to the provider. A transport error names the provider's URL
+// without its query: the http provider has no other place for a gateway's
+// API key, and the error goes to the history, which the API and the
+// dashboard show.
+func (s *Sender) do(ctx context.Context, req *httpsend.Request) (*httpsend.Result, error) {
+	res, err := s.Client.Do(ctx, req)
+	// Do returns the transport's *url.Error as it is, unwrapped.
+	if ue, ok := err.(*url.Error); ok {
+		shown := ue.URL
+		if i := strings.IndexByte(shown, '?'); i >= 0 {
+			shown = shown[:i+1] + "xxxxx"
+		}
+		return nil, &url.Error{Op: ue.Op, URL: shown, Err: ue.Err}
+	}
+	return res, err
 }
 
 // idempotencyKey is the Idempotency-Key of n's attempts; see the package
@@ -231,7 +250,7 @@ func (s *Sender) sendTwilio(ctx context.Context, r *notify.Rules, n *notify.Noti
 	req.Header.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(s.sid+":"+s.token)))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Body = []byte(url.Values{"To": {n.Target}, "From": {s.from}, "Body": {text}}.Encode())
-	res, err := s.Client.Do(ctx, req)
+	res, err := s.do(ctx, req)
 	if err != nil {
 		return notify.Response{}, httpsend.ClassifyError(r, fmt.Errorf("sms: twilio: %w", err))
 	}

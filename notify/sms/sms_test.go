@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"testing"
@@ -311,4 +312,42 @@ func TestSendHTTPReplacedReminder(t *testing.T) {
 	require.Len(t, reqs, 3)
 	require.Equal(t, reqs[0].Header.Get("Idempotency-Key"), reqs[1].Header.Get("Idempotency-Key"), "attempts of one message")
 	require.Equal(t, "appt-42-reminder.1777907400000", reqs[2].Header.Get("Idempotency-Key"), "the id and the enqueue time")
+}
+
+// TestSendHTTPGatewayKeyNotInHistory sends through a gateway whose URL
+// carries its API key, the http provider's only place for one, and gets no
+// answer: the error, which the history keeps and the API and dashboard
+// show, names the gateway without the key, and the attempt is retried.
+func TestSendHTTPGatewayKeyNotInHistory(t *testing.T) {
+	t.Parallel()
+
+	hung := httpsendtest.NewReceiver(t, "tcp4", func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	require.NoError(t, err)
+	closedURL := "http://" + l.Addr().String()
+	require.NoError(t, l.Close())
+	for _, tt := range []struct {
+		name    string
+		gateway string
+		message string
+	}{
+		{name: "Timeout", gateway: hung.URL(), message: "deadline exceeded"},
+		{name: "Refused", gateway: closedURL, message: "refused"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			sender, err := New(&Config{URL: tt.gateway + "/send?api_key=gw-s3cret&sender=clinic", Common: httpsend.Common{HTTP: httpsend.Config{
+				AllowNetworks: []string{"127.0.0.0/8"},
+				Logger:        slog.New(slog.NewTextHandler(t.Output(), nil)),
+			}}})
+			require.NoError(t, err)
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			_, err = sender.Send(ctx, notification(`"hi"`))
+			require.ErrorContains(t, err, tt.message)
+			require.ErrorContains(t, err, tt.gateway+"/send?xxxxx", "the gateway is named")
+			require.NotContains(t, err.Error(), "gw-s3cret")
+			require.False(t, isPermanent(err), "error: %v", err)
+		})
+	}
 }
