@@ -19,7 +19,8 @@
 //     endpoint its disable_after disabled: these lose nothing, so they act
 //     at once, with no confirmation page, and the overview they return to
 //     says what happened (a one-time message carried in a short-lived
-//     cookie).
+//     cookie). The overview opens at the page of the row that
+//     ?topic=NAME or ?endpoint=NAME names, as those links and returns do.
 //   - /ui/notifications/{id} shows a notification, its endpoint (linked to
 //     its row on the overview), its payload and headers (credential headers
 //     such as Authorization redacted, as api.Redacted shows them), and its

@@ -98,9 +98,13 @@ type pausedLink struct {
 }
 
 // pageOf returns the rows of page param of q among total, and its pager;
-// a page past the last shows the last.
-func pageOf(q url.Values, param string, total int) (lo, hi int, p pager) {
+// a page past the last shows the last. Without param, it is the page of
+// row at, when at is not negative: the row a rowURL link names.
+func pageOf(q url.Values, param string, total, at int) (lo, hi int, p pager) {
 	page, _ := strconv.Atoi(q.Get(param))
+	if !q.Has(param) && at >= 0 {
+		page = at/overviewPageSize + 1
+	}
 	page = min(max(page, 1), max((total+overviewPageSize-1)/overviewPageSize, 1))
 	lo, hi = (page-1)*overviewPageSize, min(page*overviewPageSize, total)
 	p = pager{First: lo + 1, Last: hi, Total: total}
@@ -120,6 +124,14 @@ func overviewURL(q url.Values, param string, n int) string {
 	maps.Copy(v, q)
 	v.Set(param, strconv.Itoa(n))
 	return Prefix + "?" + v.Encode()
+}
+
+// rowURL links the row of kind (store.PauseTopic or store.PauseEndpoint)
+// name on the overview: ?topic=T or ?endpoint=E opens the page of the
+// table that holds it, which with more than a page of rows need not be the
+// first.
+func rowURL(kind, name string) string {
+	return Prefix + "?" + url.Values{kind: {name}}.Encode() + "#" + kind + "-" + name
 }
 
 // overview handles GET /ui/.
@@ -174,7 +186,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request, s *session) {
 			d.PausedTopics = append(d.PausedTopics, pausedLink{Name: t, URL: overviewURL(q, "page", i/overviewPageSize+1) + "#topic-" + t})
 		}
 	}
-	lo, hi, pages := pageOf(q, "page", len(names))
+	lo, hi, pages := pageOf(q, "page", len(names), slices.Index(names, q.Get(store.PauseTopic)))
 	d.TopicPages = pages
 	for _, t := range names[lo:hi] {
 		since, isPaused := topicsPaused[t]

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -15,7 +16,8 @@ import (
 
 // Pause, resume and enable lose nothing (a paused notification waits,
 // unburnt), so their buttons act at once, with no confirmation page: the
-// form posts, and the overview it redirects to says what happened.
+// form posts, and the overview it redirects to, at the row acted on, says
+// what happened.
 
 // flashCookie carries the message of the last pause, resume or enable to
 // the page the form redirects to, which shows it once.
@@ -80,7 +82,7 @@ func (h *Handler) pauseAction(kind, action string) sessionHandler {
 			return
 		}
 		setCookie(w, r, flashCookie, base64.RawURLEncoding.EncodeToString([]byte(msg)), flashTTL)
-		http.Redirect(w, r, Prefix, http.StatusSeeOther)
+		http.Redirect(w, r, rowURL(kind, name), http.StatusSeeOther)
 	}
 }
 
@@ -167,7 +169,8 @@ func (h *Handler) endpointRows(ctx context.Context, q url.Values, paused map[str
 		}
 		held = append(held, pausedLink{Name: v.Name, Why: why, URL: overviewURL(q, "epage", i/overviewPageSize+1) + "#endpoint-" + v.Name})
 	}
-	lo, hi, pages := pageOf(q, "epage", len(views))
+	at := slices.IndexFunc(views, func(v endpoint.View) bool { return v.Name == q.Get(store.PauseEndpoint) })
+	lo, hi, pages := pageOf(q, "epage", len(views), at)
 	views = views[lo:hi]
 	rows := make([]endpointRow, 0, len(views))
 	for _, v := range views {

@@ -39,7 +39,8 @@ var funcs = template.FuncMap{
 		}
 		return strings.ToUpper(s[:1]) + s[1:]
 	},
-	"join": func(s []string) string { return strings.Join(s, ",") },
+	"join":   func(s []string) string { return strings.Join(s, ",") },
+	"rowURL": rowURL,
 	// last returns the last attempt of a history, or nil.
 	"last": func(h []notify.Attempt) *notify.Attempt {
 		if len(h) == 0 {

@@ -415,7 +415,7 @@ func TestNotificationPagePaused(t *testing.T) {
 			pauseFunc: func(t *testing.T, b *testBundle) {
 				require.NoError(t, b.store.Pause(ctx, store.PauseEndpoint, "acme-shop"))
 			},
-			want: `next attempt waits for endpoint <a href="/ui/#endpoint-acme-shop">acme-shop</a>, paused since 2026-03-01 12:00:00.000 UTC, to be resumed`,
+			want: `next attempt waits for endpoint <a href="/ui/?endpoint=acme-shop#endpoint-acme-shop">acme-shop</a>, paused since 2026-03-01 12:00:00.000 UTC, to be resumed`,
 		},
 		{
 			name: "Topic", kind: store.PauseTopic,
@@ -434,7 +434,7 @@ func TestNotificationPagePaused(t *testing.T) {
 				require.NoError(t, err)
 				require.True(t, disabled)
 			},
-			want: `next attempt waits for endpoint <a href="/ui/#endpoint-acme-shop">acme-shop</a>, disabled by its health since 2026-03-01 12:02:00.000 UTC, to be enabled`,
+			want: `next attempt waits for endpoint <a href="/ui/?endpoint=acme-shop#endpoint-acme-shop">acme-shop</a>, disabled by its health since 2026-03-01 12:02:00.000 UTC, to be enabled`,
 		},
 		{
 			// Resumed while a dispatcher parked it: the next sweep unparks
@@ -453,7 +453,7 @@ func TestNotificationPagePaused(t *testing.T) {
 
 			status, body := b.get(t, "/ui/notifications/parked-1")
 			require.Equal(t, http.StatusOK, status)
-			require.Contains(t, body, `<dt>Endpoint</dt><dd><a href="/ui/#endpoint-acme-shop">acme-shop</a></dd>`)
+			require.Contains(t, body, `<dt>Endpoint</dt><dd><a href="/ui/?endpoint=acme-shop#endpoint-acme-shop">acme-shop</a></dd>`)
 			require.Contains(t, body, `id="state">scheduled</span> <span class="tag paused">paused</span>`)
 			require.Contains(t, body, tt.want)
 			require.NotContains(t, body, "No attempts.")
@@ -755,22 +755,30 @@ func TestOverview(t *testing.T) {
 // overview's tables shows 100 rows a page, every topic and endpoint is on
 // exactly one page, the totals count them all on every page, and a paused
 // topic is linked from every page.
-func TestOverviewIsPaged(t *testing.T) {
-	t.Parallel()
+// crowd stores a notification due in an hour in each of topics topics,
+// t000 on, and endpoints endpoints through the API's, e000 on.
+func (b *testBundle) crowd(t *testing.T, topics, endpoints int) {
+	t.Helper()
 	ctx := context.Background()
-	b := setup(t, testToken)
-	b.login(t)
 	var reqs []store.EnqueueRequest
-	for i := range 250 {
+	for i := range topics {
 		reqs = append(reqs, store.EnqueueRequest{Notification: heraldtest.Notification(t, fmt.Sprintf("n%03d", i), b.clock.Now(),
 			heraldtest.Topic(fmt.Sprintf("t%03d", i)), heraldtest.Delay(time.Hour))})
 	}
 	_, err := b.store.EnqueueBatch(ctx, reqs)
 	require.NoError(t, err)
-	for i := range 149 { // and the file's acme-shop
+	for i := range endpoints {
 		_, err := b.store.PutEndpoint(ctx, fmt.Sprintf("e%03d", i), &endpoint.Endpoint{URL: "https://e.example/"})
 		require.NoError(t, err)
 	}
+}
+
+func TestOverviewIsPaged(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, testToken)
+	b.login(t)
+	b.crowd(t, 250, 149) // and the file's acme-shop
 	require.NoError(t, b.store.Pause(ctx, store.PauseTopic, "t180"))
 	require.NoError(t, b.store.Pause(ctx, store.PauseEndpoint, "e140"))
 
@@ -1032,7 +1040,7 @@ func TestEndpoints(t *testing.T) {
 		require.Equal(t, http.StatusForbidden, res.StatusCode, "no CSRF token")
 		res, _ = b.post(t, "/ui/endpoints/globex/enable", url.Values{"csrf": {csrf(t, page)}}, b.server.URL)
 		require.Equal(t, http.StatusSeeOther, res.StatusCode)
-		require.Equal(t, "/ui/", res.Header.Get("Location"))
+		require.Equal(t, "/ui/?endpoint=globex#endpoint-globex", res.Header.Get("Location"))
 
 		_, page = b.get(t, "/ui/")
 		require.Contains(t, page, "Enabled endpoint globex: the 1 notification that waited while it was disabled start now.")
@@ -1105,4 +1113,43 @@ func TestPauseTopic(t *testing.T) {
 	res, body = b.post(t, "/ui/topics/Not%20A%20Topic/pause", url.Values{"csrf": {csrf(t, page)}}, b.server.URL)
 	require.Equal(t, http.StatusBadRequest, res.StatusCode)
 	require.Contains(t, body, "topic")
+}
+
+// TestLinksFindTheRowsPage: with more endpoints and topics than the
+// overview shows on a page, a notification's link to its endpoint, and the
+// overview a pause or resume returns to, open the page that holds the row
+// the link names, not the first.
+func TestLinksFindTheRowsPage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, testToken)
+	b.login(t)
+	b.crowd(t, 150, 149) // and the file's acme-shop, first
+	n := heraldtest.Notification(t, "to-e140", b.clock.Now(), heraldtest.Endpoint("e140"), heraldtest.Delay(time.Hour))
+	_, _, err := b.store.Enqueue(ctx, n, false)
+	require.NoError(t, err)
+
+	// follow gets the overview a link leads to and requires the row its
+	// fragment names there.
+	follow := func(t *testing.T, link string) string {
+		t.Helper()
+		path, fragment, ok := strings.Cut(html.UnescapeString(link), "#")
+		require.True(t, ok, "%s names no row", link)
+		status, page := b.get(t, path)
+		require.Equal(t, http.StatusOK, status)
+		require.True(t, strings.Contains(page, `id="`+fragment+`"`), "%s does not lead to its row", link)
+		return page
+	}
+
+	_, page := b.get(t, "/ui/notifications/to-e140")
+	m := regexp.MustCompile(`<dt>Endpoint</dt><dd><a href="([^"]+)">e140</a>`).FindStringSubmatch(page)
+	require.NotNil(t, m, "no link to the endpoint")
+	follow(t, m[1])
+
+	for _, action := range []string{"/ui/endpoints/e140/pause", "/ui/endpoints/e140/resume", "/ui/topics/t140/pause"} {
+		res, _ := b.post(t, action, url.Values{"csrf": {csrf(t, page)}}, b.server.URL)
+		require.Equal(t, http.StatusSeeOther, res.StatusCode, action)
+		page = follow(t, res.Header.Get("Location"))
+		require.Contains(t, page, `id="flash"`, action)
+	}
 }
