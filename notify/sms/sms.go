@@ -167,15 +167,18 @@ func (s *Sender) text(n *notify.Notification) (string, error) {
 	if n.Template == "" {
 		var (
 			str string
+			// Text is nil in an object without "text", which is the
+			// caller's slip (a gateway's own "body", say), not an empty
+			// message.
 			obj struct {
-				Text string `json:"text"`
+				Text *string `json:"text"`
 			}
 		)
 		switch {
 		case json.Unmarshal(body, &str) == nil:
 			text = str
-		case json.Unmarshal(body, &obj) == nil:
-			text = obj.Text
+		case json.Unmarshal(body, &obj) == nil && obj.Text != nil:
+			text = *obj.Text
 		default:
 			return "", errors.New(`payload must be a JSON string or an object with a "text" string, or the notification must name a template`)
 		}

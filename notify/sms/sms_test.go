@@ -209,6 +209,9 @@ func TestSendText(t *testing.T) {
 		{name: "NoPayload", payload: ``, message: "message text is empty"},
 		{name: "EmptyText", payload: `{"text":"  "}`, message: "message text is empty"},
 		{name: "NumberPayload", payload: `42`, message: `payload must be a JSON string or an object with a "text" string`},
+		// A gateway's own field name is a caller's likely slip: the error
+		// says which field Herald reads.
+		{name: "ObjectWithoutText", payload: `{"body":"Your code is 1234"}`, message: `payload must be a JSON string or an object with a "text" string`},
 		{name: "TemplateFails", template: "appointment-reminder.sms", payload: `{"name":"Ana"}`, message: "render appointment-reminder.sms"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
