@@ -50,9 +50,12 @@ const (
 	SpanEnqueue = "herald.enqueue"
 	SpanAttempt = "herald.attempt"
 
-	AttrID            = attribute.Key("herald.notification.id")
-	AttrTopic         = attribute.Key("herald.topic")
-	AttrChannel       = attribute.Key("herald.channel")
+	AttrID      = attribute.Key("herald.notification.id")
+	AttrTopic   = attribute.Key("herald.topic")
+	AttrChannel = attribute.Key("herald.channel")
+	// AttrEndpoint names the endpoint (usually a merchant) of a
+	// notification sent to one; absent for one sent to a target.
+	AttrEndpoint      = attribute.Key("herald.endpoint")
 	AttrEnqueueStatus = attribute.Key("herald.enqueue.status")
 	AttrAttempt       = attribute.Key("herald.attempt")
 	AttrOutcome       = attribute.Key("herald.outcome")
@@ -117,8 +120,7 @@ func (t *Tracer) StartEnqueue(ctx context.Context, n *notify.Notification) func(
 	if !trace.SpanContextFromContext(ctx).IsValid() {
 		ctx = t.extract(ctx, n.Headers)
 	}
-	ctx, span := t.tracer.Start(ctx, SpanEnqueue, trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(AttrID.String(n.ID), AttrTopic.String(n.Topic), AttrChannel.String(n.Channel)))
+	ctx, span := t.tracer.Start(ctx, SpanEnqueue, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrsOf(n)...))
 	n.Headers = t.inject(ctx, n.Headers)
 	return func(status store.EnqueueStatus, err error) {
 		if err != nil {
@@ -155,12 +157,22 @@ func (t *Tracer) AttemptRecorded(ctx context.Context, f *store.Finish) {
 // span, named in n's headers; opts give its kind.
 func (t *Tracer) startAttempt(ctx context.Context, n *notify.Notification, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
 	parent := t.extract(context.Background(), n.Headers)
-	opts = append(opts, trace.WithAttributes(
-		AttrID.String(n.ID), AttrTopic.String(n.Topic), AttrChannel.String(n.Channel), AttrAttempt.Int(n.Attempts)))
+	opts = append(opts, trace.WithAttributes(append(attrsOf(n), AttrAttempt.Int(n.Attempts))...))
 	if sc := trace.SpanContextFromContext(parent); sc.IsValid() {
 		ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
 	}
 	return t.tracer.Start(ctx, SpanAttempt, opts...)
+}
+
+// attrsOf returns the attributes that say which notification a span is
+// of, and where it goes when that is an endpoint. A target URL is left out:
+// it may carry the receiver's credentials.
+func attrsOf(n *notify.Notification) []attribute.KeyValue {
+	out := []attribute.KeyValue{AttrID.String(n.ID), AttrTopic.String(n.Topic), AttrChannel.String(n.Channel)}
+	if n.Endpoint != "" {
+		out = append(out, AttrEndpoint.String(n.Endpoint))
+	}
+	return out
 }
 
 // endAttempt ends an attempt's span with its outcome and next step.

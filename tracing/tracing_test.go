@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/heraldhq/herald/api"
+	"github.com/heraldhq/herald/endpoint"
 	"github.com/heraldhq/herald/internal/heraldtest"
 	"github.com/heraldhq/herald/internal/redistest"
 	"github.com/heraldhq/herald/notify"
@@ -74,10 +75,14 @@ func setup(t *testing.T) *testBundle {
 	set, err := policy.NewSet(map[string]policy.Policy{
 		"quick": {Backoff: []notify.Duration{0, notify.Duration(10 * time.Millisecond), notify.Duration(10 * time.Millisecond)}},
 	}, map[string]policy.Topic{"orders": {Channel: notify.ChannelWebhook, Policy: "quick", Target: rcv.URL},
-		"jobs": {Channel: notify.ChannelPull, Policy: "quick"}})
+		"refunds": {Channel: notify.ChannelWebhook, Policy: "quick", Endpoint: "acme-shop"},
+		"jobs":    {Channel: notify.ChannelPull, Policy: "quick"}})
+	require.NoError(t, err)
+	set, err = set.WithEndpoints(map[string]endpoint.Endpoint{"acme-shop": {URL: rcv.URL}})
 	require.NoError(t, err)
 	policies := func() *policy.Set { return set }
-	hook, err := webhook.New(&webhook.Config{Common: httpsend.Common{Rules: policy.CurrentRules(policies),
+	endpoints := endpoint.NewRegistry(&endpoint.RegistryConfig{FileFunc: func() map[string]endpoint.Endpoint { return set.Endpoints }})
+	hook, err := webhook.New(&webhook.Config{Endpoints: endpoints, Common: httpsend.Common{Rules: policy.CurrentRules(policies),
 		HTTP: httpsend.Config{AllowNetworks: []string{"127.0.0.0/8"}, Logger: heraldtest.Logger(t)}}})
 	require.NoError(t, err)
 	d, err := schedule.New(&schedule.Config{Store: b.store, Senders: map[string]notify.Sender{notify.ChannelWebhook: hook},
@@ -200,6 +205,33 @@ func TestOneTrace(t *testing.T) {
 	require.Len(t, b.traceparents, 2)
 	for i, tp := range b.traceparents {
 		require.Equal(t, "00-"+callerTrace+"-"+attempts[i].SpanContext().SpanID().String()+"-01", tp, "attempt %d", i)
+	}
+}
+
+// TestSpansNameTheEndpoint: the spans of a notification sent to an
+// endpoint name it, so that a trace search finds a merchant's failing
+// attempts; those sent to a target name none.
+func TestSpansNameTheEndpoint(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	status, out := b.post(t, "/v1/notifications", `{"id":"refund-1","topic":"refunds","payload":{"refund":1}}`, "")
+	require.Equal(t, http.StatusCreated, status, "%s", out)
+	require.Equal(t, http.StatusCreated, b.enqueue(t, "order-4-paid", ""))
+	b.waitSucceeded(t, "refund-1")
+	b.waitSucceeded(t, "order-4-paid")
+	for _, name := range []string{tracing.SpanEnqueue, tracing.SpanAttempt} {
+		spans := b.ended(name)
+		require.NotEmpty(t, spans, name)
+		for _, s := range spans {
+			a := attrs(s)
+			got, ok := a[tracing.AttrEndpoint]
+			if a[tracing.AttrID].AsString() == "refund-1" {
+				require.True(t, ok, "%s of refund-1 names no endpoint", name)
+				require.Equal(t, "acme-shop", got.AsString(), name)
+			} else {
+				require.False(t, ok, "%s of %s names an endpoint", name, a[tracing.AttrID].AsString())
+			}
+		}
 	}
 }
 
