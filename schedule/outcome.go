@@ -24,11 +24,13 @@ func finishOf(p *policy.Policy, n *notify.Notification, started, finished time.T
 
 // attemptContext bounds an attempt by the policy's timeout and by the
 // reservation's deadline, so that no attempt outlives its reservation and
-// two attempts of one notification never overlap.
+// two attempts of one notification never overlap. now and the deadline are
+// on the store's clock, which need not be the host's that a context's
+// deadline is read on: the bound is what is left of the reservation.
 func attemptContext(ctx context.Context, p *policy.Policy, n *notify.Notification, now time.Time) (context.Context, context.CancelFunc) {
-	deadline := now.Add(time.Duration(p.Timeout))
-	if n.Deadline != nil && n.Deadline.Before(deadline) {
-		deadline = *n.Deadline
+	left := time.Duration(p.Timeout)
+	if n.Deadline != nil {
+		left = min(left, n.Deadline.Sub(now))
 	}
-	return context.WithDeadline(ctx, deadline)
+	return context.WithTimeout(ctx, left)
 }
