@@ -18,7 +18,18 @@ var disabledDesc = prometheus.NewDesc(EndpointDisabled,
 	"1 for an endpoint disabled because every attempt failed for its disable_after; its notifications wait until it is enabled."+shared,
 	[]string{"endpoint"}, nil)
 
-// endpointCollector reads the disabled endpoints at scrape time.
+// PausedTimestampSeconds is when each paused topic or endpoint was paused
+// (Unix seconds), read from the store at scrape time, by kind (topic or
+// endpoint) and name; what is not paused is not listed. A pause holds
+// deliveries back without failing any, so only this tells of one left on.
+const PausedTimestampSeconds = "herald_paused_timestamp_seconds"
+
+var pausedDesc = prometheus.NewDesc(PausedTimestampSeconds,
+	"When a paused topic or endpoint was paused, in Unix seconds, by kind (topic, endpoint); nothing of it is attempted until it is resumed."+shared,
+	[]string{"kind", "name"}, nil)
+
+// endpointCollector reads the disabled endpoints, and the paused topics and
+// endpoints, at scrape time.
 type endpointCollector struct {
 	store   *store.Store
 	timeout time.Duration
@@ -28,7 +39,10 @@ type endpointCollector struct {
 var _ prometheus.Collector = (*endpointCollector)(nil)
 
 // Describe implements prometheus.Collector.
-func (c *endpointCollector) Describe(ch chan<- *prometheus.Desc) { ch <- disabledDesc }
+func (c *endpointCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- disabledDesc
+	ch <- pausedDesc
+}
 
 // Collect implements prometheus.Collector.
 func (c *endpointCollector) Collect(ch chan<- prometheus.Metric) {
@@ -39,9 +53,13 @@ func (c *endpointCollector) Collect(ch chan<- prometheus.Metric) {
 		c.errors.WithLabelValues("paused").Inc()
 		return
 	}
-	for f := range paused {
-		if name, ok := strings.CutPrefix(f, store.PauseDisabled+"|"); ok {
+	for f, since := range paused {
+		kind, name, _ := strings.Cut(f, "|")
+		switch kind {
+		case store.PauseDisabled:
 			ch <- prometheus.MustNewConstMetric(disabledDesc, prometheus.GaugeValue, 1, name)
+		case store.PauseTopic, store.PauseEndpoint:
+			ch <- prometheus.MustNewConstMetric(pausedDesc, prometheus.GaugeValue, float64(since.UnixMilli())/1e3, kind, name)
 		}
 	}
 }

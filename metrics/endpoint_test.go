@@ -33,3 +33,30 @@ func TestEndpointDisabled(t *testing.T) {
 	require.NoError(t, err)
 	require.NotContains(t, scrape(t, m), metrics.EndpointDisabled+"{")
 }
+
+// TestPaused pauses a topic and an endpoint: the scrape says since when
+// each is paused, so that an alert finds the pause someone forgot, which
+// holds deliveries back without failing any; resuming removes it.
+func TestPaused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := redistest.Start(t, redistest.Options{})
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	st, err := store.New(&store.Config{Client: srv.Client(t), Namespace: redistest.Namespace(t), Shards: 2,
+		TimeNowFunc: func() time.Time { return at }})
+	require.NoError(t, err)
+	m := metrics.New(&metrics.Config{Store: st})
+	require.NotContains(t, scrape(t, m), "herald_paused_timestamp_seconds{")
+
+	require.NoError(t, st.Pause(ctx, store.PauseTopic, "orders"))
+	require.NoError(t, st.Pause(ctx, store.PauseEndpoint, "m42"))
+	text := scrape(t, m)
+	require.Contains(t, text, `herald_paused_timestamp_seconds{kind="topic",name="orders"} 1.7723664e+09`+"\n")
+	require.Contains(t, text, `herald_paused_timestamp_seconds{kind="endpoint",name="m42"} 1.7723664e+09`+"\n")
+
+	_, err = st.Resume(ctx, store.PauseTopic, "orders")
+	require.NoError(t, err)
+	text = scrape(t, m)
+	require.NotContains(t, text, `name="orders"`)
+	require.Contains(t, text, `name="m42"`)
+}

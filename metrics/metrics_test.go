@@ -136,11 +136,13 @@ func TestSharedGaugesSaySo(t *testing.T) {
 	_, _, err = st.Enqueue(context.Background(), heraldtest.Notification(t, "n1", time.Now(), heraldtest.Topic("jobs")), false)
 	require.NoError(t, err)
 	require.NoError(t, st.Pause(context.Background(), store.PauseDisabled, "m42"))
+	require.NoError(t, st.Pause(context.Background(), store.PauseTopic, "jobs"))
 	ok := true
 	m := metrics.New(&metrics.Config{Store: st, RedisSafetyFunc: func() (*bool, *bool) { return &ok, &ok }})
 	text := scrape(t, m)
 	for _, name := range []string{metrics.ScheduledNotifications, metrics.WaitingNotifications, metrics.ReservedNotifications,
-		metrics.DeadNotifications, metrics.EndpointDisabled, metrics.RedisEvictionPolicyOK, metrics.RedisPersistenceOK} {
+		metrics.DeadNotifications, metrics.EndpointDisabled, metrics.PausedTimestampSeconds, metrics.RedisEvictionPolicyOK,
+		metrics.RedisPersistenceOK} {
 		help := regexp.MustCompile(`(?m)^# HELP ` + name + ` (.*)$`).FindStringSubmatch(text)
 		require.NotNil(t, help, "no help for %s", name)
 		require.Contains(t, help[1], "aggregate processes with max, not sum", name)
