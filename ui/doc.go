@@ -34,7 +34,9 @@
 //     filter selects: a confirmation page first counts the matches (a dry
 //     run), and only its form changes anything, leaving alone what died
 //     after the count.
-//   - /ui/policies prints each policy's schedule table and the topics.
+//   - /ui/policies prints each policy's schedule table and the topics,
+//     their targets' user information (a receiver's credentials) redacted
+//     as on a notification's page.
 //
 // Every page reads without JavaScript; a small embedded script refreshes
 // the overview and notification pages every few seconds.

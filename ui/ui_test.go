@@ -920,6 +920,24 @@ func TestPolicies(t *testing.T) {
 // park stores a webhook notification of topic orders, changed by opts, and
 // gives it back parked under kind name's pause, as a dispatcher does when it
 // reserves one whose topic or endpoint is paused.
+// TestPoliciesPageRedactsTargets: a topic's default target shows on the
+// policies page as a notification's does, its user information (the
+// receiver's credentials) replaced by xxxxx.
+func TestPoliciesPageRedactsTargets(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	set, err := policy.NewSet(nil, map[string]policy.Topic{
+		"callbacks": {Channel: notify.ChannelWebhook, Target: "https://shop:s3cr3t@shop.example/notify"}})
+	require.NoError(t, err)
+	h, err := ui.New(&ui.Config{Store: b.store, PoliciesFunc: func() *policy.Set { return set }, Logger: heraldtest.Logger(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = h.Close() })
+	rec := serve(h, http.MethodGet, "/ui/policies", nil, nil)
+	require.Equal(t, http.StatusOK, rec.Code)
+	require.NotContains(t, rec.Body.String(), "s3cr3t")
+	require.Contains(t, rec.Body.String(), "<code>https://xxxxx@shop.example/notify</code>")
+}
+
 func (b *testBundle) park(t *testing.T, id, kind, name string, opts ...heraldtest.NotificationOption) {
 	t.Helper()
 	ctx := context.Background()
