@@ -1,9 +1,10 @@
 // Package redisconf reads the settings of a Redis server that decide
-// whether what Herald stores survives: maxmemory-policy (any policy but
+// whether Herald runs on it and whether what Herald stores survives: its
+// version (Herald needs VersionMin), maxmemory-policy (any policy but
 // noeviction lets Redis drop keys, records Herald answered 201 for) and
 // persistence (AOF or RDB). It is private plumbing of the herald command,
-// which reads them when it connects and on every reconnect, warns, and
-// shows them on /readyz and as gauges.
+// which reads them when it connects and on every reconnect, refuses a
+// server too old at start, warns, and shows them on /readyz and as gauges.
 package redisconf
 
 import (
@@ -11,6 +12,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -19,6 +22,71 @@ import (
 // EvictionPolicySafe is the only maxmemory-policy under which Redis never
 // drops Herald's keys: at maxmemory, writes fail instead.
 const EvictionPolicySafe = "noeviction"
+
+// VersionMin is the oldest Redis Herald runs on: its scripts call ZMSCORE
+// and LPOP with a count, both new in 6.2, and on an older server every one
+// of them fails.
+const VersionMin = "6.2"
+
+// VersionError says that a server is older than VersionMin.
+type VersionError struct {
+	// Version is the server's redis_version.
+	Version string
+}
+
+// Error implements error.
+func (e *VersionError) Error() string {
+	return "Redis " + e.Version + " is too old: Herald needs Redis " + VersionMin +
+		" or newer (its scripts call ZMSCORE and LPOP with a count)"
+}
+
+// CheckVersion returns a *VersionError when version, a redis_version such
+// as 7.0.15, is older than VersionMin. A version it cannot read, such as
+// "" when INFO was refused, is not refused: Herald cannot tell.
+func CheckVersion(version string) error {
+	have, ok := versionNumbers(version)
+	if !ok {
+		return nil
+	}
+	want, _ := versionNumbers(VersionMin)
+	for i := range want {
+		if have[i] != want[i] {
+			if have[i] < want[i] {
+				return &VersionError{Version: version}
+			}
+			return nil
+		}
+	}
+	return nil
+}
+
+// versionNumbers reads major.minor[.patch...] as major and minor, compared
+// as numbers: 6.10 is newer than 6.2.
+func versionNumbers(v string) ([2]int, bool) {
+	var out [2]int
+	parts := strings.Split(v, ".")
+	if len(parts) < 2 {
+		return out, false
+	}
+	for i := range out {
+		n, err := strconv.Atoi(parts[i])
+		if err != nil || n < 0 {
+			return out, false
+		}
+		out[i] = n
+	}
+	return out, true
+}
+
+// ParseVersion returns the redis_version field of an INFO reply, or "".
+func ParseVersion(info string) string {
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(line, "redis_version:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
 
 // Settings are a server's data-safety settings.
 type Settings struct {
@@ -33,27 +101,44 @@ type Settings struct {
 	// Unknown says why the settings could not be read (CONFIG refused, as
 	// managed Redis services do), and is empty when they were.
 	Unknown string `json:"unknown,omitempty"`
+	// Version is the server's redis_version, read with INFO server, and
+	// VersionOK whether it is at least VersionMin; "" and nil when INFO was
+	// refused.
+	Version   string `json:"version,omitempty"`
+	VersionOK *bool  `json:"version_ok,omitempty"`
 }
 
 // Read reads the settings of the server c is connected to, in one round
-// trip. A server that refuses CONFIG GET gives Settings with Unknown set
-// and the error.
+// trip. A server that refuses CONFIG GET gives Settings with Unknown set,
+// and its version when INFO answered, and the error.
 func Read(ctx context.Context, c redis.Cmdable) (Settings, error) {
 	var cmds [3]*redis.MapStringStringCmd
+	var info *redis.StringCmd
 	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, name := range []string{"maxmemory-policy", "appendonly", "save"} {
 			cmds[i] = p.ConfigGet(ctx, name)
 		}
+		info = p.Info(ctx, "server")
 		return nil
 	})
-	if err != nil {
-		return Settings{Unknown: "CONFIG GET refused: " + err.Error()}, fmt.Errorf("read maxmemory-policy and persistence: %w", err)
+	var s Settings
+	if info.Err() == nil {
+		s.Version = ParseVersion(info.Val())
+		if s.Version != "" {
+			ok := CheckVersion(s.Version) == nil
+			s.VersionOK = &ok
+		}
 	}
-	s := Settings{
-		MaxmemoryPolicy: cmds[0].Val()["maxmemory-policy"],
-		AOF:             cmds[1].Val()["appendonly"] == "yes",
-		RDB:             cmds[2].Val()["save"] != "",
+	// err is the first command's error, in the order sent, or the
+	// pipeline's when it could not run and go-redis set none: CONFIG's
+	// unless INFO's alone.
+	if err != nil && err != info.Err() {
+		s.Unknown = "CONFIG GET refused: " + err.Error()
+		return s, fmt.Errorf("read maxmemory-policy and persistence: %w", err)
 	}
+	s.MaxmemoryPolicy = cmds[0].Val()["maxmemory-policy"]
+	s.AOF = cmds[1].Val()["appendonly"] == "yes"
+	s.RDB = cmds[2].Val()["save"] != ""
 	eviction, persistence := s.MaxmemoryPolicy == EvictionPolicySafe, s.AOF || s.RDB
 	s.EvictionOK, s.PersistenceOK = &eviction, &persistence
 	return s, nil
@@ -80,12 +165,24 @@ func (w *Watch) OnConnect(ctx context.Context, cn *redis.Conn) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return nil
 	}
+	w.report(ctx, s, err)
+	return nil
+}
+
+// report records s, read with err, and logs what is wrong with it unless
+// the settings last read were the same.
+func (w *Watch) report(ctx context.Context, s Settings, err error) {
 	w.mu.Lock()
 	changed := !w.seen || !equal(w.last, s)
 	w.last, w.seen = s, true
 	w.mu.Unlock()
 	if !changed {
-		return nil
+		return
+	}
+	if s.VersionOK != nil && !*s.VersionOK {
+		// Found on a reconnect: herald serve refuses such a server at start.
+		w.Log.ErrorContext(ctx, "herald: "+(&VersionError{Version: s.Version}).Error()+
+			"; every enqueue and attempt fails until Redis is upgraded", "redis_version", s.Version)
 	}
 	switch {
 	case err != nil:
@@ -102,7 +199,6 @@ func (w *Watch) OnConnect(ctx context.Context, cn *redis.Conn) error {
 				"turn on appendonly or a save schedule")
 		}
 	}
-	return nil
 }
 
 // Settings returns the settings last read, and false before any was.
@@ -113,5 +209,6 @@ func (w *Watch) Settings() (Settings, bool) {
 }
 
 func equal(a, b Settings) bool {
-	return a.MaxmemoryPolicy == b.MaxmemoryPolicy && a.AOF == b.AOF && a.RDB == b.RDB && a.Unknown == b.Unknown
+	return a.MaxmemoryPolicy == b.MaxmemoryPolicy && a.AOF == b.AOF && a.RDB == b.RDB && a.Unknown == b.Unknown &&
+		a.Version == b.Version
 }
