@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/heraldhq/herald/cmd/herald/config"
+	"github.com/heraldhq/herald/internal/redisconf"
 )
 
 // pingTimeout bounds the PING that checks a new connection, so a wrong
@@ -43,7 +45,7 @@ type redisConn struct {
 // in-process Redis (miniredis) on a loopback port, when allowEmbedded, and
 // warns loudly that nothing survives exit; otherwise an empty address list
 // is a *UsageError, since a command that reads or writes notifications would
-// find an empty Redis of its own. The connection is checked with a PING.
+// find an empty Redis of its own. The connection is checked with checkRedis.
 // onConnect, when set, runs on every new connection to a configured server.
 func openRedis(ctx context.Context, cfg *config.RedisConfig, log *slog.Logger, allowEmbedded bool, command string,
 	onConnect func(context.Context, *redis.Conn) error,
@@ -68,11 +70,63 @@ func openRedis(ctx context.Context, cfg *config.RedisConfig, log *slog.Logger, a
 	}
 	pingCtx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
-	if err := rc.client.Ping(pingCtx).Err(); err != nil {
+	if err := checkRedis(pingCtx, rc.client, rc.embedded == nil); err != nil {
 		rc.close()
 		return nil, fmt.Errorf("redis %s (%s): %w", strings.Join(cfg.Addrs, ","), cfg.Mode, err)
 	}
 	return rc, nil
+}
+
+// scriptProbe is the script checkRedis runs to learn whether the Redis user
+// may run scripts, as every change Herald makes is one.
+var scriptProbe = redis.NewScript("return 1")
+
+// checkRedis checks, in one round trip, that Redis answers and, on a
+// configured server, that Herald can work on it: a version of at least
+// redisconf.VersionMin (from INFO server; one that refuses INFO is given the
+// benefit of the doubt) and a user allowed EVAL and EVALSHA. A refused
+// password is a *UsageError naming redis.password; a server too old is a
+// *redisconf.VersionError.
+func checkRedis(ctx context.Context, c redis.UniversalClient, configured bool) error {
+	var ping *redis.StatusCmd
+	var info *redis.StringCmd
+	var eval, evalSHA *redis.Cmd
+	cmds, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		ping = p.Ping(ctx)
+		if configured {
+			info = p.Info(ctx, "server")
+			// One connection, or one Cluster node, runs the pipeline, so the
+			// EVAL has cached the script when the EVALSHA asks for it.
+			eval = scriptProbe.Eval(ctx, p, nil)
+			evalSHA = scriptProbe.EvalSha(ctx, p, nil)
+		}
+		return nil
+	})
+	if !slices.ContainsFunc(cmds, func(cmd redis.Cmder) bool { return cmd.Err() != nil }) && err != nil {
+		// The pipeline did not run at all, and go-redis set no command's
+		// error: the connection failed, or the password was refused.
+		ping.SetErr(err)
+	}
+	if err := ping.Err(); err != nil {
+		if redis.IsAuthError(err) {
+			return &UsageError{Err: fmt.Errorf("Redis refused to authenticate Herald: check redis.password (HERALD_REDIS_PASSWORD): %w", err)}
+		}
+		return err
+	}
+	if !configured {
+		return nil
+	}
+	if info.Err() == nil {
+		if err := redisconf.CheckVersion(redisconf.ParseVersion(info.Val())); err != nil {
+			return err
+		}
+	}
+	for _, cmd := range []*redis.Cmd{eval, evalSHA} {
+		if err := cmd.Err(); redis.IsPermissionError(err) {
+			return fmt.Errorf("the Redis user may not run scripts, which is how Herald changes anything; allow it @scripting: %w", err)
+		}
+	}
+	return nil
 }
 
 // redisRepeatEvery is how often a message go-redis keeps repeating, such as

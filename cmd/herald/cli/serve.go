@@ -3,6 +3,7 @@ package cli
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 
 	"github.com/heraldhq/herald/api"
@@ -46,6 +48,11 @@ once, leaving what still runs to be retried once its ttr runs out. SIGHUP
 rereads the policies file, as a change to it does, and, where serve
 dispatches, the templates; a bad file or template is refused, logged, and
 the old ones stay.
+
+While Redis is down or loading, serve waits for it, answering /readyz with
+503. What waiting cannot mend stops serve at start with the reason: a Redis
+older than 6.2, a refused redis.password, a Redis user denied scripts or
+Herald's keys.
 
 With redis.addrs empty, serve runs on an embedded in-process Redis and logs
 its address; nothing survives exit.`,
@@ -173,14 +180,17 @@ func (c *app) serveOn(cmd *cobra.Command, role string, addr net.Addr, h *handler
 }
 
 // connect wires the command to Redis, retrying with backoff while Redis is
-// down or loading, until ctx ends (then with a nil wiring). A usage error,
-// such as a shards setting the namespace's recorded count contradicts, is
-// returned at once: no retry can mend the configuration.
+// down or loading, until ctx ends (then with a nil wiring). What no retry
+// can mend is returned at once: a usage error, such as a shards setting the
+// namespace's recorded count contradicts or a wrong redis.password, a Redis
+// older than redisconf.VersionMin, or a Redis user the ACL forbids a
+// command or key Herald needs.
 func (c *app) connect(cmd *cobra.Command, addr net.Addr, watch *redisconf.Watch) (*wiring, error) {
 	wait := redisRetryFirst
 	for {
 		w, err := c.base.wireWatched(cmd, true, watch.OnConnect)
-		if err == nil || isUsage(err) {
+		var tooOld *redisconf.VersionError
+		if err == nil || isUsage(err) || errors.As(err, &tooOld) || redis.IsPermissionError(err) {
 			return w, err
 		}
 		if wait == redisRetryFirst {

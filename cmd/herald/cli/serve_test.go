@@ -22,6 +22,7 @@ import (
 
 	"github.com/heraldhq/herald/api"
 	"github.com/heraldhq/herald/internal/heraldtest"
+	"github.com/heraldhq/herald/internal/redisconf"
 	"github.com/heraldhq/herald/internal/redistest"
 	"github.com/heraldhq/herald/notify"
 )
@@ -333,7 +334,7 @@ func TestShardsMismatch(t *testing.T) {
 
 // TestServeWarnsOfRedisSettings starts serve on Redis servers that evict
 // keys, keep nothing on disk, or refuse CONFIG: serve says so in its log,
-// on /readyz and in two gauges.
+// on /readyz and in two gauges; /readyz shows its version too.
 func TestServeWarnsOfRedisSettings(t *testing.T) {
 	t.Parallel()
 
@@ -345,6 +346,8 @@ func TestServeWarnsOfRedisSettings(t *testing.T) {
 				EvictionOK      *bool  `json:"eviction_ok"`
 				PersistenceOK   *bool  `json:"persistence_ok"`
 				Unknown         string `json:"unknown"`
+				Version         string `json:"version"`
+				VersionOK       *bool  `json:"version_ok"`
 			} `json:"redis"`
 		} `json:"details"`
 	}
@@ -385,6 +388,9 @@ func TestServeWarnsOfRedisSettings(t *testing.T) {
 			require.Equal(t, tc.policy, r.Details.Redis.MaxmemoryPolicy)
 			require.Equal(t, tc.evictionOK, *r.Details.Redis.EvictionOK)
 			require.Equal(t, tc.persistentOK, *r.Details.Redis.PersistenceOK)
+			require.Regexp(t, `^\d+\.\d+\.\d+$`, r.Details.Redis.Version)
+			require.True(t, *r.Details.Redis.VersionOK, "Redis %s is at least %s", r.Details.Redis.Version, redisconf.VersionMin)
+			require.NotContains(t, s.logs.String(), "too old")
 			m := metricsOf(t, s)
 			require.Contains(t, m, fmt.Sprintf("herald_redis_eviction_policy_ok %d\n", gauge(tc.evictionOK)))
 			require.Contains(t, m, fmt.Sprintf("herald_redis_persistence_ok %d\n", gauge(tc.persistentOK)))
@@ -508,4 +514,45 @@ func TestServeAPIHosts(t *testing.T) {
 	require.Equal(t, http.StatusOK, status("herald.test"+port))
 	require.Equal(t, http.StatusOK, status("127.0.0.1"+port))
 	require.Equal(t, http.StatusForbidden, status("evil.example"+port))
+}
+
+// TestServeRefusesRedis starts serve on a Redis it cannot work with: a
+// wrong password, or a user the ACL forbids scripts or Herald's keys.
+// Retrying would not mend any of them, so serve stops at once with an
+// error that says what is wrong, rather than waiting for Redis to be
+// ready or starting with every enqueue failing.
+func TestServeRefusesRedis(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// acl is the rules of Redis's default user.
+		acl      []any
+		password string
+		code     int
+		want     []string
+	}{
+		{name: "WrongPassword", acl: []any{">right"}, password: "wrong", code: 2, want: []string{"WRONGPASS", "redis.password"}},
+		{name: "NoPassword", acl: []any{">right"}, code: 2, want: []string{"NOAUTH", "redis.password"}},
+		{name: "ScriptsForbidden", acl: []any{"-evalsha", "-eval"}, code: 1, want: []string{"NOPERM", "'eval", "may not run scripts"}},
+		{name: "KeysForbidden", acl: []any{"resetkeys", "~other:*"}, code: 1, want: []string{"NOPERM", "key"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t, redistest.Options{})
+			rdb := srv.Client(t)
+			require.NoError(t, rdb.Do(t.Context(), append([]any{"ACL", "SETUSER", "default"}, tc.acl...)...).Err())
+			e := newEnv(t, fmt.Sprintf("redis: {addrs: [%q], password: %q}", srv.Addr, tc.password))
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			logs := &heraldtest.Buffer{}
+			err := execute(ctx, newApp(Deps{Out: io.Discard, Err: logs}), []string{"--config", e.config, "serve"})
+			require.NoError(t, ctx.Err(), "serve ran until the deadline; logs:\n%s", logs)
+			require.Equal(t, tc.code, ExitCode(err), err)
+			for _, w := range tc.want {
+				require.ErrorContains(t, err, w)
+			}
+			require.NotContains(t, logs.String(), "retrying")
+			require.NotContains(t, err.Error(), "right", "the password is not shown")
+		})
+	}
 }

@@ -73,6 +73,9 @@ func (b *Base) wireWatched(cmd *cobra.Command, allowEmbedded bool, onConnect fun
 		// Settle the namespace's shard count now, so that a shards setting
 		// that disagrees with it stops the command before it does anything.
 		_, err = st.Shards(cmd.Context())
+		if redis.IsPermissionError(err) {
+			err = fmt.Errorf("the Redis user may not use Herald's keys and channels; allow it ~%[1]s:* and &%[1]s:*: %w", b.Config.Namespace, err)
+		}
 	}
 	if err != nil {
 		rc.close()
