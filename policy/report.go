@@ -88,12 +88,21 @@ func (r *Report) Print(out io.Writer) error {
 		for _, name := range slices.Sorted(maps.Keys(r.Topics)) {
 			t := r.Topics[name]
 			// Policy names and templates are any string the file holds.
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", name, show.Dash(t.Channel), show.Dash(show.Clean(t.Policy)), show.Dash(show.Clean(t.Template)), show.Dash(t.Target))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", name, show.Dash(t.Channel), show.Dash(show.Clean(t.Policy)), show.Dash(show.Clean(t.Template)), show.Dash(topicTarget(t)))
 		}
 		fmt.Fprintln(tw)
 	}
 	fmt.Fprintf(tw, "%s: ok, %d policies, %d topics\n", r.File, len(r.Policies), len(r.Topics))
 	return tw.Flush()
+}
+
+// topicTarget is where a topic's notifications go by default: its target,
+// or the endpoint it names instead.
+func topicTarget(t Topic) string {
+	if t.Endpoint != "" {
+		return "endpoint " + t.Endpoint
+	}
+	return t.Target
 }
 
 // sinceFirst prints a row's time since the first attempt, saying so where

@@ -30,6 +30,26 @@ func TestReportPrintEscapesFileText(t *testing.T) {
 	require.Contains(t, out.String(), `t\x1b[31m.json`)
 }
 
+// TestReportPrintNamesTopicEndpoint prints the topics of a file whose
+// merchant topic delivers to a registered endpoint: herald policy check
+// names the endpoint where the topic's destination goes, rather than a dash
+// that reads as "no destination".
+func TestReportPrintNamesTopicEndpoint(t *testing.T) {
+	t.Parallel()
+	set, err := policy.NewSet(nil, map[string]policy.Topic{
+		"order-notify": {Channel: notify.ChannelWebhook, Endpoint: "merchant-42"},
+		"refunds":      {Channel: notify.ChannelWebhook, Target: "https://merchant.example/refunds"},
+		"jobs":         {Channel: notify.ChannelPull},
+	})
+	require.NoError(t, err)
+
+	var out strings.Builder
+	require.NoError(t, policy.NewReport("policies.yaml", set).Print(&out))
+	require.Regexp(t, `\norder-notify +webhook +- +- +endpoint merchant-42\n`, out.String())
+	require.Regexp(t, `\nrefunds +webhook +- +- +https://merchant.example/refunds\n`, out.String())
+	require.Regexp(t, `\njobs +pull +- +- +-\n`, out.String())
+}
+
 // century is the longest wait a policies file takes.
 const century = notify.Duration(100 * 365 * 24 * time.Hour)
 
