@@ -30,7 +30,9 @@
 //     must end, or, for one parked by a pause, what it waits for: its topic
 //     or endpoint to be resumed, or its endpoint to be enabled.
 //   - /ui/dead browses the dead letters by topic and time of death, a page
-//     at a time through a cursor, and offers replay and purge of what the
+//     at a time through a cursor, each with the endpoint or the target
+//     (redacted as above) it was for and how its last attempt ended, and
+//     offers replay and purge of what the
 //     filter selects: a confirmation page first counts the matches (a dry
 //     run), and only its form changes anything, leaving alone what died
 //     after the count.

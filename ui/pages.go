@@ -496,6 +496,11 @@ func (h *Handler) dead(w http.ResponseWriter, r *http.Request, s *session) {
 			items, next = items[:i], ""
 		}
 	}
+	// Shown as the API answers them: a target's credentials are the
+	// receiver's.
+	for i, n := range items {
+		items[i] = api.Redacted(n)
+	}
 	page, _ := strconv.Atoi(q.Get("page"))
 	d := deadData{Query: f, Topics: topics, Items: items, Page: max(page, 1), ActionQuery: f.values().Encode()}
 	if next != "" {

@@ -729,6 +729,36 @@ func TestDeadBrowser(t *testing.T) {
 	})
 }
 
+// TestDeadBrowserSaysWhereEachWent: each dead letter names the endpoint
+// (the merchant) or the target it was for, so that an operator sees whose
+// receiver failed; a target's credentials stay hidden.
+func TestDeadBrowserSaysWhereEachWent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, testToken)
+	b.login(t)
+	now := b.clock.Now()
+	var reqs []store.EnqueueRequest
+	for _, n := range []*notify.Notification{
+		heraldtest.Notification(t, "to-acme", now, heraldtest.Topic("refunds"), heraldtest.Endpoint("acme-shop"), heraldtest.Backoff(0)),
+		heraldtest.Notification(t, "to-target", now, heraldtest.Topic("orders"),
+			heraldtest.Channel(notify.ChannelWebhook, "https://shop:s3cr3t@shop.example/notify"), heraldtest.Backoff(0)),
+	} {
+		reqs = append(reqs, store.EnqueueRequest{Notification: n, Dead: &notify.Attempt{StartedAt: now, FinishedAt: now,
+			Outcome: notify.OutcomePermanent, StatusCode: http.StatusGone, Error: "gone"}})
+	}
+	res, err := b.store.EnqueueBatch(ctx, reqs)
+	require.NoError(t, err)
+	for _, r := range res {
+		require.NoError(t, r.Err)
+	}
+	status, body := b.get(t, "/ui/dead")
+	require.Equal(t, http.StatusOK, status)
+	require.NotContains(t, body, "s3cr3t")
+	require.Contains(t, row(t, body, `<tr data-id="to-acme">`), `<a href="/ui/?endpoint=acme-shop#endpoint-acme-shop">acme-shop</a>`)
+	require.Contains(t, row(t, body, `<tr data-id="to-target">`), `<code>https://xxxxx@shop.example/notify</code>`)
+}
+
 // hiddenRe finds the hidden fields of a page's forms: name and value.
 var hiddenRe = regexp.MustCompile(`<input type="hidden" name="([^"]+)" value="([^"]*)">`)
 
