@@ -211,8 +211,9 @@ Exit status: 0 on success, 1 when something failed at run time (Redis
 unreachable, an unknown id), 2 for a usage or configuration mistake (a bad
 flag, argument or value, named in the message). Errors go to standard error
 as text, with --json too: a command that fails prints nothing on standard
-output, except a dlq replay or purge or an import that fails part way,
-which first prints what it did.`,
+output, except a dlq replay or purge or an import that fails part way, and
+a dlq replay or purge given ids that are not dead, which first print what
+they did.`,
 		SilenceUsage:      true,
 		SilenceErrors:     true,
 		PersistentPreRunE: c.setup,

@@ -1,11 +1,13 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -32,7 +34,9 @@ func (c *app) dlqCommand() *cobra.Command {
 permanently (a 4xx its policy does not retry, a bad target, a template that
 does not render). Dead notifications stay, with their history, until replayed
 or purged. The filters are those of the HTTP API: --ids, or --topic with an
-optional window of the time of death (--since inclusive, --until exclusive).`,
+optional window of the time of death (--since inclusive, --until exclusive).
+Ids given that are not dead (unknown, or in another state) are named and
+fail the command, with exit status 1, once the others are done.`,
 	}
 	cmd.AddCommand(c.dlqListCommand(), c.dlqReplayCommand(), c.dlqPurgeCommand())
 	return cmd
@@ -76,14 +80,63 @@ func (f *deadFilterFlags) filter(now time.Time) (store.DeadFilter, error) {
 	return out, nil
 }
 
-// onDead runs do, a replay or a purge, on the dead notifications f
-// selects. A bad filter is a usage error.
-func (c *app) onDead(cmd *cobra.Command, f *deadFilterFlags, do func(cl *client.Client, filter store.DeadFilter) error) error {
+// onDead runs do, a replay or a purge (verb), on the dead notifications f
+// selects. A bad filter is a usage error. Ids that are not dead fail the
+// command, named, once do has run on those that are: an operator who
+// mistyped one would otherwise take "1 matched" for all of them.
+func (c *app) onDead(cmd *cobra.Command, f *deadFilterFlags, verb string, do func(cl *client.Client, filter store.DeadFilter) error) error {
 	filter, err := f.filter(time.Now())
 	if err != nil {
 		return err
 	}
-	return c.withClient(cmd, false, func(cl *client.Client) error { return do(cl, filter) })
+	return c.withClient(cmd, false, func(cl *client.Client) error {
+		notDead, err := notDeadError(cmd.Context(), cl, filter, verb)
+		if err != nil {
+			return err
+		}
+		return cmp.Or(do(cl, filter), notDead)
+	})
+}
+
+// notDeadError returns an error naming, with their states, the ids of f
+// that are not dead: nil when every one is, or the error of looking them
+// up. A replay's dry run counts them, as it counts for a purge too, and the
+// ids are looked up one by one only when it comes up short.
+func notDeadError(ctx context.Context, cl *client.Client, f store.DeadFilter, verb string) (notDead, err error) {
+	total := len(slices.Compact(slices.Sorted(slices.Values(f.IDs))))
+	if total == 0 {
+		return nil, nil
+	}
+	dead, _, err := cl.Replay(ctx, f, store.DeadOptions{DryRun: true})
+	if err != nil || dead == total {
+		return nil, err
+	}
+	var named []string
+	seen := map[string]bool{}
+	for _, id := range f.IDs {
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		n, err := cl.Get(ctx, id)
+		switch {
+		case errors.Is(err, notify.ErrNotFound):
+			named = append(named, id+" (unknown id)")
+		case err != nil:
+			return nil, err
+		case n.State != notify.StateDead:
+			named = append(named, fmt.Sprintf("%s (%s)", id, n.State))
+		}
+	}
+	switch {
+	case len(named) == 0:
+		return nil, nil // dead by now
+	case total == 1:
+		return fmt.Errorf("the id given is not dead, so not %s: %s", verb, named[0]), nil
+	case len(named) == 1:
+		return fmt.Errorf("1 of the %d ids given is not dead, so not %s: %s", total, verb, named[0]), nil
+	}
+	return fmt.Errorf("%d of the %d ids given are not dead, so not %s: %s", len(named), total, verb, strings.Join(named, ", ")), nil
 }
 
 // deadOutcome prints the outcome of a replay or purge (verb) that matched
@@ -230,7 +283,7 @@ running it again replays what is dead by then.`,
   herald dlq replay --topic order-notify --since 2026-03-01T00:00:00Z --dry-run`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return c.onDead(cmd, &f, func(cl *client.Client, filter store.DeadFilter) error {
+			return c.onDead(cmd, &f, "replayed", func(cl *client.Client, filter store.DeadFilter) error {
 				var r api.ReplayResult
 				var err error
 				r.Matched, r.Replayed, err = c.replay(cmd.Context(), cl, filter, reset, dryRun, !asJSON)
@@ -280,7 +333,7 @@ purge that fails part way prints how many it purged before its error.`,
 		Example: "  herald dlq purge --topic order-notify --until 720h --dry-run\n  herald dlq purge --ids order-1001",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return c.onDead(cmd, &f, func(cl *client.Client, filter store.DeadFilter) error {
+			return c.onDead(cmd, &f, "purged", func(cl *client.Client, filter store.DeadFilter) error {
 				var r api.PurgeResult
 				var err error
 				r.Matched, r.Purged, err = cl.Purge(cmd.Context(), filter, store.DeadOptions{DryRun: dryRun})

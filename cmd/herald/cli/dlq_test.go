@@ -95,6 +95,45 @@ func TestDLQ(t *testing.T) {
 		require.ElementsMatch(t, []string{"h1", "h2", "h3"}, listed, "each of topic hooks once, none of jobs")
 	})
 
+	// An id given to replay or purge that is not dead, mistyped at night
+	// or already replayed, is named and fails the command, so that the
+	// operator does not take the ids that were dead for all of them.
+	t.Run("IdsNotDead", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, "")
+		e.dead(t, "jobs", "d1", "d2", "d3")
+		_, _, err := e.client(t).Enqueue(t.Context(), &notify.Request{ID: "s1", Topic: "jobs", Channel: notify.ChannelPull,
+			Payload: []byte(`{}`), Delay: new(notify.Duration(time.Hour))})
+		require.NoError(t, err)
+
+		r := e.run(t, "dlq", "replay", "--ids", "d1,d1x,s1", "--dry-run")
+		require.Equal(t, 1, r.code(), r.err)
+		require.Equal(t, "dry run: 1 dead notifications match; none replayed\n", r.out)
+		require.EqualError(t, r.err, "2 of the 3 ids given are not dead, so not replayed: d1x (unknown id), s1 (scheduled)")
+
+		r = e.run(t, "dlq", "replay", "--ids", "d1,d1x,s1")
+		require.Equal(t, 1, r.code(), r.err)
+		require.Equal(t, "1 matched, 1 replayed\n", r.out, "what was dead is replayed")
+		require.EqualError(t, r.err, "2 of the 3 ids given are not dead, so not replayed: d1x (unknown id), s1 (scheduled)")
+		r = e.run(t, "status", "d1")
+		require.NoError(t, r.err)
+		require.Contains(t, r.out, "scheduled")
+
+		r = e.run(t, "dlq", "replay", "--ids", "d1", "--json")
+		require.Equal(t, 1, r.code(), r.err)
+		require.JSONEq(t, `{"matched": 0, "replayed": 0}`, r.out)
+		require.EqualError(t, r.err, "the id given is not dead, so not replayed: d1 (scheduled)")
+
+		r = e.run(t, "dlq", "purge", "--ids", "d2,d2,d3x")
+		require.Equal(t, 1, r.code(), r.err)
+		require.Equal(t, "1 matched, 1 purged\n", r.out)
+		require.EqualError(t, r.err, "1 of the 2 ids given is not dead, so not purged: d3x (unknown id)")
+
+		r = e.run(t, "dlq", "replay", "--ids", "d3")
+		require.NoError(t, r.err)
+		require.Equal(t, "1 matched, 1 replayed\n", r.out)
+	})
+
 	t.Run("BadFilters", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t, "")
