@@ -62,7 +62,9 @@ type Policy struct {
 	// attempt. Default TTRDefault (30s).
 	TTR notify.Duration `koanf:"ttr" json:"ttr"`
 	// Timeout bounds one attempt's request. Default TimeoutDefault (10s);
-	// it is cut to the ttr when larger.
+	// it is cut to the ttr when larger, and to the senders' own cap
+	// (senders.webhook.timeout, 10s unless configured, for every HTTP
+	// sender), so a policy that waits longer needs that raised too.
 	Timeout notify.Duration `koanf:"timeout" json:"timeout"`
 	// RetryOn lists the failures that are retried: "network", "timeout",
 	// "5xx", "4xx", "3xx" or a status code such as "429". Anything else is
