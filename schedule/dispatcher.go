@@ -318,6 +318,7 @@ func New(cfg *Config) (*Dispatcher, error) {
 		finishes: make(chan pendingFinish, total),
 		ready:    make(chan struct{}),
 		running:  map[string]struct{}{},
+		pauses:   pauses{read: make(chan struct{})},
 	}, nil
 }
 
@@ -470,6 +471,11 @@ const never = math.MaxInt64
 func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan store.Wake) {
 	shards, ok := d.shards(ctx)
 	if !ok {
+		return
+	}
+	select {
+	case <-d.pauses.read:
+	case <-ctx.Done():
 		return
 	}
 	// heads[s] is the due time (ms) of shard s's earliest notification as

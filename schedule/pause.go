@@ -36,20 +36,33 @@ type pauses struct {
 	// current holds the topics and endpoints paused at the last read,
 	// as store.PauseKey names them; nil before the first.
 	current atomic.Pointer[map[string]time.Time]
+	// read is closed once current holds a first read, or at the start
+	// when nothing can be paused: the reserve loops wait for it.
+	read chan struct{}
 }
 
-// startPauses reads what is paused once, so that a dispatcher starting
-// while something is paused attempts none of it, then keeps reading.
+// startPauses reads what is paused, then keeps reading. Nothing is reserved
+// before the first read succeeds, so that a dispatcher starting while
+// something is paused attempts none of it, even when Redis cannot tell it
+// at first (a deploy during a failover); that read is retried as soon as a
+// reservation would be.
 func (d *Dispatcher) startPauses(ctx context.Context, queues []string) {
 	ps, ok := d.store.(pauseStore)
 	if !ok {
+		close(d.pauses.read)
 		return
 	}
 	d.pauses.store = ps
-	d.refreshPauses(ctx)
 	d.loops.Add(1)
 	go func() {
 		defer d.loops.Done()
+		for failures := 1; !d.refreshPauses(ctx); failures++ {
+			if ctx.Err() != nil {
+				return
+			}
+			sleep(ctx, d.retryDelay(failures))
+		}
+		close(d.pauses.read)
 		ticker := time.NewTicker(PauseIntervalDefault)
 		defer ticker.Stop()
 		for i := 1; ; i++ {

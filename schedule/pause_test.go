@@ -11,7 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/endpoint"
+	"github.com/heraldhq/herald/internal/heraldtest"
 	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/policy"
+	"github.com/heraldhq/herald/schedule"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -73,4 +76,31 @@ func TestPause(t *testing.T) {
 			require.Len(t, paused.requests(), len(ids))
 		})
 	}
+}
+
+// TestPauseHoldsForADispatcherStartedInAnOutage: a dispatcher started
+// while Redis is down (a deploy during a failover) attempts nothing of a
+// paused topic once Redis is back, though it could not read what is paused
+// when it started.
+func TestPauseHoldsForADispatcherStartedInAnOutage(t *testing.T) {
+	t.Parallel()
+	srv, b := setupOutage(t, "pause-outage")
+	ctx := context.Background()
+	require.NoError(t, b.store.Pause(ctx, store.PauseTopic, "orders"))
+	b.enqueue(t, "held", ms(0), 0)
+	srv.Kill()
+	rec := newRecorder(nil)
+	d, err := schedule.New(&schedule.Config{Store: b.store, Senders: map[string]notify.Sender{notify.ChannelWebhook: rec},
+		PoliciesFunc: func() *policy.Set { return b.policies }, Logger: heraldtest.Logger(t),
+		PollInterval: 20 * time.Millisecond})
+	require.NoError(t, err)
+	require.NoError(t, d.Start(ctx))
+	t.Cleanup(d.Stop)
+	time.Sleep(300 * time.Millisecond) // the outage: every read fails
+	require.NoError(t, srv.Restart())
+	require.Eventually(t, func() bool {
+		got, err := b.store.Get(ctx, "held")
+		return rec.attempts("held") > 0 || err == nil && store.Parked(got)
+	}, 10*time.Second, 5*time.Millisecond, "neither parked nor attempted")
+	require.Zero(t, rec.attempts("held"), "attempted while its topic is paused")
 }
