@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -147,12 +148,7 @@ func TestBrowser(t *testing.T) {
 	enqueue(id, "order-notify", failingSrv.URL, `{"order":1001,"note":"<script>window.pwned = \"payload\"</script>"}`, 0)
 	waitState(t, st, id, notify.StateDead)
 
-	bctx, bcancel := chromedp.NewExecAllocator(ctx, chromedp.ExecPath(exe), chromedp.Headless, chromedp.NoSandbox,
-		chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck, chromedp.DisableGPU, chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.WindowSize(1280, 860))
-	defer bcancel()
-	bctx, bcancel = chromedp.NewContext(bctx, chromedp.WithLogf(t.Logf))
-	defer bcancel()
+	bctx := newBrowser(ctx, t, exe)
 	run := func(steps ...chromedp.Action[chromedp.Void]) {
 		t.Helper()
 		require.NoError(t, chromedp.Do(bctx, steps...))
@@ -245,6 +241,46 @@ func TestBrowser(t *testing.T) {
 	paused, err = st.IsPaused(ctx, store.PauseTopic, "invoice-ready")
 	require.NoError(t, err)
 	require.False(t, paused)
+}
+
+// browserWidth is the width of the window newBrowser opens.
+const browserWidth = 1280
+
+// newBrowser starts a headless Chromium, closed when ctx ends or the test
+// does, and returns its context.
+func newBrowser(ctx context.Context, t *testing.T, exe string) context.Context {
+	t.Helper()
+	bctx, bcancel := chromedp.NewExecAllocator(ctx, chromedp.ExecPath(exe), chromedp.Headless, chromedp.NoSandbox,
+		chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck, chromedp.DisableGPU, chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.WindowSize(browserWidth, 860))
+	t.Cleanup(bcancel)
+	bctx, bcancel = chromedp.NewContext(bctx, chromedp.WithLogf(t.Logf))
+	t.Cleanup(bcancel)
+	return bctx
+}
+
+// TestBrowserLongValuesWrap: a notification whose target and headers are
+// long (a signed callback URL) shows in the window's width, its long
+// values wrapped, rather than as a page several screens wide.
+func TestBrowserLongValuesWrap(t *testing.T) {
+	exe := chromiumPath(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b := setup(t)
+	web := httptest.NewServer(b.handler)
+	defer web.Close()
+	long := strings.Repeat("0123456789abcdef", 40)
+	n := heraldtest.Notification(t, "signed-1", b.clock.Now(), heraldtest.Topic("orders"), heraldtest.Delay(time.Hour),
+		heraldtest.Channel(notify.ChannelWebhook, "https://shop.example/notify/"+long+"?signature="+long),
+		func(r *notify.Request) { r.Headers = map[string]string{"X-Signature": long} })
+	_, _, err := b.store.Enqueue(ctx, n, false)
+	require.NoError(t, err)
+
+	bctx := newBrowser(ctx, t, exe)
+	require.NoError(t, chromedp.Do(bctx, chromedp.Navigate(web.URL+"/ui/notifications/signed-1"), chromedp.WaitVisible(chromedp.ID("headers"))))
+	width, err := chromedp.Run(bctx, chromedp.Evaluate[int](`document.documentElement.scrollWidth`))
+	require.NoError(t, err)
+	require.LessOrEqual(t, width, browserWidth, "the page is wider than the window")
 }
 
 // waitState waits until notification id is in state want.
