@@ -141,13 +141,23 @@ log:
 			{"HERALD_RETENTION", "0", "retention"},
 			{"HERALD_REDIS_TLS", "maybe", "redis.tls"},
 			{"HERALD_DISPATCHER_CONCURRENCY", "0", "dispatcher.concurrency"},
+			{"HERALD_REDIS_ADDRS", "a:1,b", "redis.addrs[1]"},
 		} {
 			t.Run(tt.env, func(t *testing.T) {
 				t.Setenv(tt.env, tt.value)
-				_, err := load(t, writeConfig(t, ""))
+				_, err := load(t, writeConfig(t, "shards: 4\nretention: 24h\n"))
 				requireField(t, err, tt.field)
+				// The file says otherwise: the operator is told where to look.
+				require.ErrorContains(t, err, "(set by "+tt.env+")")
 			})
 		}
+	})
+
+	t.Run("BadValueFromFlag", func(t *testing.T) {
+		t.Setenv("HERALD_LOG_LEVEL", "info")
+		_, err := load(t, writeConfig(t, "log: {level: warn}\n"), "--log-level", "loud")
+		requireField(t, err, "log.level")
+		require.ErrorContains(t, err, "(set by --log-level)")
 	})
 
 	t.Run("ThroughTheRootCommand", func(t *testing.T) {

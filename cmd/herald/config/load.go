@@ -38,9 +38,24 @@ type Source struct {
 // Load builds the configuration from its defaults, then the file,
 // then HERALD_* environment variables, then flags, each overriding the one
 // before, and validates it. An unknown key or a bad value is a
-// *notify.FieldError naming the key's path (or, for the environment, the
-// variable).
+// *notify.FieldError naming the key's path (or, for an unknown environment
+// variable, the variable); a bad value the environment or a flag set says
+// which, since the file an operator looks at holds another.
 func Load(src *Source) (*Config, error) {
+	// setBy names the environment variable or flag that set a key.
+	setBy := map[string]string{}
+	cfg, err := load(src, setBy)
+	var fe *notify.FieldError
+	if errors.As(err, &fe) {
+		if by := setBy[indexRe.ReplaceAllString(fe.Field, "")]; by != "" {
+			return nil, notify.Errorf(fe.Field, "%s (set by %s)", fe.Message, by)
+		}
+	}
+	return cfg, err
+}
+
+// load is Load, recording in setBy what the environment and flags set.
+func load(src *Source, setBy map[string]string) (*Config, error) {
 	k := koanf.New(".")
 	if err := k.Load(file.Provider(src.File), yaml.Parser()); err != nil {
 		if src.FileRequired || !errors.Is(err, fs.ErrNotExist) {
@@ -58,6 +73,7 @@ func Load(src *Source) (*Config, error) {
 				unknown = append(unknown, name)
 				return "", nil
 			}
+			setBy[key] = name
 			if keys.lists[key] {
 				return key, splitList(value)
 			}
@@ -81,6 +97,7 @@ func Load(src *Source) (*Config, error) {
 		if sv, ok := f.Value.(pflag.SliceValue); ok {
 			value = sv.GetSlice()
 		}
+		setBy[key] = "--" + f.Name
 		flagErr = k.Set(key, value)
 	})
 	if flagErr != nil {
