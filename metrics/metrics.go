@@ -84,8 +84,10 @@ const (
 var (
 	// durationBuckets span a fast webhook to the default 30s ttr.
 	durationBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
-	// latenessBuckets span "on time" to an outage-sized backlog.
-	latenessBuckets = []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 5, 30, 120, 600}
+	// latenessBuckets span "on time" to an outage-sized backlog: hours, so
+	// that after an outage a lateness quantile says how late attempts are
+	// rather than the last bucket's bound.
+	latenessBuckets = []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 5, 30, 120, 600, 1800, 3600, 7200, 21600}
 )
 
 // Config configures Metrics.

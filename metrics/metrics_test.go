@@ -62,6 +62,22 @@ func TestObserverCounts(t *testing.T) {
 	require.NotContains(t, text, metrics.ScheduledNotifications, "no store, no gauges")
 }
 
+// TestLatenessOfAnOutage: attempts that start an hour and a half late, as
+// after a dispatcher outage, fall in a bucket that bounds them, so that a
+// lateness quantile says how late they are instead of stopping at the last
+// bucket's ten minutes.
+func TestLatenessOfAnOutage(t *testing.T) {
+	t.Parallel()
+	m := metrics.New(&metrics.Config{})
+	n := &notify.Notification{ID: "a", Topic: "orders", Channel: notify.ChannelWebhook}
+	start := time.Now()
+	m.AttemptFinished(n, notify.Attempt{StartedAt: start, FinishedAt: start.Add(time.Second), Outcome: notify.OutcomeSuccess},
+		notify.ActionAck, 90*time.Minute)
+	text := scrape(t, m)
+	require.Contains(t, text, `herald_lateness_seconds_bucket{channel="webhook",topic="orders",le="3600"} 0`+"\n")
+	require.Contains(t, text, `herald_lateness_seconds_bucket{channel="webhook",topic="orders",le="7200"} 1`+"\n")
+}
+
 func TestQueueGauges(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t, redistest.Options{})
