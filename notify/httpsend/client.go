@@ -15,7 +15,8 @@
 //     receiver closed goes again at once on a new one);
 //   - "Accept: */*" unless the sender asks for a type, whatever the body's
 //     type;
-//   - a response read capped at ReadLimit;
+//   - a response read capped at ReadLimit: its headers, and the first
+//     ReadLimit bytes of its body;
 //   - one classification of outcomes under a notification's notify.Rules:
 //     ClassifyError for transport failures and ClassifyStatus for HTTP
 //     statuses.
@@ -43,7 +44,8 @@ import (
 // Defaults and limits of the client.
 const (
 	// ReadLimit is how much of a response body is read; the rest is
-	// dropped with the connection.
+	// dropped with the connection. A response whose headers alone are
+	// larger is an error.
 	ReadLimit = 64 << 10
 	// UserAgentDefault is the User-Agent when the config names none.
 	UserAgentDefault = "herald"
@@ -101,6 +103,10 @@ func NewClient(cfg *Config) (*Client, error) {
 		IdleConnTimeout:       idleTimeout,
 		TLSHandshakeTimeout:   10 * time.Second,
 		ExpectContinueTimeout: time.Second,
+		// net/http would read up to 10 MiB of headers from a receiver
+		// for each attempt; no acknowledgement needs more than the body
+		// is allowed.
+		MaxResponseHeaderBytes: ReadLimit,
 	}
 	hc := &http.Client{
 		Transport: transport,

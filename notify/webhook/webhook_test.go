@@ -357,6 +357,21 @@ func TestSendKeptAliveConnectionClosedByReceiver(t *testing.T) {
 	require.Empty(t, reqs[2].Header.Values("Idempotency-Key"))
 }
 
+// TestSendHugeResponseHeaders posts to a receiver that answers with 256
+// KiB of headers, as a merchant's server with a debugging header left on
+// may: the attempt stops reading at the response cap, 64 KiB, and is
+// retried, instead of reading up to 10 MiB of headers into memory for each
+// attempt to that merchant.
+func TestSendHugeResponseHeaders(t *testing.T) {
+	t.Parallel()
+
+	rec := httpsendtest.NewReceiver(t, "tcp4", httpsendtest.Answer(200, "ok", "X-Debug", strings.Repeat("d", 256<<10)))
+	sender := newSender(t, Config{Common: httpsend.Common{HTTP: loopback}})
+	_, err := sender.Send(context.Background(), notification(rec.URL()))
+	require.Equal(t, retry, classify(err), "error: %v", err)
+	require.ErrorContains(t, err, "exceeded 65536 bytes")
+}
+
 func TestSendSuccessBody(t *testing.T) {
 	t.Parallel()
 
