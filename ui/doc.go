@@ -26,16 +26,16 @@
 //     such as Authorization redacted, as api.Redacted shows them), and its
 //     attempt timeline: when each attempt ran, how it ended, the receiver's
 //     status code and error, how long it took, and when the next attempt is
-//     due, or, for one reserved, since when its attempt runs and by when it
-//     must end, or, for one parked by a pause, what it waits for: its topic
-//     or endpoint to be resumed, or its endpoint to be enabled.
+//     due (and how long overdue, when nothing has taken it), or, for one
+//     reserved, since when its attempt runs and by when it must end, or,
+//     for one parked by a pause, what it waits for: its topic or endpoint
+//     to be resumed, or its endpoint to be enabled.
 //   - /ui/dead browses the dead letters by topic and time of death, a page
 //     at a time through a cursor, each with the endpoint or the target
 //     (redacted as above) it was for and how its last attempt ended, and
-//     offers replay and purge of what the
-//     filter selects: a confirmation page first counts the matches (a dry
-//     run), and only its form changes anything, leaving alone what died
-//     after the count.
+//     offers replay and purge of what the filter selects: a confirmation
+//     page first counts the matches (a dry run), and only its form changes
+//     anything, leaving alone what died after the count.
 //   - /ui/policies prints each policy's schedule table and the topics,
 //     their targets' user information (a receiver's credentials) redacted
 //     as on a notification's page.

@@ -303,7 +303,15 @@ type nextAttempt struct {
 	Attempt int
 	At      time.Time
 	In      time.Duration
+	// Overdue is how long ago At passed, when that is more than
+	// overdueAfter: no dispatcher or consumer has taken it since.
+	Overdue time.Duration
 }
+
+// overdueAfter is how long past its due time a next attempt shows as
+// overdue rather than due now: dispatchers start attempts within
+// milliseconds, so a second means none is taking it.
+const overdueAfter = time.Second
 
 // runningAttempt is the attempt of a reservation: started when it was
 // reserved, it counts as failed unless it ends by Deadline.
@@ -341,6 +349,9 @@ func (h *Handler) notification(w http.ResponseWriter, r *http.Request, s *sessio
 		d.Running = &runningAttempt{Attempt: n.Attempts, Since: since, For: max(h.store.Now().Sub(since), 0), Deadline: *n.Deadline}
 	case n.NextAttemptAt != nil && !n.State.Finished():
 		d.Next = &nextAttempt{Attempt: n.Attempts, At: *n.NextAttemptAt, In: n.NextAttemptAt.Sub(h.store.Now())}
+		if -d.Next.In > overdueAfter {
+			d.Next.Overdue = -d.Next.In
+		}
 	}
 	if n.Paused {
 		// The record says only that a pause holds it back; which one is

@@ -369,6 +369,23 @@ func TestNotificationPage(t *testing.T) {
 	require.Equal(t, "/ui/notifications/dead-1", res.Header.Get("Location"))
 }
 
+// TestNotificationPageOverdue: the timeline of a notification whose next
+// attempt should have started long ago (no dispatcher took it) says how
+// late it is, not that it is due now.
+func TestNotificationPageOverdue(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testToken)
+	b.login(t)
+	n := heraldtest.Notification(t, "stuck-1", b.clock.Now(), heraldtest.Topic("orders"))
+	_, _, err := b.store.Enqueue(context.Background(), n, false)
+	require.NoError(t, err)
+	_, body := b.get(t, "/ui/notifications/stuck-1")
+	require.Contains(t, body, "next attempt due 2026-03-01 12:00:00.000 UTC (now)")
+	b.clock.Advance(2*time.Hour + 30*time.Second)
+	_, body = b.get(t, "/ui/notifications/stuck-1")
+	require.Contains(t, body, "next attempt due 2026-03-01 12:00:00.000 UTC (overdue by 2h0m30s)")
+}
+
 // TestNotificationPageRunning: the timeline of a reserved notification
 // shows its attempt running since its reservation and until when, not a
 // next attempt due in the past.
