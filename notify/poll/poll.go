@@ -40,7 +40,9 @@
 //
 // The notification's own headers are not forwarded there: they are meant for
 // the provider; only the attempt's trace context (traceparent, tracestate)
-// is, so that the webhook is part of the attempt's trace. The poll and the
+// is, so that the webhook is part of the attempt's trace. For the same
+// reason "target" is the polled URL as answers show it, without its user
+// information (notify.RedactedURL). The poll and the
 // webhook share the attempt's timeout. If the on_done webhook fails, the
 // attempt fails with its error (retried or permanent as the webhook's
 // outcome is), so the next attempt polls again and, finding the trade still
@@ -160,7 +162,7 @@ func (s *Sender) sendOnDone(ctx context.Context, n *notify.Notification, cond *n
 		Value      string `json:"value"`
 		StatusCode int    `json:"status_code"`
 		Response   any    `json:"response"`
-	}{n.ID, n.Topic, n.Target, cond.Field, value, status, doc})
+	}{n.ID, n.Topic, notify.RedactedURL(n.Target), cond.Field, value, status, doc})
 	if err != nil {
 		return notify.Permanent(err)
 	}

@@ -412,3 +412,34 @@ func TestSendAnswerLongerThanReadLimit(t *testing.T) {
 		require.Len(t, bundle.onDone.Requests(), 1)
 	})
 }
+
+// TestSendOnDoneTargetWithoutCredentials polls a provider whose query URL
+// carries the provider's credentials as its user information: the provider
+// gets them, and the on_done webhook, which goes elsewhere, names the
+// target as answers show it, without them, as it leaves the poll's headers
+// out.
+func TestSendOnDoneTargetWithoutCredentials(t *testing.T) {
+	t.Parallel()
+
+	bundle := setup(t, provider(0), "", true)
+	n := notification(strings.Replace(bundle.provider.URL(), "http://", "http://app-42:provider-s3cret@", 1) + "/query")
+	delete(n.Headers, "Authorization")
+	_, err := bundle.sender.Send(context.Background(), n)
+	require.NoError(t, err)
+
+	polls := bundle.provider.Requests()
+	require.Len(t, polls, 1)
+	user, pass, ok := (&http.Request{Header: polls[0].Header}).BasicAuth()
+	require.True(t, ok, "the provider gets its credentials")
+	require.Equal(t, "app-42", user)
+	require.Equal(t, "provider-s3cret", pass)
+
+	done := bundle.onDone.Requests()
+	require.Len(t, done, 1)
+	var body struct {
+		Target string `json:"target"`
+	}
+	require.NoError(t, json.Unmarshal(done[0].Body, &body))
+	require.Equal(t, notify.RedactedURL(n.Target), body.Target)
+	require.NotContains(t, string(done[0].Body), "provider-s3cret")
+}
