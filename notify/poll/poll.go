@@ -42,11 +42,11 @@
 // the provider; only the attempt's trace context (traceparent, tracestate)
 // is, so that the webhook is part of the attempt's trace. For the same
 // reason "target" is the polled URL as answers show it, without its user
-// information (notify.RedactedURL). The poll and the
-// webhook share the attempt's timeout. If the on_done webhook fails, the
-// attempt fails with its error (retried or permanent as the webhook's
-// outcome is), so the next attempt polls again and, finding the trade still
-// final, sends on_done again: at least once, like every delivery.
+// information (notify.RedactedURL). The poll and the webhook share the
+// attempt's timeout. If the on_done webhook fails, the attempt fails with
+// its error (retried or permanent as the webhook's outcome is), so the next
+// attempt polls again and, finding the trade still final, sends on_done
+// again: at least once, like every delivery.
 package poll
 
 import (

@@ -28,7 +28,8 @@
 // with replace (a moved appointment) is a new message with a new key, which
 // the gateway sends even when the one it replaces went out. A gateway's
 // API key can go in URL's query: the errors the history keeps name the URL
-// without it (and without user information, as every sender's do).
+// without its query, and without its user information, as every sender's
+// errors do.
 //
 // Both go through the SSRF guard of package httpsend, so a gateway on an
 // internal address needs its network in Config.HTTP.AllowNetworks.
