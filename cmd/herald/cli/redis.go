@@ -108,8 +108,10 @@ func checkRedis(ctx context.Context, c redis.UniversalClient, configured bool) e
 		ping.SetErr(err)
 	}
 	if err := ping.Err(); err != nil {
-		if redis.IsAuthError(err) {
-			return &UsageError{Err: fmt.Errorf("Redis refused to authenticate Herald: check redis.password (HERALD_REDIS_PASSWORD): %w", err)}
+		// Redis answers a password for a default user that has none
+		// with "ERR AUTH <password> called without any password configured".
+		if redis.IsAuthError(err) || redis.HasErrorPrefix(err, "AUTH ") {
+			return &UsageError{Err: fmt.Errorf("Redis refused to authenticate Herald: check redis.username and redis.password (HERALD_REDIS_USERNAME, HERALD_REDIS_PASSWORD): %w", err)}
 		}
 		return err
 	}

@@ -209,6 +209,30 @@ func TestRedisSentinel(t *testing.T) {
 	require.ErrorContains(t, r.err, "(sentinel)")
 }
 
+// TestRedisACLUser runs commands as a Redis ACL user of their own, as a
+// company's shared Redis hands each application, with the default user
+// turned off.
+func TestRedisACLUser(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	rdb := srv.Client(t)
+	require.NoError(t, rdb.Do(t.Context(), "ACL", "SETUSER", "herald", "on", ">s3cret", "~*", "&*", "+@all").Err())
+	require.NoError(t, rdb.Do(t.Context(), "ACL", "SETUSER", "default", "off").Err())
+
+	e := newEnv(t, fmt.Sprintf("redis: {addrs: [%q], username: herald, password: s3cret}", srv.Addr))
+	r := e.run(t, "enqueue", "--topic", "jobs", "--id", "acl-1", "--delay", "1h")
+	require.NoError(t, r.err)
+	r = e.run(t, "status", "acl-1")
+	require.NoError(t, r.err)
+	require.Regexp(t, `state\s+scheduled`, r.out)
+
+	e = newEnv(t, fmt.Sprintf("redis: {addrs: [%q], password: s3cret}", srv.Addr))
+	r = e.run(t, "stats")
+	require.Equal(t, 2, r.code(), r.err)
+	require.ErrorContains(t, r.err, "redis.username")
+	require.NotContains(t, r.err.Error(), "s3cret")
+}
+
 // startSentinel runs a Redis Sentinel on a free loopback port, watching the
 // master at addr, until the test ends, and returns its address.
 func startSentinel(t *testing.T, name, addr string) string {

@@ -115,6 +115,10 @@ type RedisConfig struct {
 	Mode string `koanf:"mode"`
 	// MasterName is the Sentinel master's name; required in sentinel mode.
 	MasterName string `koanf:"master_name"`
+	// Username is the Redis ACL user Herald authenticates as, with
+	// Password, on the Redis servers (not the Sentinels). Empty: the
+	// default user.
+	Username string `koanf:"username"`
 	// Password authenticates to Redis (and to the Sentinels).
 	Password Secret `koanf:"password"`
 	// DB selects a database; standalone and sentinel only. Default 0.
@@ -440,13 +444,16 @@ func (c *RedisConfig) NewClient(onConnect func(context.Context, *redis.Conn) err
 			MasterName:       c.MasterName,
 			SentinelAddrs:    c.Addrs,
 			SentinelPassword: password,
+			Username:         c.Username,
 			Password:         password,
 			DB:               c.DB,
 			TLSConfig:        tlsConfig,
 			OnConnect:        onConnect,
 		})
 	case RedisModeCluster:
-		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs, Password: password, TLSConfig: tlsConfig, OnConnect: onConnect})
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs, Username: c.Username, Password: password, TLSConfig: tlsConfig,
+			OnConnect: onConnect})
 	}
-	return redis.NewClient(&redis.Options{Addr: c.Addrs[0], Password: password, DB: c.DB, TLSConfig: tlsConfig, OnConnect: onConnect})
+	return redis.NewClient(&redis.Options{Addr: c.Addrs[0], Username: c.Username, Password: password, DB: c.DB, TLSConfig: tlsConfig,
+		OnConnect: onConnect})
 }

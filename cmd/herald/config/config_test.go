@@ -31,7 +31,7 @@ func TestConfigKeys(t *testing.T) {
 	} {
 		require.Equal(t, key, keys.byEnv[env], env)
 	}
-	require.Len(t, keys.byEnv, 32, "the keys of DESIGN.md, topics_strict, metrics.max_topics and api.hosts")
+	require.Len(t, keys.byEnv, 33, "the keys of DESIGN.md, topics_strict, metrics.max_topics, api.hosts and redis.username")
 
 	require.Panics(t, func() { BindFlag(pflag.NewFlagSet("x", pflag.ContinueOnError), "x", "redis.adress") })
 }
