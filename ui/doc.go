@@ -27,6 +27,7 @@
 //     attempt timeline: when each attempt ran, how it ended, the receiver's
 //     status code and error, how long it took, and when the next attempt is
 //     due (and how long overdue, when nothing has taken it), or, for one
+//     held behind an earlier one of its order key, that one, or, for one
 //     reserved, since when its attempt runs and by when it must end, or,
 //     for one parked by a pause, what it waits for: its topic or endpoint
 //     to be resumed, or its endpoint to be enabled.

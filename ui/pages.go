@@ -349,7 +349,9 @@ func (h *Handler) notification(w http.ResponseWriter, r *http.Request, s *sessio
 		d.Running = &runningAttempt{Attempt: n.Attempts, Since: since, For: max(h.store.Now().Sub(since), 0), Deadline: *n.Deadline}
 	case n.NextAttemptAt != nil && !n.State.Finished():
 		d.Next = &nextAttempt{Attempt: n.Attempts, At: *n.NextAttemptAt, In: n.NextAttemptAt.Sub(h.store.Now())}
-		if -d.Next.In > overdueAfter {
+		// One held behind an earlier one of its order key is not late: it
+		// starts once that one ends.
+		if -d.Next.In > overdueAfter && n.WaitingFor == "" {
 			d.Next.Overdue = -d.Next.In
 		}
 	}

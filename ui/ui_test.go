@@ -376,14 +376,22 @@ func TestNotificationPageOverdue(t *testing.T) {
 	t.Parallel()
 	b := setup(t, testToken)
 	b.login(t)
-	n := heraldtest.Notification(t, "stuck-1", b.clock.Now(), heraldtest.Topic("orders"))
-	_, _, err := b.store.Enqueue(context.Background(), n, false)
-	require.NoError(t, err)
+	// stuck-1 is due now; behind-1 waits for it, the earlier of their
+	// order key.
+	for _, id := range []string{"stuck-1", "behind-1"} {
+		n := heraldtest.Notification(t, id, b.clock.Now(), heraldtest.Topic("orders"), heraldtest.OrderKey("order-42"))
+		_, _, err := b.store.Enqueue(context.Background(), n, false)
+		require.NoError(t, err)
+	}
 	_, body := b.get(t, "/ui/notifications/stuck-1")
 	require.Contains(t, body, "next attempt due 2026-03-01 12:00:00.000 UTC (now)")
 	b.clock.Advance(2*time.Hour + 30*time.Second)
 	_, body = b.get(t, "/ui/notifications/stuck-1")
 	require.Contains(t, body, "next attempt due 2026-03-01 12:00:00.000 UTC (overdue by 2h0m30s)")
+	// The one that waits is not overdue: it waits for the other.
+	_, body = b.get(t, "/ui/notifications/behind-1")
+	require.NotContains(t, body, "overdue")
+	require.Contains(t, body, `next attempt waits for <a href="/ui/notifications/stuck-1">stuck-1</a>, the earlier of its order key, to end`)
 }
 
 // TestNotificationPageRunning: the timeline of a reserved notification
