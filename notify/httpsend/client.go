@@ -165,12 +165,14 @@ func NewRequest(method, url string) *Request {
 
 // clientHeaders are the headers the client sets itself or that would break
 // the request's framing, which a notification's own headers cannot set.
-var clientHeaders = []string{"Host", "Content-Length", "Transfer-Encoding", "Connection", "Content-Type", "User-Agent"}
+// Accept-Encoding is net/http's: set by anyone else, it leaves a compressed
+// answer compressed, and a receiver's "success" unreadable.
+var clientHeaders = []string{"Host", "Content-Length", "Transfer-Encoding", "Connection", "Content-Type", "User-Agent", "Accept-Encoding"}
 
 // SetNotificationHeaders sets a notification's own headers on r, except the
 // client's own (Host, Content-Length, Transfer-Encoding, Connection,
-// Content-Type, User-Agent) and those named in reserved, which the sender
-// sets. Names compare case-insensitively.
+// Content-Type, User-Agent, Accept-Encoding) and those named in reserved,
+// which the sender sets. Names compare case-insensitively.
 func (r *Request) SetNotificationHeaders(headers map[string]string, reserved ...string) {
 	for k, v := range headers {
 		ck := http.CanonicalHeaderKey(k)

@@ -16,7 +16,7 @@
 //	Herald-Attempt     the 0-based attempt index, as in the history
 //
 // plus the notification's own headers (which cannot replace the ones above,
-// Content-Type or User-Agent) and a User-Agent.
+// Content-Type, User-Agent or Accept-Encoding) and a User-Agent.
 //
 // # Verifying, on the receiver's side
 //

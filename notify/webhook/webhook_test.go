@@ -2,12 +2,14 @@ package webhook
 
 import (
 	"cmp"
+	"compress/gzip"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -370,6 +372,31 @@ func TestSendHugeResponseHeaders(t *testing.T) {
 	_, err := sender.Send(context.Background(), notification(rec.URL()))
 	require.Equal(t, retry, classify(err), "error: %v", err)
 	require.ErrorContains(t, err, "exceeded 65536 bytes")
+}
+
+// TestSendNotificationAcceptEncoding sends a notification whose producer
+// set its own Accept-Encoding to a receiver that compresses its answer when
+// asked: the receiver's "success" is read as such, not as gzip bytes that
+// never equal the success_body, which retried the webhook until it died.
+func TestSendNotificationAcceptEncoding(t *testing.T) {
+	t.Parallel()
+
+	rec := httpsendtest.NewReceiver(t, "tcp4", func(w http.ResponseWriter, r *http.Request) {
+		if !strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+			_, _ = io.WriteString(w, "success")
+			return
+		}
+		w.Header().Set("Content-Encoding", "gzip")
+		gz := gzip.NewWriter(w)
+		_, _ = io.WriteString(gz, "success")
+		_ = gz.Close()
+	})
+	sender := newSender(t, Config{Common: httpsend.Common{HTTP: loopback}})
+	n := notification(rec.URL())
+	n.Policy = "alipay"
+	n.Headers["Accept-Encoding"] = "gzip, deflate"
+	_, err := sender.Send(context.Background(), n)
+	require.NoError(t, err)
 }
 
 func TestSendSuccessBody(t *testing.T) {
