@@ -567,17 +567,30 @@ func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan
 // tell it yet; false when ctx ends first.
 func (d *Dispatcher) shards(ctx context.Context) (int, bool) {
 	failing := d.newFailureLog("schedule: cannot read the shard count; retrying", "schedule: reading the shard count recovered")
+	var n int
+	ok := d.retry(ctx, failing, func() error {
+		var err error
+		if n, err = d.store.Shards(ctx); err != nil && ctx.Err() == nil {
+			d.cfg.Observer.StoreError("reserve", err)
+		}
+		return err
+	})
+	return n, ok
+}
+
+// retry calls op until it succeeds, waiting retryDelay between failures
+// and logging them to failing; false when ctx ends first.
+func (d *Dispatcher) retry(ctx context.Context, failing *failureLog, op func() error) bool {
 	for failures := 1; ; failures++ {
-		n, err := d.store.Shards(ctx)
+		err := op()
 		if err == nil {
 			failing.ok(ctx)
-			return n, true
+			return true
 		}
 		if ctx.Err() != nil {
-			return 0, false
+			return false
 		}
 		wait := d.retryDelay(failures)
-		d.cfg.Observer.StoreError("reserve", err)
 		failing.failed(ctx, err, "retry_in", wait)
 		sleep(ctx, wait)
 	}

@@ -56,11 +56,10 @@ func (d *Dispatcher) startPauses(ctx context.Context, queues []string) {
 	d.loops.Add(1)
 	go func() {
 		defer d.loops.Done()
-		for failures := 1; !d.refreshPauses(ctx); failures++ {
-			if ctx.Err() != nil {
-				return
-			}
-			sleep(ctx, d.retryDelay(failures))
+		failing := d.newFailureLog("schedule: cannot read what is paused; nothing is reserved until it can",
+			"schedule: reading what is paused recovered")
+		if !d.retry(ctx, failing, func() error { return d.refreshPauses(ctx) }) {
+			return
 		}
 		close(d.pauses.read)
 		ticker := time.NewTicker(PauseIntervalDefault)
@@ -71,7 +70,7 @@ func (d *Dispatcher) startPauses(ctx context.Context, queues []string) {
 				return
 			case <-ticker.C:
 			}
-			if d.refreshPauses(ctx) && i%strayEvery == 0 {
+			if d.refreshPauses(ctx) == nil && i%strayEvery == 0 {
 				if _, err := ps.UnparkStray(ctx, queues, *d.pauses.current.Load()); err != nil && !errors.Is(err, context.Canceled) {
 					d.cfg.Observer.StoreError("unpark", err)
 				}
@@ -81,16 +80,16 @@ func (d *Dispatcher) startPauses(ctx context.Context, queues []string) {
 }
 
 // refreshPauses reads what is paused; on failure the previous view stays.
-func (d *Dispatcher) refreshPauses(ctx context.Context) bool {
+func (d *Dispatcher) refreshPauses(ctx context.Context) error {
 	paused, err := d.pauses.store.Paused(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			d.cfg.Observer.StoreError("paused", err)
 		}
-		return false
+		return err
 	}
 	d.pauses.current.Store(&paused)
-	return true
+	return nil
 }
 
 // park gives n back, unattempted, when its topic or endpoint is paused, or

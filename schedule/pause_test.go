@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"testing"
 	"time"
@@ -81,7 +82,7 @@ func TestPause(t *testing.T) {
 // TestPauseHoldsForADispatcherStartedInAnOutage: a dispatcher started
 // while Redis is down (a deploy during a failover) attempts nothing of a
 // paused topic once Redis is back, though it could not read what is paused
-// when it started.
+// when it started; it says why it reserves nothing meanwhile.
 func TestPauseHoldsForADispatcherStartedInAnOutage(t *testing.T) {
 	t.Parallel()
 	srv, b := setupOutage(t, "pause-outage")
@@ -90,8 +91,9 @@ func TestPauseHoldsForADispatcherStartedInAnOutage(t *testing.T) {
 	b.enqueue(t, "held", ms(0), 0)
 	srv.Kill()
 	rec := newRecorder(nil)
+	var logs heraldtest.Buffer
 	d, err := schedule.New(&schedule.Config{Store: b.store, Senders: map[string]notify.Sender{notify.ChannelWebhook: rec},
-		PoliciesFunc: func() *policy.Set { return b.policies }, Logger: heraldtest.Logger(t),
+		PoliciesFunc: func() *policy.Set { return b.policies }, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 		PollInterval: 20 * time.Millisecond})
 	require.NoError(t, err)
 	require.NoError(t, d.Start(ctx))
@@ -103,4 +105,5 @@ func TestPauseHoldsForADispatcherStartedInAnOutage(t *testing.T) {
 		return rec.attempts("held") > 0 || err == nil && store.Parked(got)
 	}, 10*time.Second, 5*time.Millisecond, "neither parked nor attempted")
 	require.Zero(t, rec.attempts("held"), "attempted while its topic is paused")
+	require.Contains(t, logs.String(), "cannot read what is paused; nothing is reserved until it can")
 }
