@@ -56,10 +56,15 @@ func (f *deadFilterFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.until, "until", "", "died before: an RFC 3339 time, or a duration ago")
 }
 
-// filter returns the store's filter; a bad time is a *UsageError. The
-// store checks the rest, as it does for the API.
+// filter returns the store's filter; a bad time or id is a *UsageError.
+// The store checks the rest, as it does for the API.
 func (f *deadFilterFlags) filter(now time.Time) (store.DeadFilter, error) {
 	out := store.DeadFilter{IDs: f.ids, Topic: f.topic}
+	for _, id := range f.ids {
+		if err := checkID(id); err != nil {
+			return out, fmt.Errorf("--ids: %w", err)
+		}
+	}
 	for _, t := range []struct {
 		flag, value string
 		dst         *time.Time

@@ -146,6 +146,8 @@ func TestDLQ(t *testing.T) {
 			{[]string{"purge", "--ids", "a", "--topic", "jobs"}, "ids: give ids or a topic, not both"},
 			{[]string{"purge", "--topic", "jobs", "--since", "1h", "--until", "2h"}, "until: must be after since"},
 			{[]string{"list", "--limit", "0"}, "--limit"},
+			{[]string{"replay", "--ids", "d1,order/1"}, `--ids: "order/1" is not a notification id`},
+			{[]string{"purge", "--ids", "d1,,d2"}, `--ids: "" is not a notification id`},
 			{[]string{"list", "--cursor", "garbage"}, "cursor: is not a cursor"},
 		} {
 			r := e.run(t, append([]string{"dlq"}, tc.args...)...)

@@ -53,8 +53,8 @@ func (c *app) recordCommand(cmd *cobra.Command, verb string,
 	cmd.Args = cobra.ExactArgs(1)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		id := args[0]
-		if !notify.ValidID(id) {
-			return &UsageError{Err: fmt.Errorf("%q is not a notification id: ids match [A-Za-z0-9._:-]{1,128}", id)}
+		if err := checkID(id); err != nil {
+			return err
 		}
 		return c.withClient(cmd, false, func(cl *client.Client) error {
 			n, err := do(cmd.Context(), cl, id)
@@ -69,6 +69,15 @@ func (c *app) recordCommand(cmd *cobra.Command, verb string,
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the record as JSON")
 	return withConfig(cmd)
+}
+
+// checkID refuses, with a *UsageError, what is not a notification id: a
+// mistyped id is a usage error, not a lookup that cannot succeed.
+func checkID(id string) error {
+	if !notify.ValidID(id) {
+		return &UsageError{Err: fmt.Errorf("%q is not a notification id: ids match [A-Za-z0-9._:-]{1,128}", id)}
+	}
+	return nil
 }
 
 // notFoundWhy says why a notification may not be found: a record an
