@@ -459,3 +459,40 @@ func TestNilOptionsAndRequests(t *testing.T) {
 		require.NoError(t, err, id)
 	}
 }
+
+// TestConcurrentMoves: an appointment service moves one reminder from
+// several goroutines at once (an appointment moved twice in quick
+// succession, each move handled by its own worker). Each move is Replaced,
+// as it is when made alone, and the reminder is due at one of the times
+// asked for: moves that reached Redis together, in one write, are not
+// refused as ErrConflict although they asked to replace.
+func TestConcurrentMoves(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, _, c := connect(t, nil)
+	const phone = "+14155550100"
+	base := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+	_, err := c.Enqueue(ctx, "reminders", nil, herald.ID("appt-42"), herald.Target(phone), herald.SendAt(base))
+	require.NoError(t, err)
+	for round := range 10 {
+		asked := map[time.Time]bool{}
+		errs := make([]error, 8)
+		var wg sync.WaitGroup
+		for i := range errs {
+			at := base.Add(time.Duration(round*len(errs)+i+1) * time.Minute)
+			asked[at.UTC()] = true
+			wg.Go(func() {
+				res, err := c.Enqueue(ctx, "reminders", nil, herald.ID("appt-42"), herald.Target(phone), herald.SendAt(at), herald.Replace())
+				if err == nil && res.Status != herald.Replaced {
+					err = fmt.Errorf("status %d, want Replaced", res.Status)
+				}
+				errs[i] = err
+			})
+		}
+		wg.Wait()
+		require.NoError(t, errors.Join(errs...), "round %d", round)
+		n, err := c.Get(ctx, "appt-42")
+		require.NoError(t, err)
+		require.True(t, asked[n.SendAt], "round %d: due at %s, not a time asked for", round, n.SendAt)
+	}
+}

@@ -254,6 +254,30 @@ func TestBatch(t *testing.T) {
 	})
 }
 
+// TestBatchMovesWhatItEnqueues: a batch that enqueues a reminder and then
+// moves it (a change log replayed in one request) answers each item as it
+// would have been answered alone, one after the other, and the reminder is
+// due at the time it was moved to; the move was a 409 conflict telling the
+// caller to set the replace it had set.
+func TestBatchMovesWhatItEnqueues(t *testing.T) {
+	t.Parallel()
+	b := setup(t, api.Config{})
+	first := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	moved, last := first.Add(time.Hour), first.Add(2*time.Hour)
+	item := func(at time.Time, replace bool) map[string]any {
+		return map[string]any{"id": "appt-9", "topic": "jobs", "send_at": at.Format(time.RFC3339), "replace": replace}
+	}
+	res := must[batchResults](t, b, http.StatusOK, "POST", "/v1/notifications/batch",
+		map[string]any{"notifications": []any{item(first, false), item(moved, true), item(moved, false), item(last, true)}})
+	require.Len(t, res.Results, 4)
+	for i, want := range []int{http.StatusCreated, http.StatusOK, http.StatusOK, http.StatusOK} {
+		require.Equal(t, want, res.Results[i].Status, "item %d: %+v", i, res.Results[i].Error)
+	}
+	rec := must[notify.Notification](t, b, http.StatusOK, "GET", "/v1/notifications/appt-9", nil)
+	require.Equal(t, last, rec.SendAt)
+	require.Equal(t, last, *rec.NextAttemptAt)
+}
+
 func TestGetAndCancel(t *testing.T) {
 	t.Parallel()
 	b := setup(t, api.Config{})

@@ -84,8 +84,10 @@ func (s *Store) Enqueue(ctx context.Context, n *notify.Notification, replace boo
 // set, and notify.ErrOtherShard where the replacement would live in another
 // shard than the notification (another order key, say; never on a store of
 // one shard). A due time the store cannot hold exactly is a *notify.FieldError
-// naming send_at. The returned error is for a failure of the whole batch;
-// per-item outcomes are in the results.
+// naming send_at. An id given more than once is written in a pipeline after
+// its earlier items', and decided as if enqueued after them. The returned
+// error is for a failure of the whole batch; per-item outcomes are in the
+// results.
 //
 // A batch of one is written together with the other single enqueues made at
 // the same time, as Enqueue's are.
@@ -133,16 +135,78 @@ func (s *Store) enqueueBatch(ctx context.Context, reqs []EnqueueRequest) ([]Enqu
 		backing = append(backing, enqueueItem{index: i, req: req, due: first, content: encodeContent(n, now, first)})
 		items = append(items, &backing[len(backing)-1])
 	}
+	batches := [][]*enqueueItem{items}
+	if repeatsID(items) {
+		batches = rounds(items)
+	}
+	for _, round := range batches {
+		if err := s.enqueueItems(ctx, round, results, now); err != nil {
+			return nil, err
+		}
+	}
+	return results, nil
+}
+
+// repeatsID reports whether an id comes more than once in items, which
+// then go in rounds.
+func repeatsID(items []*enqueueItem) bool {
+	// Few items, as the batcher's usually are, are compared without
+	// allocating.
+	if len(items) <= 16 {
+		for i, it := range items {
+			for _, earlier := range items[:i] {
+				if earlier.req.Notification.ID == it.req.Notification.ID {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	seen := make(map[string]struct{}, len(items))
+	for _, it := range items {
+		if _, ok := seen[it.req.Notification.ID]; ok {
+			return true
+		}
+		seen[it.req.Notification.ID] = struct{}{}
+	}
+	return false
+}
+
+// rounds splits items into rounds in which each id comes once, the k-th
+// item of an id in round k. A script decides every item of its call
+// against the records as they were before the call, and refuses to
+// replace what an earlier item of the call wrote: written in rounds, each
+// item is decided after those before it, as if made one after the other,
+// so that a batch that enqueues a reminder and then moves it, or moves
+// made at the same time by callers whose enqueues the batcher writes
+// together, replace rather than conflict.
+func rounds(items []*enqueueItem) [][]*enqueueItem {
+	var out [][]*enqueueItem
+	seen := make(map[string]int, len(items))
+	for _, it := range items {
+		k := seen[it.req.Notification.ID]
+		seen[it.req.Notification.ID] = k + 1
+		if k == len(out) {
+			out = append(out, nil)
+		}
+		out[k] = append(out[k], it)
+	}
+	return out
+}
+
+// enqueueItems writes items, whose ids are distinct, and fills in their
+// results.
+func (s *Store) enqueueItems(ctx context.Context, items []*enqueueItem, results []EnqueueResult, now time.Time) error {
 	pending, err := s.placeStubs(ctx, items)
 	if err != nil {
-		return nil, fmt.Errorf("enqueue: %w", err)
+		return fmt.Errorf("enqueue: %w", err)
 	}
 	// A replace that moves a record to another queue or topic needs the old
 	// keys; the script says which, and those items run once more with them.
 	for try := 0; len(pending) > 0 && try < 2; try++ {
 		calls, groups := s.enqueueCalls(pending, now)
 		if err := s.runAcked(ctx, calls); err != nil {
-			return nil, fmt.Errorf("enqueue: %w", err)
+			return fmt.Errorf("enqueue: %w", err)
 		}
 		var again []*enqueueItem
 		for c, call := range calls {
@@ -165,10 +229,7 @@ func (s *Store) enqueueBatch(ctx context.Context, reqs []EnqueueRequest) ([]Enqu
 		pending = again
 	}
 	s.keepStubs(ctx, items)
-	if err := s.enqueueResults(ctx, items, results, now); err != nil {
-		return nil, err
-	}
-	return results, nil
+	return s.enqueueResults(ctx, items, results, now)
 }
 
 // enqueueItem is one notification on its way into a script.
