@@ -201,6 +201,17 @@ func (w *Watch) report(ctx context.Context, s Settings, err error) {
 	}
 }
 
+// Check returns a *VersionError when the server last read is older than
+// VersionMin, and nil otherwise: a readiness check, since on such a server
+// every enqueue and attempt fails.
+func (w *Watch) Check() error {
+	s, _ := w.Settings()
+	if s.VersionOK != nil && !*s.VersionOK {
+		return &VersionError{Version: s.Version}
+	}
+	return nil
+}
+
 // Settings returns the settings last read, and false before any was.
 func (w *Watch) Settings() (Settings, bool) {
 	w.mu.Lock()

@@ -109,11 +109,12 @@ func TestRead(t *testing.T) {
 // TestWatchLogsOldVersion gives the watch what a connection to Redis 6.0
 // would read: it logs an error naming the version and what Herald needs,
 // once however many connections read it, and again when the server
-// changes.
+// changes, and Check fails (so /readyz does) until a newer one is read.
 func TestWatchLogsOldVersion(t *testing.T) {
 	t.Parallel()
 	var logs bytes.Buffer
 	w := &Watch{Log: slog.New(slog.NewTextHandler(&logs, nil))}
+	require.NoError(t, w.Check(), "nothing read yet")
 	ctx := context.Background()
 	old, ok := false, true
 	safe := Settings{MaxmemoryPolicy: EvictionPolicySafe, AOF: true, EvictionOK: &ok, PersistenceOK: &ok}
@@ -129,9 +130,13 @@ func TestWatchLogsOldVersion(t *testing.T) {
 	require.Contains(t, logs.String(), "redis_version=6.0.16")
 	got, _ := w.Settings()
 	require.False(t, *got.VersionOK)
+	var ve *VersionError
+	require.ErrorAs(t, w.Check(), &ve, "not ready")
+	require.Equal(t, "6.0.16", ve.Version)
 
 	w.report(ctx, fine, nil)
 	require.Equal(t, 1, strings.Count(logs.String(), "level=ERROR"), logs.String())
+	require.NoError(t, w.Check())
 	w.report(ctx, tooOld, errors.New("CONFIG GET refused"))
 	require.Equal(t, 2, strings.Count(logs.String(), "too old"), "said again on a server that changed back, CONFIG refused or not: %s", logs.String())
 }

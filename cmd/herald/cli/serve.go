@@ -143,6 +143,9 @@ func (c *app) serveOn(cmd *cobra.Command, role string, addr net.Addr, h *handler
 		s, _ := watch.Settings()
 		return s.EvictionOK, s.PersistenceOK
 	}})
+	// A Redis replaced by one too old since the start is not ready: every
+	// enqueue and attempt would fail.
+	ready := func(ctx context.Context) error { return cmp.Or(watch.Check(), w.store.Ping(ctx)) }
 	details := func() any {
 		if s, ok := watch.Settings(); ok {
 			return map[string]any{"redis": s}
@@ -164,11 +167,11 @@ func (c *app) serveOn(cmd *cobra.Command, role string, addr net.Addr, h *handler
 		defer reloaded.Store(nil)
 	}
 	if role == RoleDispatcher {
-		h.set(api.NewProbes(&api.ProbeConfig{Metrics: m.Handler(), ReadyFunc: w.store.Ping, DetailsFunc: details, Logger: c.base.Logger}))
+		h.set(api.NewProbes(&api.ProbeConfig{Metrics: m.Handler(), ReadyFunc: ready, DetailsFunc: details, Logger: c.base.Logger}))
 		fmt.Fprintf(c.base.Out, "herald: dispatcher running, metrics on http://%s/metrics; stop with Ctrl-C\n", addr)
 		return wait()
 	}
-	srv, err := w.newAPI(ctx, addr, policies.Current, m, details)
+	srv, err := w.newAPI(ctx, addr, policies.Current, m, ready, details)
 	if err != nil {
 		return err
 	}

@@ -234,8 +234,11 @@ func (w *wiring) newDispatcher(policies func() *policy.Set, obs schedule.Observe
 }
 
 // newAPI returns the HTTP API of the api section, listening on addr,
-// serving m at /metrics, details on /readyz and the dashboard at /ui/.
-func (w *wiring) newAPI(ctx context.Context, addr net.Addr, policies func() *policy.Set, m *metrics.Metrics, details func() any) (*api.Server, error) {
+// serving m at /metrics, ready and details on /readyz and the dashboard at
+// /ui/.
+func (w *wiring) newAPI(ctx context.Context, addr net.Addr, policies func() *policy.Set, m *metrics.Metrics,
+	ready func(context.Context) error, details func() any,
+) (*api.Server, error) {
 	tokens := make([]string, len(w.cfg.API.Tokens))
 	for i, t := range w.cfg.API.Tokens {
 		tokens[i] = string(t)
@@ -261,6 +264,7 @@ func (w *wiring) newAPI(ctx context.Context, addr net.Addr, policies func() *pol
 		UI:               dashboard,
 		MaxBody:          int64(w.cfg.API.MaxBody),
 		Metrics:          m.Handler(),
+		ReadyFunc:        ready,
 		ReadyDetailsFunc: details,
 		StrictTopics:     w.cfg.TopicsStrict,
 		Observer:         m,
