@@ -14,7 +14,9 @@
 //     whether it is paused. Each table shows 100 rows a page, so that the
 //     page stays small with thousands of topics or endpoints; the totals
 //     count them all, and every paused topic and every paused or disabled
-//     endpoint is linked from each page.
+//     endpoint is linked from each page, as are the first 20 endpoints that
+//     fail: every attempt since a time, as their health says, or every
+//     attempt of the last five minutes.
 //     Buttons there pause and resume a topic or an endpoint and enable an
 //     endpoint its disable_after disabled: these lose nothing, so they act
 //     at once, with no confirmation page, and the overview they return to

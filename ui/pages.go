@@ -74,6 +74,11 @@ type overviewData struct {
 	// PausedTopics are every paused topic, whatever its page, with a link
 	// to its row; HeldEndpoints every paused or disabled endpoint.
 	PausedTopics, HeldEndpoints []pausedLink
+	// FailingEndpoints are the first failingListMax endpoints, whatever
+	// their page, that fail and are not disabled; FailingMore counts the
+	// others.
+	FailingEndpoints []failingLink
+	FailingMore      int
 }
 
 // overviewPageSize bounds the rows of each of the overview's tables, so
@@ -164,7 +169,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request, s *session) {
 	}
 	var d overviewData
 	q := r.URL.Query()
-	if d.Endpoints, d.EndpointPages, d.HeldEndpoints, err = h.endpointRows(ctx, q, paused, byEndpoint, now); err != nil {
+	if err = h.endpointRows(ctx, q, paused, byEndpoint, now, &d); err != nil {
 		h.fail(w, r, s, err)
 		return
 	}

@@ -146,33 +146,52 @@ type endpointRow struct {
 	Actions     []formAction
 }
 
-// endpointRows lists the endpoints of the page q asks for (parameter
-// epage) with their health (ListEndpoints reads it), attempts and buttons,
-// and links to every paused or disabled one; paused is store.Paused's
-// answer, minutes the endpoints' activity by name.
+// endpointRows fills d's endpoints: the rows of the page q asks for
+// (parameter epage) with their health (ListEndpoints reads it), attempts
+// and buttons, links to every paused or disabled one, and to those that
+// fail; paused is store.Paused's answer, minutes the endpoints' activity
+// by name.
 func (h *Handler) endpointRows(ctx context.Context, q url.Values, paused map[string]time.Time,
-	minutes map[string][]store.MinuteActivity, now time.Time) ([]endpointRow, pager, []pausedLink, error) {
+	minutes map[string][]store.MinuteActivity, now time.Time, d *overviewData) error {
 	views, err := h.client.ListEndpoints(ctx)
 	if err != nil {
-		return nil, pager{}, nil, err
+		return err
 	}
-	var held []pausedLink
+	// Every endpoint's attempts, not only the page's, say which fail.
+	acts := map[string]activity{}
 	for i, v := range views {
-		why := "paused"
-		switch {
-		case v.Shadowed: // the file's, of the same name, is listed
-			continue
-		case v.Disabled || v.DisabledAt != nil:
-			why = "disabled"
-		case !v.Paused:
+		if v.Shadowed { // the file's, of the same name, is listed
 			continue
 		}
-		held = append(held, pausedLink{Name: v.Name, Why: why, URL: overviewURL(q, "epage", i/overviewPageSize+1) + "#endpoint-" + v.Name})
+		url := overviewURL(q, "epage", i/overviewPageSize+1) + "#endpoint-" + v.Name
+		disabled := v.Disabled || v.DisabledAt != nil
+		if disabled || v.Paused {
+			why := "paused"
+			if disabled {
+				why = "disabled"
+			}
+			d.HeldEndpoints = append(d.HeldEndpoints, pausedLink{Name: v.Name, Why: why, URL: url})
+		}
+		a := newActivity(minutes[v.Name], now)
+		acts[v.Name] = a
+		// A disabled one is listed as such; its health says it failed.
+		if !disabled && (v.FailingSince != nil || (a.RecentFailed > 0 && a.RecentOK == 0)) {
+			if len(d.FailingEndpoints) == failingListMax {
+				d.FailingMore++
+				continue
+			}
+			f := failingLink{pausedLink: pausedLink{Name: v.Name, URL: url}}
+			if v.FailingSince != nil {
+				f.Since = *v.FailingSince
+			}
+			d.FailingEndpoints = append(d.FailingEndpoints, f)
+		}
 	}
 	at := slices.IndexFunc(views, func(v endpoint.View) bool { return v.Name == q.Get(store.PauseEndpoint) })
 	lo, hi, pages := pageOf(q, "epage", len(views), at)
+	d.EndpointPages = pages
 	views = views[lo:hi]
-	rows := make([]endpointRow, 0, len(views))
+	d.Endpoints = make([]endpointRow, 0, len(views))
 	for _, v := range views {
 		row := endpointRow{View: v, PausedSince: paused[store.PauseKey(store.PauseEndpoint, v.Name)]}
 		for _, s := range v.Secrets {
@@ -183,16 +202,30 @@ func (h *Handler) endpointRows(ctx context.Context, q url.Values, paused map[str
 		// A shadowed endpoint shares its name, and so its pause, health and
 		// attempts, with the file's, listed just before it: they are there.
 		if !v.Shadowed {
-			row.activity = newActivity(minutes[v.Name], now)
+			row.activity = acts[v.Name]
 			row.Actions = pauseActions(store.PauseEndpoint, v.Name, v.Paused)
 			if v.Disabled || v.DisabledAt != nil {
 				row.Actions = append(row.Actions, formAction{URL: actionURL(store.PauseEndpoint, v.Name, actionEnable),
 					Label: "Enable", Action: actionEnable})
 			}
 		}
-		rows = append(rows, row)
+		d.Endpoints = append(d.Endpoints, row)
 	}
-	return rows, pages, held, nil
+	return nil
+}
+
+// failingListMax bounds the failing endpoints the overview names: in an
+// outage of the network they may be all of them.
+const failingListMax = 20
+
+// failingLink names an endpoint that fails, and the overview page of its
+// row.
+type failingLink struct {
+	pausedLink
+	// Since is when its every attempt started failing, as its health says;
+	// zero when only its attempts of the last five minutes, all failed,
+	// say so (its health is kept only with a disable_after).
+	Since time.Time
 }
 
 // pausedTopics returns the topics paused has, with when each was paused.

@@ -878,6 +878,39 @@ func TestOverviewIsPaged(t *testing.T) {
 	require.True(t, strings.Contains(body, "101–200 of 250"), "the pager says where the page is")
 }
 
+// TestOverviewListsFailingEndpoints: with more endpoints than a page
+// shows, every page names the endpoints that fail, linked to their rows:
+// those whose health says every attempt has failed since some time, and
+// those whose attempts of the last five minutes all failed, so that an
+// operator need not page through every merchant to find them.
+func TestOverviewListsFailingEndpoints(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, testToken)
+	b.login(t)
+	b.crowd(t, 1, 149) // and the file's acme-shop, first
+	_, err := b.store.PutEndpoint(ctx, "e120", &endpoint.Endpoint{URL: "https://e.example/", DisableAfter: notify.Duration(time.Hour)})
+	require.NoError(t, err)
+	_, err = b.store.EndpointFailed(ctx, "e120", time.Hour)
+	require.NoError(t, err)
+	b.clock.Advance(time.Minute)
+	// e130's one attempt of the last minutes failed; e131's succeeded.
+	for _, id := range []string{"to-e130", "to-e131"} {
+		n := heraldtest.Notification(t, id, b.clock.Now(), heraldtest.Topic("orders"), heraldtest.Endpoint("e"+id[4:]))
+		_, _, err := b.store.Enqueue(ctx, n, false)
+		require.NoError(t, err)
+	}
+	b.attempt(t, 2, func(n *notify.Notification) bool { return n.ID == "to-e130" })
+
+	for _, path := range []string{"/ui/", "/ui/?epage=2"} {
+		_, body := b.get(t, path)
+		top := body[:strings.Index(body, "<table")]
+		require.Contains(t, top, `<p id="failing-endpoints">Failing endpoints: `+
+			`<a href="/ui/?epage=2#endpoint-e120">e120</a> (every attempt since 2026-03-01 12:00:00.000 UTC), `+
+			`<a href="/ui/?epage=2#endpoint-e130">e130</a> (every attempt of the last 5 minutes)</p>`, path)
+	}
+}
+
 func TestOverviewActivity(t *testing.T) {
 	t.Parallel()
 	b := setup(t, testToken)
@@ -917,6 +950,32 @@ func TestOverviewActivity(t *testing.T) {
 	require.Equal(t, 2, strings.Count(row, `<rect class="ok"`)+strings.Count(row, `<rect class="fail"`))
 }
 
+// attempt reserves the want notifications due in the push queue and
+// finishes each one's attempt at the clock's now: failed (retried in an
+// hour) when fail says so, succeeded otherwise.
+func (b *testBundle) attempt(t *testing.T, want int, fail func(*notify.Notification) bool) {
+	t.Helper()
+	ctx := context.Background()
+	items, _, err := b.store.Reserve(ctx, store.QueuePush, []int{0, 1, 2, 3}, store.MaxReserve)
+	require.NoError(t, err)
+	require.Len(t, items, want)
+	now := b.clock.Now()
+	var fs []store.Finish
+	for _, n := range items {
+		f := store.Finish{Notification: n, Action: notify.ActionAck,
+			Attempt: notify.Attempt{StartedAt: now, FinishedAt: now, Outcome: notify.OutcomeSuccess}}
+		if fail(n) {
+			f.Action, f.NextAt, f.Attempt.Outcome = notify.ActionRetry, now.Add(time.Hour), notify.OutcomeRetry
+		}
+		fs = append(fs, f)
+	}
+	errs, err := b.store.Finish(ctx, fs)
+	require.NoError(t, err)
+	for _, e := range errs {
+		require.NoError(t, e)
+	}
+}
+
 // TestOverviewEndpointActivity finishes attempts to an endpoint: its row
 // counts them, as its topic's row does.
 func TestOverviewEndpointActivity(t *testing.T) {
@@ -929,24 +988,12 @@ func TestOverviewEndpointActivity(t *testing.T) {
 		_, _, err := b.store.Enqueue(ctx, n, false)
 		require.NoError(t, err)
 	}
-	items, _, err := b.store.Reserve(ctx, store.QueuePush, []int{0, 1, 2, 3}, store.MaxReserve)
-	require.NoError(t, err)
-	require.Len(t, items, 3)
-	now := b.clock.Now()
-	var fs []store.Finish
-	for i, n := range items {
-		f := store.Finish{Notification: n, Action: notify.ActionAck,
-			Attempt: notify.Attempt{StartedAt: now, FinishedAt: now, Outcome: notify.OutcomeSuccess}}
-		if i == 0 {
-			f.Action, f.NextAt, f.Attempt.Outcome = notify.ActionRetry, now.Add(time.Hour), notify.OutcomeRetry
-		}
-		fs = append(fs, f)
-	}
-	errs, err := b.store.Finish(ctx, fs)
-	require.NoError(t, err)
-	for _, e := range errs {
-		require.NoError(t, e)
-	}
+	first := true
+	b.attempt(t, 3, func(*notify.Notification) bool {
+		failed := first
+		first = false
+		return failed
+	})
 
 	_, body := b.get(t, "/ui/")
 	for _, open := range []string{`<tr data-endpoint="acme-shop"`, `<tr data-topic="orders">`} {
