@@ -18,7 +18,8 @@ import (
 // is not success. Callers can read the status with errors.As.
 type StatusError struct {
 	StatusCode int
-	// Body is the start of the response body, for the history.
+	// Body is the start of the response body, for the history, with the
+	// request's credentials hidden (Result.Response).
 	Body string
 }
 
@@ -76,7 +77,7 @@ func ClassifyStatus(r *notify.Rules, res *Result, now time.Time) error {
 	if res.StatusCode >= 200 && res.StatusCode < 300 {
 		return nil
 	}
-	err := &StatusError{StatusCode: res.StatusCode, Body: notify.CutError(string(bytes.TrimSpace(res.Body)))}
+	err := &StatusError{StatusCode: res.StatusCode, Body: res.recorded(bytes.TrimSpace(res.Body))}
 	if !r.RetriesStatus(res.StatusCode) {
 		return notify.Permanent(err)
 	}

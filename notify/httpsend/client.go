@@ -17,6 +17,9 @@
 //     type;
 //   - a response read capped at ReadLimit: its headers, and the first
 //     ReadLimit bytes of its body;
+//   - what the history keeps of an answer (Result.Response, StatusError)
+//     shows "[redacted]" where the receiver echoed the request's
+//     credentials, which the API never shows;
 //   - one classification of outcomes under a notification's notify.Rules:
 //     ClassifyError for transport failures and ClassifyStatus for HTTP
 //     statuses.
@@ -26,6 +29,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -34,6 +38,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/go-resty/resty/v2"
@@ -189,6 +194,10 @@ type Result struct {
 	StatusCode int
 	Header     http.Header
 	Body       []byte
+	// credentials are the secrets the request carried (credentialsOf), which
+	// what the history keeps of the answer hides where the receiver echoed
+	// them.
+	credentials []string
 }
 
 // Do sends req, bound to ctx, and reads the response. The error is the
@@ -265,7 +274,7 @@ func (c *Client) Do(ctx context.Context, req *Request) (*Result, error) {
 	// Draining a short remainder lets the connection be reused; a longer
 	// one is cheaper to drop with the connection.
 	_, _ = io.CopyN(io.Discard, raw, 4<<10)
-	return &Result{StatusCode: resp.StatusCode(), Header: resp.Header(), Body: body}, nil
+	return &Result{StatusCode: resp.StatusCode(), Header: resp.Header(), Body: body, credentials: credentialsOf(req)}, nil
 }
 
 // redactURLError names target in a transport error as answers show it
@@ -294,9 +303,63 @@ func readBody(r io.Reader, length int64) ([]byte, error) {
 }
 
 // Response returns what the history keeps of r: the status and the body cut
-// to notify.MaxErrorLen bytes.
+// to notify.MaxErrorLen bytes, with the request's credentials hidden.
 func (r *Result) Response() notify.Response {
-	return notify.Response{StatusCode: r.StatusCode, Body: notify.CutError(string(r.Body))}
+	return notify.Response{StatusCode: r.StatusCode, Body: r.recorded(r.Body)}
+}
+
+// recorded returns part of r's answer as the history keeps it: cut to
+// notify.MaxErrorLen bytes, and with "[redacted]" for each credential of
+// the request that the receiver echoed, as a server in debug mode does.
+// The API never shows those values in a record; nor does its history.
+func (r *Result) recorded(b []byte) string {
+	s := string(b)
+	for _, c := range r.credentials {
+		s = strings.ReplaceAll(s, c, redacted)
+	}
+	return notify.CutError(s)
+}
+
+// redacted stands for a hidden credential, as in the API's answers.
+const redacted = "[redacted]"
+
+// credentialHeaders are the request headers whose values are the
+// receiver's credentials, which the API's answers never show.
+var credentialHeaders = []string{"Authorization", "Proxy-Authorization", "Cookie"}
+
+// minCredential is the shortest part of a credential hidden on its own: a
+// cookie's "en" would garble every word it is part of.
+const minCredential = 8
+
+// credentialsOf returns what req carries that is secret: the values of its
+// credential headers, the credentials after an Authorization scheme, each
+// cookie's value, and its URL's user, password and the Basic token they
+// make, longest first so that a whole value is hidden before its parts.
+func credentialsOf(req *Request) []string {
+	var out []string
+	for _, name := range credentialHeaders {
+		for _, v := range req.Header.Values(name) {
+			out = append(out, v)
+			if _, cred, ok := strings.Cut(v, " "); ok && name != "Cookie" {
+				out = append(out, strings.TrimSpace(cred))
+			}
+			if name == "Cookie" {
+				for pair := range strings.SplitSeq(v, ";") {
+					if _, value, ok := strings.Cut(pair, "="); ok {
+						out = append(out, strings.TrimSpace(value))
+					}
+				}
+			}
+		}
+	}
+	if u, err := url.Parse(req.URL); err == nil && u.User != nil {
+		password, _ := u.User.Password()
+		out = append(out, u.User.Username(), password,
+			base64.StdEncoding.EncodeToString([]byte(u.User.Username()+":"+password)))
+	}
+	out = slices.DeleteFunc(out, func(c string) bool { return len(c) < minCredential })
+	slices.SortFunc(out, func(a, b string) int { return len(b) - len(a) })
+	return out
 }
 
 // restyLogger sends the HTTP library's messages to slog.

@@ -399,6 +399,63 @@ func TestSendNotificationAcceptEncoding(t *testing.T) {
 	require.NoError(t, err)
 }
 
+// TestSendHistoryHidesEchoedCredentials posts a notification carrying the
+// merchant's credentials (an Authorization header, a cookie, a password in
+// its target URL) to a receiver whose answer echoes the request, as a
+// server in debug mode does. The API never shows those values, and the
+// error and response that the history keeps do not either: they show
+// "[redacted]" where the receiver echoed them.
+func TestSendHistoryHidesEchoedCredentials(t *testing.T) {
+	t.Parallel()
+
+	const (
+		token    = "sk_live_4eC39HqLyjWDarjtT1zdp7dc"
+		cookie   = "s3ss10n-v4lu3"
+		password = "pa55-w0rd-of-merchant"
+	)
+	basic := base64.StdEncoding.EncodeToString([]byte("m-42:" + password))
+	echo := func(status int) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(status)
+			_ = r.Header.Write(w)
+		}
+	}
+	for _, tt := range []struct {
+		name    string
+		handler http.HandlerFunc
+		policy  string
+		// authorization is the notification's own Authorization header;
+		// without one, the target's user and password are sent as Basic.
+		authorization string
+	}{
+		{name: "ServerError", handler: echo(500), authorization: "Bearer " + token},
+		{name: "WithoutSuccessBody", handler: echo(200), policy: "alipay", authorization: "Bearer " + token},
+		{name: "BadRequestPasswordInURL", handler: echo(400)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			rec := httpsendtest.NewReceiver(t, "tcp4", tt.handler)
+			sender := newSender(t, Config{Common: httpsend.Common{HTTP: loopback}})
+			n := notification("http://m-42:" + password + "@" + rec.Addr() + "/hook")
+			n.Policy = tt.policy
+			if tt.authorization != "" {
+				n.Headers["authorization"] = tt.authorization
+			}
+			n.Headers["Cookie"] = "lang=en; session=" + cookie
+			resp, err := sender.Send(context.Background(), n)
+			require.Error(t, err)
+			sent := rec.Requests()[0].Header.Get("Authorization")
+			require.Equal(t, cmp.Or(tt.authorization, "Basic "+basic), sent, "the receiver gets the credentials")
+			for _, recorded := range []string{err.Error(), resp.Body} {
+				require.Contains(t, recorded, "[redacted]")
+				for _, secret := range []string{token, cookie, password, basic} {
+					require.NotContains(t, recorded, secret)
+				}
+			}
+		})
+	}
+}
+
 func TestSendSuccessBody(t *testing.T) {
 	t.Parallel()
 
