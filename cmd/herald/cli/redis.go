@@ -2,7 +2,10 @@ package cli
 
 import (
 	"context"
+	"crypto/x509"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"slices"
 	"strings"
@@ -72,9 +75,28 @@ func openRedis(ctx context.Context, cfg *config.RedisConfig, log *slog.Logger, a
 	defer cancel()
 	if err := checkRedis(pingCtx, rc.client, rc.embedded == nil); err != nil {
 		rc.close()
-		return nil, fmt.Errorf("redis %s (%s): %w", strings.Join(cfg.Addrs, ","), cfg.Mode, err)
+		return nil, fmt.Errorf("redis %s (%s): %w", strings.Join(cfg.Addrs, ","), cfg.Mode, tlsHint(err, cfg.TLS))
 	}
 	return rc, nil
+}
+
+// tlsHint adds to err, a failure to reach Redis, what to change when it is
+// how a TLS setting that does not match the server's fails: a server that
+// takes TLS closes a plain connection at once (EOF), one that does not
+// leaves a TLS handshake unanswered, and a certificate from a company's
+// own authority is refused until this machine trusts it.
+func tlsHint(err error, tlsOn bool) error {
+	var unknownAuthority x509.UnknownAuthorityError
+	switch {
+	case errors.As(err, &unknownAuthority):
+		return fmt.Errorf("%w (the server's certificate is signed by an authority this machine does not trust: "+
+			"add it to the system's certificates, or point SSL_CERT_FILE at it)", err)
+	case !tlsOn && errors.Is(err, io.EOF):
+		return fmt.Errorf("%w (Redis closed the connection at once: if it takes TLS on that port, set redis.tls to true)", err)
+	case tlsOn && errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%w (no answer in time: if it does not take TLS on that port, set redis.tls to false)", err)
+	}
+	return err
 }
 
 // scriptProbe is the script checkRedis runs to learn whether the Redis user

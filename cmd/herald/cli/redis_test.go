@@ -2,15 +2,19 @@ package cli
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -207,6 +211,59 @@ func TestRedisSentinel(t *testing.T) {
 	r = e.run(t, "stats")
 	require.Equal(t, 1, r.code())
 	require.ErrorContains(t, r.err, "(sentinel)")
+}
+
+// TestRedisTLSMismatch connects with redis.tls set otherwise than the
+// server's port takes, or to a server whose certificate this machine does
+// not trust: the error says what to change, rather than "EOF" or a
+// deadline.
+func TestRedisTLSMismatch(t *testing.T) {
+	t.Parallel()
+	certFile, keyFile := testCertificate(t)
+	tlsPort, err := redistest.FreePort()
+	require.NoError(t, err)
+	srv := redistest.Start(t, redistest.Options{Args: []string{"--tls-port", strconv.Itoa(tlsPort),
+		"--tls-cert-file", certFile, "--tls-key-file", keyFile, "--tls-ca-cert-file", certFile, "--tls-auth-clients", "no"}})
+	tlsAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(tlsPort))
+
+	for _, tc := range []struct {
+		name string
+		addr string
+		tls  bool
+		want string
+	}{
+		{name: "PlainToTLSPort", addr: tlsAddr, want: "if it takes TLS on that port, set redis.tls"},
+		{name: "TLSToPlainPort", addr: srv.Addr, tls: true, want: "if it does not take TLS on that port, set redis.tls to false"},
+		{name: "UnknownAuthority", addr: tlsAddr, tls: true, want: "SSL_CERT_FILE"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			// Shorter than pingTimeout, which bounds the wait for a TLS answer.
+			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+			defer cancel()
+			_, err := openRedis(ctx, &config.RedisConfig{Mode: config.RedisModeStandalone, Addrs: []string{tc.addr}, TLS: tc.tls},
+				slog.New(slog.NewTextHandler(io.Discard, nil)), false, "test", nil)
+			require.ErrorContains(t, err, tc.want)
+			require.Equal(t, 1, ExitCode(err))
+		})
+	}
+}
+
+// testCertificate writes httptest's certificate for 127.0.0.1, which no
+// system trusts, and its key, and returns their files.
+func testCertificate(t *testing.T) (certFile, keyFile string) {
+	t.Helper()
+	ts := httptest.NewUnstartedServer(nil)
+	ts.StartTLS()
+	defer ts.Close()
+	cert := ts.TLS.Certificates[0]
+	key, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	require.NoError(t, os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}), 0o600))
+	require.NoError(t, os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: key}), 0o600))
+	return certFile, keyFile
 }
 
 // TestRedisACLUser runs commands as a Redis ACL user of their own, as a
