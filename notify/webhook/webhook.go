@@ -83,7 +83,8 @@ const (
 // Config configures a Sender. Every field but Secret has a default.
 type Config struct {
 	// Secret signs each request: "whsec_<base64>" as Standard Webhooks
-	// issues them, or any other string used as the key's bytes. Empty: no
+	// issues them, or any other string used as the key's bytes, but for an
+	// ed25519 key ("whsk_", "whpk_"), which is refused. Empty: no
 	// webhook-signature header (warned at construction).
 	Secret string
 	// Endpoints finds the endpoint a notification names, on every attempt:
@@ -129,8 +130,13 @@ func New(cfg *Config) (*Sender, error) {
 }
 
 // ParseSecret returns the signing key of a secret: the base64-decoded rest
-// of a "whsec_" secret, or the bytes of any other string.
+// of a "whsec_" secret, or the bytes of any other string but an ed25519 key
+// ("whsk_", "whpk_"), which only an endpoint with signing: ed25519 signs
+// with: taken for a raw hmac key, it would sign what no receiver verifies.
 func ParseSecret(secret string) ([]byte, error) {
+	if strings.HasPrefix(secret, endpoint.PrefixSecretKey) || strings.HasPrefix(secret, endpoint.PrefixPublicKey) {
+		return nil, fmt.Errorf("webhook: secret: an ed25519 key signs only for an endpoint with signing: ed25519; this secret is an hmac one, %s followed by the key in base64 or a raw key", SecretPrefix)
+	}
 	rest, ok := strings.CutPrefix(secret, SecretPrefix)
 	if !ok {
 		return []byte(secret), nil

@@ -23,6 +23,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldhq/herald/endpoint"
 	"github.com/heraldhq/herald/internal/redistest"
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/notify/httpsend"
@@ -522,6 +523,14 @@ func TestNew(t *testing.T) {
 
 	_, err := New(&Config{Secret: "whsec_!!!"})
 	require.ErrorContains(t, err, "base64")
+	// An ed25519 key, private or public, is not an hmac key: taken for a
+	// raw one, it signed what no receiver could verify.
+	key := base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))
+	for _, secret := range []string{endpoint.PrefixSecretKey + key, endpoint.PrefixPublicKey + key} {
+		_, err = New(&Config{Secret: secret})
+		require.ErrorContains(t, err, "ed25519", secret)
+		require.NotContains(t, err.Error(), key, "the error holds no key")
+	}
 	_, err = New(&Config{Common: httpsend.Common{HTTP: httpsend.Config{AllowNetworks: []string{"loopback"}}}})
 	require.ErrorContains(t, err, "allow_networks[0]")
 
