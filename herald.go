@@ -331,7 +331,11 @@ func OrderKey(key string) EnqueueOption { return func(r *notify.Request) { r.Ord
 // content, from attempt 0, unless it is being attempted right now
 // (ErrReserved), holds its place in its order key's line (ErrOrdered), or
 // would move to another shard (ErrOtherShard). A finished or cancelled one
-// is scheduled anew.
+// is scheduled anew. Content equal to the stored one changes nothing
+// (Existing), whatever the state: a move retried after a lost answer is
+// not made twice, and repeating the request of a reminder that was sent or
+// cancelled does not schedule it again; change its content (its send time)
+// or its id for that.
 func Replace() EnqueueOption { return func(r *notify.Request) { r.Replace = true } }
 
 // Enqueue stores a notification for topic with payload: a []byte or
@@ -440,7 +444,9 @@ func (c *Client) Get(ctx context.Context, id string) (*Notification, error) {
 
 // Cancel cancels a scheduled or reserved notification and returns it; it
 // is ErrNotFound for an unknown id and ErrFinished once it succeeded or is
-// dead.
+// dead. Cancelling a cancelled one returns it unchanged. A reserved one
+// (StateReserved) may be in its attempt already: that attempt is not
+// stopped, and may still deliver.
 func (c *Client) Cancel(ctx context.Context, id string) (*Notification, error) {
 	return c.client.Cancel(ctx, id)
 }

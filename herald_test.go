@@ -496,3 +496,57 @@ func TestConcurrentMoves(t *testing.T) {
 		require.True(t, asked[n.SendAt], "round %d: due at %s, not a time asked for", round, n.SendAt)
 	}
 }
+
+// TestReminderLifecycle walks an appointment service's SMS reminder: sent
+// 30 minutes before the appointment, moved when it moves (later, earlier,
+// and a move repeated after a lost answer), cancelled when it is cancelled,
+// and what a repeat of the last request does then (nothing, as Replace
+// says), as against a move to a new time (scheduled anew).
+func TestReminderLifecycle(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, _, c := connect(t, nil)
+	appt := time.Date(2030, time.March, 31, 9, 0, 0, 0, time.FixedZone("CEST", 2*3600))
+	remind := func(at time.Time, opts ...herald.EnqueueOption) *herald.EnqueueResult {
+		t.Helper()
+		res, err := c.Enqueue(ctx, "appointment-reminder", map[string]string{"patient": "Ada"}, append(opts,
+			herald.ID("appt-42-reminder"), herald.Target("+14155550100"), herald.SendAt(at.Add(-30*time.Minute)))...)
+		require.NoError(t, err)
+		return res
+	}
+	due := func(n *herald.Notification) time.Time {
+		t.Helper()
+		require.NotNil(t, n.NextAttemptAt, "state %s", n.State)
+		return *n.NextAttemptAt
+	}
+
+	res := remind(appt)
+	require.Equal(t, herald.Created, res.Status)
+	require.Equal(t, herald.ChannelSMS, res.Notification.Channel)
+	require.Equal(t, time.Date(2030, time.March, 31, 6, 30, 0, 0, time.UTC), due(res.Notification))
+	for _, moved := range []time.Time{appt.Add(2 * time.Hour), appt.Add(-time.Hour)} {
+		res = remind(moved, herald.Replace())
+		require.Equal(t, herald.Replaced, res.Status)
+		require.Equal(t, moved.Add(-30*time.Minute).UTC(), due(res.Notification))
+	}
+	res = remind(appt.Add(-time.Hour), herald.Replace())
+	require.Equal(t, herald.Existing, res.Status, "a move repeated")
+
+	n, err := c.Cancel(ctx, "appt-42-reminder")
+	require.NoError(t, err)
+	require.Equal(t, herald.StateCancelled, n.State)
+	require.Nil(t, n.NextAttemptAt)
+	n, err = c.Cancel(ctx, "appt-42-reminder")
+	require.NoError(t, err)
+	require.Equal(t, herald.StateCancelled, n.State, "cancelled twice")
+
+	res = remind(appt.Add(-time.Hour), herald.Replace())
+	require.Equal(t, herald.Existing, res.Status)
+	require.Equal(t, herald.StateCancelled, res.Notification.State, "the last request repeated changes nothing")
+	res = remind(appt, herald.Replace())
+	require.Equal(t, herald.Replaced, res.Status)
+	require.Equal(t, herald.StateScheduled, res.Notification.State, "moved to a new time, it is scheduled anew")
+	got, err := c.Get(ctx, "appt-42-reminder")
+	require.NoError(t, err)
+	require.Equal(t, due(res.Notification), due(got))
+}

@@ -329,6 +329,19 @@ func TestAckNack(t *testing.T) {
 		}](t, b, http.StatusOK, "GET", "/v1/dead?topic=jobs", nil)
 		require.True(t, slices.ContainsFunc(dead.Notifications, func(d notify.Notification) bool { return d.ID == "poison" }))
 	})
+	t.Run("LateAckBeforeTheReaperIsRecorded", func(t *testing.T) {
+		// As openapi.yaml says: past its deadline, a reservation holds
+		// until a reaper takes it back, and none runs here.
+		must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications",
+			map[string]any{"id": "late", "topic": "jobs", "ttr": "50ms"})
+		n := reserveOne(t, "jobs")
+		require.Eventually(t, func() bool { return time.Now().After(n.Deadline.Add(10 * time.Millisecond)) }, 5*time.Second, 5*time.Millisecond)
+		must[any](t, b, http.StatusNoContent, "POST", "/v1/notifications/late/ack", map[string]string{"receipt": n.Receipt})
+		rec := must[notify.Notification](t, b, http.StatusOK, "GET", "/v1/notifications/late", nil)
+		require.Equal(t, notify.StateSucceeded, rec.State)
+		require.Len(t, rec.History, 1)
+		require.Equal(t, notify.OutcomeSuccess, rec.History[0].Outcome)
+	})
 	t.Run("BadBodies", func(t *testing.T) {
 		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "retry_after", "POST", "/v1/notifications/once/nack",
 			`{"receipt":"r","permanent":true,"retry_after":"1m"}`)

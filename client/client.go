@@ -272,7 +272,9 @@ func (c *Client) Get(ctx context.Context, id string) (*notify.Notification, erro
 // Cancel cancels a scheduled or reserved notification and returns its
 // record; a cancelled one is returned unchanged. It is notify.ErrNotFound
 // for an unknown id and notify.ErrFinished once the notification has
-// succeeded or is dead.
+// succeeded or is dead. A reserved one may be in its attempt already: that
+// attempt is not stopped, and may still deliver; a consumer's ack or nack
+// of it is then notify.ErrStaleReceipt.
 func (c *Client) Cancel(ctx context.Context, id string) (*notify.Notification, error) {
 	n, err := c.store.Cancel(ctx, id)
 	if err != nil {
