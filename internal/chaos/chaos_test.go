@@ -55,14 +55,8 @@ func TestChaos(t *testing.T) {
 		run = chaosRun{notifications: 20000, window: 60 * time.Second, killEvery: 3 * time.Second, drain: 5 * time.Minute}
 	}
 	rds := redistest.Start(t, redistest.Options{AOF: true, Args: []string{"--appendfsync", "everysec"}})
-	config := writeConfig(t, fmt.Sprintf("{addrs: [%q]}", rds.Addr))
-	rcv := startReceiver(t, 0.3, 20*time.Millisecond)
-	api := startHerald(t, "api", config, "api")
-	var dispatchers []*proc
-	for i := range 3 {
-		dispatchers = append(dispatchers, startHerald(t, fmt.Sprintf("dispatcher-%d", i), config, "dispatcher"))
-	}
-	client := newAPIClient(api.url)
+	dep := startDeployment(t, rds)
+	rcv, api, dispatchers, client := dep.rcv, dep.api, dep.dispatchers, dep.client
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -88,6 +88,28 @@ log: {level: warn}
 	return config
 }
 
+// deployment is an API and three dispatchers as herald processes on one
+// Redis, and the receiver their webhooks go to, which fails 30% of
+// requests after up to 20ms.
+type deployment struct {
+	api         *proc
+	dispatchers []*proc
+	rcv         *receiver
+	client      *apiClient
+}
+
+// startDeployment starts a deployment on rds.
+func startDeployment(t *testing.T, rds *redistest.Server) *deployment {
+	t.Helper()
+	config := writeConfig(t, fmt.Sprintf("{addrs: [%q]}", rds.Addr))
+	d := &deployment{rcv: startReceiver(t, 0.3, 20*time.Millisecond), api: startHerald(t, "api", config, "api")}
+	for i := range 3 {
+		d.dispatchers = append(d.dispatchers, startHerald(t, fmt.Sprintf("dispatcher-%d", i), config, "dispatcher"))
+	}
+	d.client = newAPIClient(d.api.url)
+	return d
+}
+
 // proc is one herald serve process, which the test may kill and start
 // again on the same port.
 type proc struct {
