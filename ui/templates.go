@@ -1,7 +1,10 @@
 package ui
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"html/template"
+	"io/fs"
 	"strings"
 	"time"
 
@@ -41,6 +44,7 @@ var funcs = template.FuncMap{
 	},
 	"join":   func(s []string) string { return strings.Join(s, ",") },
 	"rowURL": rowURL,
+	"asset":  assetURL,
 	// last returns the last attempt of a history, or nil.
 	"last": func(h []notify.Attempt) *notify.Attempt {
 		if len(h) == 0 {
@@ -48,6 +52,26 @@ var funcs = template.FuncMap{
 		}
 		return &h[len(h)-1]
 	},
+}
+
+// assetVersions are the first 12 hex digits of the SHA-256 of each
+// embedded asset, by name.
+var assetVersions = func() map[string]string {
+	out := map[string]string{}
+	entries, _ := fs.ReadDir(staticFS, "static")
+	for _, e := range entries {
+		b, _ := fs.ReadFile(staticFS, "static/"+e.Name())
+		sum := sha256.Sum256(b)
+		out[e.Name()] = hex.EncodeToString(sum[:])[:12]
+	}
+	return out
+}()
+
+// assetURL is where a page loads the embedded asset name from: its
+// version in the query, since browsers keep the assets an hour
+// (cacheStatic), so that a new release's pages load its own.
+func assetURL(name string) string {
+	return Prefix + "static/" + name + "?v=" + assetVersions[name]
 }
 
 // parsePages parses each page with the layout.

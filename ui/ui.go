@@ -163,7 +163,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // Close ends the client's background work. A second Close does nothing.
 func (h *Handler) Close() error { return h.client.Close() }
 
-// cacheStatic lets browsers keep the embedded assets for an hour.
+// cacheStatic lets browsers keep the embedded assets for an hour; pages
+// name each with its content's version (assetURL), so a release's own are
+// loaded at once.
 func cacheStatic(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "public, max-age=3600")

@@ -2,7 +2,9 @@ package ui_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"html"
@@ -326,6 +328,25 @@ func TestSecurityHeaders(t *testing.T) {
 	_, body := b.get(t, "/ui/login")
 	require.NotContains(t, body, "<script>", "no inline script")
 	require.NotContains(t, body, "style=", "no inline style")
+}
+
+// TestStaticAssetsAreVersioned: browsers keep the stylesheet and the
+// script for an hour, so each page names them with a version of their
+// content, and an upgraded dashboard is not shown with the old ones.
+func TestStaticAssetsAreVersioned(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testToken)
+	_, page := b.get(t, "/ui/login")
+	for _, re := range []string{`<link rel="stylesheet" href="([^"]+)">`, `<script src="([^"]+)" defer>`} {
+		m := regexp.MustCompile(re).FindStringSubmatch(page)
+		require.NotNil(t, m, re)
+		link := html.UnescapeString(m[1])
+		status, body := b.get(t, link)
+		require.Equal(t, http.StatusOK, status, link)
+		sum := sha256.Sum256([]byte(body))
+		_, version, _ := strings.Cut(link, "?v=")
+		require.Equal(t, hex.EncodeToString(sum[:])[:12], version, "%s does not name its content", link)
+	}
 }
 
 func TestEscaping(t *testing.T) {
