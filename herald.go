@@ -254,7 +254,12 @@ func ID(id string) EnqueueOption { return func(r *notify.Request) { r.ID = id } 
 // Delay sends the notification d from now (its first attempt is then due
 // after the first backoff entry, normally 0). As for the HTTP API's delay,
 // d is between 0 and 100 years: any other is a *FieldError for "delay", as
-// is Delay together with SendAt.
+// is Delay together with SendAt. The delay as given is the content: the
+// same d repeated later, as a retry after a lost answer is, is the same
+// notification (Existing), due when the first call asked. A delay worked
+// out from the clock, as time.Until(appt.Add(-30*time.Minute)), differs on
+// every call, so that its retry would be ErrConflict: give such a time
+// with SendAt.
 func Delay(d time.Duration) EnqueueOption {
 	return func(r *notify.Request) { v := notify.Duration(d); r.Delay = &v }
 }

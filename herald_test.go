@@ -82,6 +82,19 @@ func TestEnqueue(t *testing.T) {
 		require.JSONEq(t, `{"n":2}`, string(replaced.Notification.Payload))
 	})
 
+	t.Run("DelayIsTheContent", func(t *testing.T) {
+		// As Delay says: the same delay repeated is the same notification,
+		// due when first asked; one worked out from the clock is not.
+		first, err := c.Enqueue(ctx, "jobs", nil, herald.ID("delayed"), herald.Delay(time.Hour))
+		require.NoError(t, err)
+		again, err := c.Enqueue(ctx, "jobs", nil, herald.ID("delayed"), herald.Delay(time.Hour))
+		require.NoError(t, err)
+		require.Equal(t, herald.Existing, again.Status)
+		require.Equal(t, first.Notification.NextAttemptAt, again.Notification.NextAttemptAt)
+		_, err = c.Enqueue(ctx, "jobs", nil, herald.ID("delayed"), herald.Delay(time.Until(first.Notification.SendAt)))
+		require.ErrorIs(t, err, herald.ErrConflict)
+	})
+
 	t.Run("BadFieldIsNamed", func(t *testing.T) {
 		_, err := c.Enqueue(ctx, "jobs", nil, herald.ID("bad id"))
 		var fe *herald.FieldError
