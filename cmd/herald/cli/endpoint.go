@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"github.com/heraldhq/herald/client"
 	"github.com/heraldhq/herald/endpoint"
 	"github.com/heraldhq/herald/internal/show"
+	"github.com/heraldhq/herald/policy"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -139,7 +141,7 @@ func readEndpoint(stdin io.Reader, path string, e *endpoint.Endpoint) error {
 // argument is the kind, and a subcommand would make pause both a verb and
 // a group of commands.
 func (c *app) pauseCommands() []*cobra.Command {
-	build := func(verb, short string, do func(cmd *cobra.Command, cl *client.Client, kind, name string) error) *cobra.Command {
+	build := func(verb, short string, do func(cmd *cobra.Command, cl *client.Client, set *policy.Set, kind, name string) error) *cobra.Command {
 		return withConfig(&cobra.Command{
 			Use: verb + " topic|endpoint NAME", Short: short, Args: cobra.ExactArgs(2),
 			ValidArgs: []string{store.PauseTopic, store.PauseEndpoint},
@@ -147,8 +149,8 @@ func (c *app) pauseCommands() []*cobra.Command {
 				if args[0] != store.PauseTopic && args[0] != store.PauseEndpoint {
 					return &UsageError{Err: fmt.Errorf("%s what? topic or endpoint, not %q", verb, args[0])}
 				}
-				return c.withClient(cmd, true, func(cl *client.Client) error {
-					if err := do(cmd, cl, args[0], args[1]); err != nil {
+				return c.withPolicies(cmd, true, func(cl *client.Client, set *policy.Set) error {
+					if err := do(cmd, cl, set, args[0], args[1]); err != nil {
 						return fmt.Errorf("%s %s %s: %w", verb, args[0], args[1], err)
 					}
 					return nil
@@ -157,16 +159,37 @@ func (c *app) pauseCommands() []*cobra.Command {
 		})
 	}
 	pause := build("pause", "Stop attempting a topic's or an endpoint's notifications, losing none",
-		func(cmd *cobra.Command, cl *client.Client, kind, name string) error {
-			err := cl.Pause(cmd.Context(), kind, name)
-			return c.say(err, "paused", kind, name)
+		func(cmd *cobra.Command, cl *client.Client, set *policy.Set, kind, name string) error {
+			if err := cl.Pause(cmd.Context(), kind, name); err != nil {
+				return err
+			}
+			if kind == store.PauseTopic {
+				c.warnUnknownTopic(cmd.Context(), cl, set, name)
+			}
+			return c.say(nil, "paused", kind, name)
 		})
 	resume := build("resume", "Resume a paused topic or endpoint: what came due meanwhile starts at once",
-		func(cmd *cobra.Command, cl *client.Client, kind, name string) error {
+		func(cmd *cobra.Command, cl *client.Client, _ *policy.Set, kind, name string) error {
 			n, err := cl.Resume(cmd.Context(), kind, name)
 			return c.say(err, "resumed", kind, name+":", n, "due at once")
 		})
 	return []*cobra.Command{pause, resume, c.pausesCommand()}
+}
+
+// warnUnknownTopic warns when topic, just paused, is neither in the
+// policies file nor used by any notification: a topic needs no
+// configuration, so the pause stands, but a name mistyped in an incident
+// leaves the topic meant running, and the operator should hear of it.
+func (c *app) warnUnknownTopic(ctx context.Context, cl *client.Client, set *policy.Set, topic string) {
+	if _, ok := set.Topics[topic]; ok {
+		return
+	}
+	stats, err := cl.Stats(ctx)
+	if _, used := stats[topic]; used || err != nil {
+		return
+	}
+	c.base.Logger.WarnContext(ctx, "herald: topic "+topic+" is not in the policies file and has no notifications; paused all the same: "+
+		"check its name, and resume it if it is not the one meant", "topic", topic)
 }
 
 // pausesCommand is herald pauses: every paused topic and endpoint and every

@@ -146,3 +146,26 @@ func TestPauseCommand(t *testing.T) {
 	require.Equal(t, 2, r.code(), "the store refused the name: %v", r.err)
 	requireField(t, r.err, "topic")
 }
+
+// TestPauseUnknownTopic pauses a topic that neither the policies file
+// names nor any notification has used, as a topic mistyped in an incident
+// would be: it is paused, since a topic needs no configuration, but the
+// operator is warned that the topic meant is still running. One with
+// notifications, or in the policies file, pauses without a warning.
+func TestPauseUnknownTopic(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "")
+	e.dead(t, "adhoc", "a1")
+
+	r := e.run(t, "pause", "topic", "jbos")
+	require.NoError(t, r.err)
+	require.Equal(t, "paused topic jbos\n", r.out)
+	require.Regexp(t, `level=WARN msg=".*topic jbos is not in the policies file and has no notifications`, r.logs)
+
+	for _, topic := range []string{"jobs", "adhoc"} {
+		r = e.run(t, "pause", "topic", topic)
+		require.NoError(t, r.err)
+		require.Equal(t, "paused topic "+topic+"\n", r.out)
+		require.Empty(t, r.logs, topic)
+	}
+}

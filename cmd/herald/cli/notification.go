@@ -21,15 +21,21 @@ import (
 // withPolicies loads the policies file, for commands that resolve requests.
 // The client and the connection are closed when do returns.
 func (c *app) withClient(cmd *cobra.Command, withPolicies bool, do func(cl *client.Client) error) error {
+	return c.withPolicies(cmd, withPolicies, func(cl *client.Client, _ *policy.Set) error { return do(cl) })
+}
+
+// withPolicies is withClient for a command that looks at the policies
+// too: do gets them, nil unless load.
+func (c *app) withPolicies(cmd *cobra.Command, load bool, do func(cl *client.Client, set *policy.Set) error) error {
 	w, err := c.base.wire(cmd, false)
 	if err != nil {
 		return err
 	}
 	defer w.Close()
+	var set *policy.Set
 	var policies func() *policy.Set
-	if withPolicies {
-		set, err := loadPolicies(w.cfg.PoliciesFile)
-		if err != nil {
+	if load {
+		if set, err = loadPolicies(w.cfg.PoliciesFile); err != nil {
 			return err
 		}
 		policies = func() *policy.Set { return set }
@@ -39,7 +45,7 @@ func (c *app) withClient(cmd *cobra.Command, withPolicies bool, do func(cl *clie
 		return err
 	}
 	defer cl.Close()
-	return do(cl)
+	return do(cl, set)
 }
 
 // recordCommand completes cmd, a command on the notification its ID
