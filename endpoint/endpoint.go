@@ -29,7 +29,6 @@ package endpoint
 import (
 	"errors"
 	"fmt"
-	"net/url"
 	"time"
 
 	"github.com/heraldhq/herald/notify"
@@ -94,12 +93,11 @@ func ValidName(name string) bool { return notify.ValidID(name) }
 // Validate checks e and returns a *notify.FieldError naming the offending
 // field ("secrets[1].value"). A secret's value is never part of the error.
 func (e *Endpoint) Validate() error {
-	u, err := url.Parse(e.URL)
 	switch {
 	case len(e.URL) > MaxURLLen:
 		return notify.Errorf("url", "is longer than %d bytes", MaxURLLen)
-	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
-		return notify.Errorf("url", "must be an http or https URL")
+	case !notify.ValidHTTPURL(e.URL):
+		return notify.Errorf("url", "must be an http or https URL (port 1 to 65535)")
 	case e.Signing != "" && e.Signing != SigningHMAC && e.Signing != SigningEd25519:
 		return notify.Errorf("signing", "must be hmac or ed25519")
 	case len(e.Secrets) > MaxSecrets:

@@ -342,11 +342,20 @@ func RedactedURL(s string) string {
 }
 
 // ValidHTTPURL reports whether s is an absolute http or https URL with a
-// host: what the webhook and poll senders, and an on_done webhook, can
-// reach.
+// host, and a port from 1 to 65535 when it names one: what the webhook and
+// poll senders, and an on_done webhook, can reach.
 func ValidHTTPURL(s string) bool {
 	u, err := url.Parse(s)
-	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return false
+	}
+	// url.Parse takes any digits for a port; a dial refuses 0 and what is
+	// past 65535, on every attempt.
+	if p := u.Port(); p != "" {
+		port, err := strconv.Atoi(p)
+		return err == nil && port >= 1 && port <= 65535
+	}
+	return true
 }
 
 // ValidateTarget checks that target suits channel: an http or https URL for
@@ -357,7 +366,7 @@ func ValidateTarget(channel, target string) error {
 	switch channel {
 	case ChannelWebhook, ChannelPoll:
 		if !ValidHTTPURL(target) {
-			return Errorf("target", "must be an http or https URL for channel %s", channel)
+			return Errorf("target", "must be an http or https URL (port 1 to 65535) for channel %s", channel)
 		}
 	case ChannelSMS:
 		if ValidE164("+" + target) {

@@ -65,6 +65,34 @@ func TestValidateHeaders(t *testing.T) {
 	}
 }
 
+// TestValidateTargetPort enqueues webhooks whose target has a port no
+// connection can have (a typo such as :80800): the enqueue is refused,
+// naming the target, where it was accepted and every attempt failed with
+// "invalid port" as a retried network error until the notification died.
+func TestValidateTargetPort(t *testing.T) {
+	t.Parallel()
+
+	for target, ok := range map[string]bool{
+		"https://merchant.example:443/notify":   true,
+		"https://merchant.example:/notify":      true,
+		"http://[::1]:65535/notify":             true,
+		"https://merchant.example:80800/notify": false,
+		"https://merchant.example:0/notify":     false,
+		"http://[::1]:70000/notify":             false,
+	} {
+		n := validNotification()
+		n.Target = target
+		err := n.Validate(0)
+		if ok {
+			require.NoError(t, err, target)
+			continue
+		}
+		var fe *FieldError
+		require.True(t, errors.As(err, &fe), "%s: want a field error, got %v", target, err)
+		require.Equal(t, "target", fe.Field, target)
+	}
+}
+
 func TestValidateBackoffLength(t *testing.T) {
 	t.Parallel()
 
