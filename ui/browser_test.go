@@ -283,6 +283,38 @@ func TestBrowserLongValuesWrap(t *testing.T) {
 	require.LessOrEqual(t, width, browserWidth, "the page is wider than the window")
 }
 
+// TestBrowserStaleDataSaysSo: when the live refresh fails (the server
+// is gone, or the session ended), the page says at its top that what it
+// shows is no longer current, and greys it, rather than leaving numbers
+// that look live.
+func TestBrowserStaleDataSaysSo(t *testing.T) {
+	exe := chromiumPath(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b := setup(t)
+	h, err := ui.New(&ui.Config{Store: b.store, Refresh: time.Second, Logger: heraldtest.Logger(t)})
+	require.NoError(t, err)
+	defer h.Close()
+	web := httptest.NewServer(h)
+	defer web.Close()
+
+	bctx := newBrowser(ctx, t, exe)
+	require.NoError(t, chromedp.Do(bctx, chromedp.Navigate(web.URL+"/ui/"), chromedp.WaitVisible(chromedp.ID("live-status"))))
+	_, err = chromedp.Run(bctx, chromedp.Poll[bool](`document.getElementById("live-status").textContent.indexOf("updated") === 0`,
+		chromedp.WithPollingTimeout(10*time.Second)))
+	require.NoError(t, err, "the page did not refresh")
+	web.CloseClientConnections()
+	web.Close()
+	_, err = chromedp.Run(bctx, chromedp.Poll[bool](`!document.getElementById("stale").hidden`, chromedp.WithPollingTimeout(10*time.Second)))
+	require.NoError(t, err, "the page does not say it is stale")
+	note, err := chromedp.Run(bctx, chromedp.Text(chromedp.ID("stale")))
+	require.NoError(t, err)
+	require.Contains(t, note, "not current")
+	stale, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`document.getElementById("live").classList.contains("stale")`))
+	require.NoError(t, err)
+	require.True(t, stale, "the live part is not marked stale")
+}
+
 // waitState waits until notification id is in state want.
 func waitState(t *testing.T, st *store.Store, id string, want notify.State) {
 	t.Helper()

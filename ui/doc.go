@@ -44,7 +44,9 @@
 //     as on a notification's page.
 //
 // Every page reads without JavaScript; a small embedded script refreshes
-// the overview and notification pages every few seconds.
+// the overview and notification pages every few seconds, and when it
+// cannot (the server is unreachable, the session has ended) greys what
+// they show and says at their top since when it is not current.
 //
 // # Security
 //
