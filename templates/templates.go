@@ -13,7 +13,8 @@
 //
 // A name ending in .json, or in .json.tmpl, is a JSON template: what it
 // renders must be valid JSON, and senders send it as application/json. Any
-// other template (.sms, .txt.tmpl) renders text.
+// other template (.sms, .txt.tmpl) renders text. A byte order mark that
+// an editor put at the start of a file is not part of the template.
 //
 // Every template is parsed at start-up, so a broken one stops Herald with
 // its file and line rather than failing each notification later.
@@ -137,6 +138,10 @@ func (s *Set) Reload() error {
 		if err != nil {
 			return fmt.Errorf("templates: %w", err)
 		}
+		// Editors that start UTF-8 files with a byte order mark would
+		// have it rendered: invalid JSON, or an invisible first character
+		// that costs an SMS its GSM alphabet.
+		text = bytes.TrimPrefix(text, []byte("\ufeff"))
 		t, err := template.New(e.Name()).Option("missingkey=error").Funcs(s.funcs()).Parse(string(text))
 		if err != nil {
 			// text/template names the template and line ("template:

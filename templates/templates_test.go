@@ -281,6 +281,27 @@ func FuzzRenderOrderNotify(f *testing.F) {
 	})
 }
 
+// TestLoadSkipsByteOrderMark loads templates saved by an editor that
+// starts UTF-8 files with a byte order mark: the mark is not part of what
+// they render, so the JSON one renders valid JSON and the SMS does not
+// start with an invisible character, where every render of the JSON one
+// failed ("not valid JSON at byte 1") and its notifications died.
+func TestLoadSkipsByteOrderMark(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	const bom = "\ufeff"
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "paid.json"), []byte(bom+`{"id": {{json .id}}}`), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "paid.sms"), []byte(bom+"Order {{.id}} is paid"), 0o600))
+	b := setup(t, dir)
+
+	got, err := b.set.Render("paid.json", notification(`{}`))
+	require.NoError(t, err)
+	require.Equal(t, `{"id": "ord-1001"}`, string(got))
+	got, err = b.set.Render("paid.sms", notification(`{}`))
+	require.NoError(t, err)
+	require.Equal(t, "Order ord-1001 is paid", string(got))
+}
+
 // TestReload: a template added to the folder renders once the set is
 // reloaded; a folder that no longer parses is refused and what was loaded
 // stays.
