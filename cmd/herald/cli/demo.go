@@ -62,7 +62,7 @@ from the repository root (make demo): it reads configs/demo.yaml unless
 func (c *app) demo(cmd *cobra.Command, speed float64) error {
 	ctx := cmd.Context()
 	cfg := c.base.Config
-	set, err := loadPolicies(cfg.PoliciesFile)
+	set, err := c.base.loadConfigPolicies()
 	if err != nil {
 		return err
 	}

@@ -51,7 +51,7 @@ Herald holds it: stop the queue's asynq servers first.`,
 				return err
 			}
 			defer w.Close()
-			if cfg.Policies, err = loadPolicies(w.cfg.PoliciesFile); err != nil {
+			if cfg.Policies, err = c.base.loadConfigPolicies(); err != nil {
 				return err
 			}
 			cfg.Store, cfg.MaxPayload = w.store, w.cfg.API.MaxBody

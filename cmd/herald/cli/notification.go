@@ -35,7 +35,7 @@ func (c *app) withPolicies(cmd *cobra.Command, load bool, do func(cl *client.Cli
 	var set *policy.Set
 	var policies func() *policy.Set
 	if load {
-		if set, err = loadPolicies(w.cfg.PoliciesFile); err != nil {
+		if set, err = c.base.loadConfigPolicies(); err != nil {
 			return err
 		}
 		policies = func() *policy.Set { return set }

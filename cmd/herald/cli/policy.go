@@ -56,7 +56,7 @@ func (b *Base) StartPolicies(ctx context.Context, reloaded func(*policy.Set)) (w
 	}
 	w, err = policy.NewWatcher(cfg)
 	if err != nil {
-		return nil, nil, &UsageError{Err: err}
+		return nil, nil, relativePathHint(&UsageError{Err: err}, "policies_file", cfg.Path)
 	}
 	w.Start(ctx)
 	return w, w.Stop, nil

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -173,4 +174,36 @@ func TestStartPolicies(t *testing.T) {
 		require.Equal(t, 2, r.code())
 		require.ErrorContains(t, r.err, "policies.p.backoff[1]")
 	})
+}
+
+// TestRelativePathsNotFound runs commands whose policies_file or
+// templates_dir, relative, is not found: the error says that such paths
+// are taken from the working directory, and which that is, since an
+// operator who keeps herald.yaml in /etc/herald looks for them beside it.
+func TestRelativePathsNotFound(t *testing.T) {
+	t.Parallel()
+	wd, err := os.Getwd()
+	require.NoError(t, err)
+	e := newEnv(t, "")
+	cfg := readFile(t, e.config)
+	noPolicies := writeConfig(t, regexp.MustCompile(`(?m)^policies_file: .*$`).ReplaceAllString(cfg, "policies_file: policies.yaml"))
+	noTemplates := writeConfig(t, regexp.MustCompile(`(?m)^templates_dir: .*$`).ReplaceAllString(cfg, "templates_dir: templates"))
+
+	for _, tc := range []struct {
+		name, config string
+		args         []string
+		want         string
+	}{
+		{name: "PoliciesEnqueue", config: noPolicies, args: []string{"enqueue", "--topic", "jobs"}, want: "policies_file"},
+		{name: "PoliciesServe", config: noPolicies, args: []string{"serve"}, want: "policies_file"},
+		{name: "TemplatesServe", config: noTemplates, args: []string{"serve"}, want: "templates_dir"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := run(t, append([]string{"--config", tc.config}, tc.args...))
+			require.Equal(t, 2, r.code(), r.err)
+			require.ErrorIs(t, r.err, os.ErrNotExist)
+			require.ErrorContains(t, r.err, tc.want+" is relative to the working directory, "+wd)
+		})
+	}
 }

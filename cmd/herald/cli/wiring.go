@@ -2,10 +2,14 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"maps"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -98,6 +102,28 @@ func loadPolicies(path string) (*policy.Set, error) {
 	return set, nil
 }
 
+// loadConfigPolicies is loadPolicies of the file policies_file names.
+func (b *Base) loadConfigPolicies() (*policy.Set, error) {
+	set, err := loadPolicies(b.Config.PoliciesFile)
+	return set, relativePathHint(err, "policies_file", b.Config.PoliciesFile)
+}
+
+// relativePathHint adds to err, when it is that path, the relative value of
+// key, was not found, where relative paths are looked for: an operator who
+// keeps herald.yaml and the policies in /etc/herald looks beside it, while
+// herald, often started by a service manager in /, looks in its working
+// directory.
+func relativePathHint(err error, key, path string) error {
+	if !errors.Is(err, fs.ErrNotExist) || filepath.IsAbs(path) {
+		return err
+	}
+	wd, werr := os.Getwd()
+	if werr != nil {
+		return err
+	}
+	return fmt.Errorf("%w (%s is relative to the working directory, %s)", err, key, wd)
+}
+
 // newClient returns the Go client the operator's commands use: the same
 // validation, defaults and payload limit as the API, straight to Redis.
 func (w *wiring) newClient(policies func() *policy.Set) (*client.Client, error) {
@@ -122,7 +148,7 @@ func (w *wiring) endpoints(policies func() *policy.Set) *endpoint.Registry {
 func (w *wiring) newSenders(policies func() *policy.Set) (map[string]notify.Sender, error) {
 	tmpl, err := templates.Load(w.cfg.TemplatesDir)
 	if err != nil {
-		return nil, &UsageError{Err: fmt.Errorf("templates_dir: %w", err)}
+		return nil, &UsageError{Err: relativePathHint(fmt.Errorf("templates_dir: %w", err), "templates_dir", w.cfg.TemplatesDir)}
 	}
 	w.templates = tmpl
 	sc := &w.cfg.Senders
