@@ -352,10 +352,13 @@ func credentialsOf(req *Request) []string {
 			}
 		}
 	}
-	if u, err := url.Parse(req.URL); err == nil && u.User != nil {
-		password, _ := u.User.Password()
-		out = append(out, u.User.Username(), password,
-			base64.StdEncoding.EncodeToString([]byte(u.User.Username()+":"+password)))
+	// Most targets carry no user information: not worth a parse.
+	if strings.Contains(req.URL, "@") {
+		if u, err := url.Parse(req.URL); err == nil && u.User != nil {
+			password, _ := u.User.Password()
+			out = append(out, u.User.Username(), password,
+				base64.StdEncoding.EncodeToString([]byte(u.User.Username()+":"+password)))
+		}
 	}
 	out = slices.DeleteFunc(out, func(c string) bool { return len(c) < minCredential })
 	slices.SortFunc(out, func(a, b string) int { return len(b) - len(a) })
