@@ -136,7 +136,7 @@ func (s *Store) enqueueBatch(ctx context.Context, reqs []EnqueueRequest) ([]Enqu
 		items = append(items, &backing[len(backing)-1])
 	}
 	batches := [][]*enqueueItem{items}
-	if repeatsID(items) {
+	if replacesRepeat(items) {
 		batches = rounds(items)
 	}
 	for _, round := range batches {
@@ -147,13 +147,21 @@ func (s *Store) enqueueBatch(ctx context.Context, reqs []EnqueueRequest) ([]Enqu
 	return results, nil
 }
 
-// repeatsID reports whether an id comes more than once in items, which
-// then go in rounds.
-func repeatsID(items []*enqueueItem) bool {
+// replacesRepeat reports whether a replace in items names the id of an
+// earlier item, which one script call would refuse (see rounds). Other
+// repeats need no rounds: the script compares a later item with what the
+// earlier one wrote, as an enqueue made after it would be.
+func replacesRepeat(items []*enqueueItem) bool {
+	if !slices.ContainsFunc(items, func(it *enqueueItem) bool { return it.req.Replace }) {
+		return false
+	}
 	// Few items, as the batcher's usually are, are compared without
 	// allocating.
 	if len(items) <= 16 {
 		for i, it := range items {
+			if !it.req.Replace {
+				continue
+			}
 			for _, earlier := range items[:i] {
 				if earlier.req.Notification.ID == it.req.Notification.ID {
 					return true
@@ -164,7 +172,7 @@ func repeatsID(items []*enqueueItem) bool {
 	}
 	seen := make(map[string]struct{}, len(items))
 	for _, it := range items {
-		if _, ok := seen[it.req.Notification.ID]; ok {
+		if _, ok := seen[it.req.Notification.ID]; ok && it.req.Replace {
 			return true
 		}
 		seen[it.req.Notification.ID] = struct{}{}
