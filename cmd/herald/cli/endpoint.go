@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -170,10 +171,32 @@ func (c *app) pauseCommands() []*cobra.Command {
 		})
 	resume := build("resume", "Resume a paused topic or endpoint: what came due meanwhile starts at once",
 		func(cmd *cobra.Command, cl *client.Client, _ *policy.Set, kind, name string) error {
+			pauses, err := cl.Pauses(cmd.Context())
+			if err != nil {
+				return err
+			}
 			n, err := cl.Resume(cmd.Context(), kind, name)
+			if err == nil {
+				c.warnNotPaused(cmd.Context(), pauses, kind, name)
+			}
 			return c.say(err, "resumed", kind, name+":", n, "due at once")
 		})
 	return []*cobra.Command{pause, resume, c.pausesCommand()}
+}
+
+// warnNotPaused warns when what kind and name name was not among pauses,
+// read before the resume: resuming it changed nothing, and if its name was
+// mistyped, what was meant stays paused; the warning lists what is.
+func (c *app) warnNotPaused(ctx context.Context, pauses []client.Pause, kind, name string) {
+	var paused []string
+	for _, p := range pauses {
+		if p.Kind == kind && p.Name == name {
+			return
+		}
+		paused = append(paused, p.Kind+" "+p.Name)
+	}
+	c.base.Logger.WarnContext(ctx, "herald: "+kind+" "+name+" was not paused, so nothing changed; check its name against what is paused",
+		"paused", cmp.Or(strings.Join(paused, ", "), "nothing"))
 }
 
 // warnUnknownTopic warns when topic, just paused, is neither in the

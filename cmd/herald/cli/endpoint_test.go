@@ -169,3 +169,25 @@ func TestPauseUnknownTopic(t *testing.T) {
 		require.Empty(t, r.logs, topic)
 	}
 }
+
+// TestResumeWhatIsNotPaused resumes a topic that is not paused, as a name
+// mistyped when resuming would be: nothing changes and the command
+// succeeds, as the API does, but a warning says so and names what is
+// paused, since the topic meant stays paused otherwise unnoticed.
+func TestResumeWhatIsNotPaused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "")
+	require.NoError(t, e.run(t, "pause", "topic", "jobs").err)
+
+	r := e.run(t, "resume", "topic", "jbos")
+	require.NoError(t, r.err)
+	require.Equal(t, "resumed topic jbos: 0 due at once\n", r.out)
+	require.Regexp(t, `level=WARN msg=".*topic jbos was not paused.*" paused="topic jobs"`, r.logs)
+
+	r = e.run(t, "resume", "topic", "jobs")
+	require.NoError(t, r.err)
+	require.Empty(t, r.logs)
+	r = e.run(t, "resume", "topic", "jobs")
+	require.NoError(t, r.err)
+	require.Regexp(t, `topic jobs was not paused.*" paused=nothing`, r.logs)
+}
