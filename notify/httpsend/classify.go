@@ -3,10 +3,12 @@ package httpsend
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -86,6 +88,58 @@ func ClassifyStatus(r *notify.Rules, res *Result, now time.Time) error {
 		after = RetryAfter(res.Header.Get("Retry-After"), now)
 	}
 	return notify.Retry(err, after)
+}
+
+// CheckSuccessBody returns nil when res, a 2xx, acknowledges the request
+// under r's success_body, and otherwise a retryable error quoting the
+// answer: a receiver (or an SMS gateway) that answers 200 with something
+// else has not taken the notification, and is asked again.
+func CheckSuccessBody(r *notify.Rules, res *Result) error {
+	if successBodyMatches(r.SuccessBody, res.Body) {
+		return nil
+	}
+	return fmt.Errorf("status %d without the success_body %q: %q", res.StatusCode, r.SuccessBody, res.recorded(res.Body))
+}
+
+// successBodyMatches reports whether a response body acknowledges the
+// delivery: always when want is empty; otherwise when the trimmed body
+// equals want, or when both are JSON and the body holds want: the same
+// value, or, for an object, an object with at least want's members, so
+// that {"code":"SUCCESS"} accepts {"code":"SUCCESS","message":"OK"}, as a
+// receiver that adds a message to its acknowledgement means it.
+func successBodyMatches(want string, body []byte) bool {
+	if want == "" {
+		return true
+	}
+	want = strings.TrimSpace(want)
+	got := bytes.TrimSpace(body)
+	if string(got) == want {
+		return true
+	}
+	var w, g any
+	if json.Unmarshal([]byte(want), &w) != nil || json.Unmarshal(got, &g) != nil {
+		return false
+	}
+	return holds(g, w)
+}
+
+// holds reports whether the JSON value got holds want: equal, or, for
+// objects, with every member of want held by got's of the same name.
+func holds(got, want any) bool {
+	wo, isObject := want.(map[string]any)
+	if !isObject {
+		return reflect.DeepEqual(got, want)
+	}
+	gotObject, ok := got.(map[string]any)
+	if !ok {
+		return false
+	}
+	for k, v := range wo {
+		if g, ok := gotObject[k]; !ok || !holds(g, v) {
+			return false
+		}
+	}
+	return true
 }
 
 // RetryAfter reads a Retry-After header value: a number of seconds, or an

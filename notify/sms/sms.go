@@ -31,6 +31,10 @@
 // without its query, and without its user information, as every sender's
 // errors do.
 //
+// With both, as with a webhook, a 2xx answer must hold the policy's
+// success_body where one is set, or the attempt is retried: a gateway that
+// answers 200 {"status":"error"} has not sent the message.
+//
 // Both go through the SSRF guard of package httpsend, so a gateway on an
 // internal address needs its network in Config.HTTP.AllowNetworks.
 package sms
@@ -212,6 +216,9 @@ func (s *Sender) sendHTTP(ctx context.Context, r *notify.Rules, n *notify.Notifi
 	if err := httpsend.ClassifyStatus(r, res, s.Now()); err != nil {
 		return resp, fmt.Errorf("sms: %w", err)
 	}
+	if err := httpsend.CheckSuccessBody(r, res); err != nil {
+		return resp, fmt.Errorf("sms: %w", err)
+	}
 	return resp, nil
 }
 
@@ -261,6 +268,9 @@ func (s *Sender) sendTwilio(ctx context.Context, r *notify.Rules, n *notify.Noti
 	resp := res.Response()
 	statusErr := httpsend.ClassifyStatus(r, res, s.Now())
 	if statusErr == nil {
+		if err := httpsend.CheckSuccessBody(r, res); err != nil {
+			return resp, fmt.Errorf("sms: twilio: %w", err)
+		}
 		return resp, nil
 	}
 	var te twilioError

@@ -35,6 +35,7 @@ func setup(t *testing.T, provider string, h http.HandlerFunc) *testBundle {
 	policies, err := policy.NewSet(map[string]policy.Policy{
 		"default": {Backoff: []notify.Duration{0, 0}, HonorRetryAfter: true},
 		"no-429":  {Backoff: []notify.Duration{0, 0}, RetryOn: []string{"network", "timeout", "5xx"}},
+		"acked":   {Backoff: []notify.Duration{0, 0}, SuccessBody: `{"status":"ok"}`},
 	}, nil)
 	require.NoError(t, err)
 	cfg := &Config{
@@ -351,6 +352,38 @@ func TestSendHTTPGatewayKeyNotInHistory(t *testing.T) {
 			require.ErrorContains(t, err, tt.gateway+"/send?xxxxx", "the gateway is named")
 			require.NotContains(t, err.Error(), "gw-s3cret")
 			require.False(t, isPermanent(err), "error: %v", err)
+		})
+	}
+}
+
+// TestSendSuccessBody: a policy's success_body holds for an SMS gateway
+// as for a webhook's receiver: a gateway that answers 200 with an error in
+// its body has not sent the message, and the attempt is retried rather
+// than recorded as sent.
+func TestSendSuccessBody(t *testing.T) {
+	t.Parallel()
+
+	for _, tt := range []struct {
+		name, provider, answer string
+		sent                   bool
+	}{
+		{name: "HTTPRefused", provider: ProviderHTTP, answer: `{"status":"error","reason":"no credit"}`},
+		{name: "HTTPAcknowledged", provider: ProviderHTTP, answer: `{"status":"ok","id":"m1"}`, sent: true},
+		{name: "TwilioRefused", provider: ProviderTwilio, answer: `{"status":"failed"}`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			bundle := setup(t, tt.provider, httpsendtest.Answer(200, tt.answer))
+			n := notification(`"Your code is 1234"`)
+			n.Policy = "acked"
+			resp, err := bundle.sender.Send(context.Background(), n)
+			require.Equal(t, 200, resp.StatusCode)
+			if tt.sent {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, "success_body")
+			require.False(t, isPermanent(err), "a gateway that did not acknowledge is asked again: %v", err)
 		})
 	}
 }

@@ -52,14 +52,11 @@
 package webhook
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"reflect"
 	"strconv"
 	"strings"
 
@@ -201,8 +198,8 @@ func (s *Sender) Send(ctx context.Context, n *notify.Notification) (notify.Respo
 	if err := httpsend.ClassifyStatus(&r, res, s.Now()); err != nil {
 		return resp, fmt.Errorf("webhook: %w", err)
 	}
-	if !successBodyMatches(r.SuccessBody, res.Body) {
-		return resp, fmt.Errorf("webhook: status %d without the success_body %q: %q", res.StatusCode, r.SuccessBody, resp.Body)
+	if err := httpsend.CheckSuccessBody(&r, res); err != nil {
+		return resp, fmt.Errorf("webhook: %w", err)
 	}
 	return resp, nil
 }
@@ -226,45 +223,4 @@ func (s *Sender) destination(ctx context.Context, n *notify.Notification) (strin
 		return "", nil, fmt.Errorf("webhook: endpoint %q: %w", n.Endpoint, err)
 	}
 	return ep.URL, ep, nil
-}
-
-// successBodyMatches reports whether a response body acknowledges the
-// delivery: always when want is empty; otherwise when the trimmed body
-// equals want, or when both are JSON and the body holds want: the same
-// value, or, for an object, an object with at least want's members, so
-// that {"code":"SUCCESS"} accepts {"code":"SUCCESS","message":"OK"}, as a
-// receiver that adds a message to its acknowledgement means it.
-func successBodyMatches(want string, body []byte) bool {
-	if want == "" {
-		return true
-	}
-	want = strings.TrimSpace(want)
-	got := bytes.TrimSpace(body)
-	if string(got) == want {
-		return true
-	}
-	var w, g any
-	if json.Unmarshal([]byte(want), &w) != nil || json.Unmarshal(got, &g) != nil {
-		return false
-	}
-	return holds(g, w)
-}
-
-// holds reports whether the JSON value got holds want: equal, or, for
-// objects, with every member of want held by got's of the same name.
-func holds(got, want any) bool {
-	wo, isObject := want.(map[string]any)
-	if !isObject {
-		return reflect.DeepEqual(got, want)
-	}
-	gotObject, ok := got.(map[string]any)
-	if !ok {
-		return false
-	}
-	for k, v := range wo {
-		if g, ok := gotObject[k]; !ok || !holds(g, v) {
-			return false
-		}
-	}
-	return true
 }
