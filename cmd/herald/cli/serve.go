@@ -38,8 +38,8 @@ func (c *app) serveCommand() *cobra.Command {
 /readyz and the operator dashboard at /ui/) and the dispatcher that starts
 each attempt on time. --role runs one of them, so they can be scaled apart:
 any number of either may share a Redis.
-A dispatcher-only process serves just /metrics and /healthz on api.listen, so
-that its attempt and lateness metrics are scraped too.
+A dispatcher-only process serves /metrics, /healthz and /readyz on
+api.listen, so that its attempt and lateness metrics are scraped too.
 
 SIGINT or SIGTERM shuts down gracefully: the API stops taking requests and
 finishes those in flight, the dispatcher lets running attempts end (or gives
@@ -51,8 +51,8 @@ the old ones stay.
 
 While Redis is down or loading, serve waits for it, answering /readyz with
 503. What waiting cannot mend stops serve at start with the reason: a Redis
-older than 6.2, a refused redis.password, a Redis user denied scripts or
-Herald's keys.
+older than 6.2, a refused redis.username or redis.password, a Redis user
+denied scripts or Herald's keys.
 
 With redis.addrs empty, serve runs on an embedded in-process Redis and logs
 its address; nothing survives exit.`,
