@@ -84,10 +84,10 @@ func (s *Store) Enqueue(ctx context.Context, n *notify.Notification, replace boo
 // set, and notify.ErrOtherShard where the replacement would live in another
 // shard than the notification (another order key, say; never on a store of
 // one shard). A due time the store cannot hold exactly is a *notify.FieldError
-// naming send_at. An id given more than once is written in a pipeline after
-// its earlier items', and decided as if enqueued after them. The returned
-// error is for a failure of the whole batch; per-item outcomes are in the
-// results.
+// naming send_at. An id given more than once is decided as if each were
+// enqueued after the ones before it (a replace of one, in a pipeline of its
+// own). The returned error is for a failure of the whole batch; per-item
+// outcomes are in the results.
 //
 // A batch of one is written together with the other single enqueues made at
 // the same time, as Enqueue's are.
@@ -202,8 +202,8 @@ func rounds(items []*enqueueItem) [][]*enqueueItem {
 	return out
 }
 
-// enqueueItems writes items, whose ids are distinct, and fills in their
-// results.
+// enqueueItems writes items, in which no replace repeats an earlier id,
+// and fills in their results.
 func (s *Store) enqueueItems(ctx context.Context, items []*enqueueItem, results []EnqueueResult, now time.Time) error {
 	pending, err := s.placeStubs(ctx, items)
 	if err != nil {
