@@ -28,6 +28,19 @@
 // one with a phone number an SMS, and one without a target a pull job for
 // the topic's handler.
 //
+// # Move and cancel
+//
+// Enqueuing the id again with other content and Replace moves a
+// notification that is not reserved (ErrReserved), from attempt 0; Cancel
+// cancels it; Get reads its state, next attempt time and history:
+//
+//	res, err := c.Enqueue(ctx, "appointment-reminder", payload, herald.ID("appt-42"),
+//		herald.Target("+14155550100"), herald.SendAt(newTime.Add(-30*time.Minute)), herald.Replace())
+//	n, err := c.Cancel(ctx, "appt-42")
+//
+// Cancel does not stop an attempt under way. The reminder example shows
+// the whole course.
+//
 // # Handle
 //
 // A Worker runs handlers. Register one per topic, then Start:

@@ -97,3 +97,43 @@ func waitFinished(c *herald.Client, id string) *herald.Notification {
 	}
 	panic(id + " did not finish in 10s")
 }
+
+// An appointment service sends an SMS reminder 30 minutes before each
+// appointment. The reminder's id is the appointment's, so that a retried
+// call is harmless; when the appointment moves, Replace moves its reminder,
+// and when it is cancelled, Cancel cancels it.
+func Example_reminder() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: server.Addr})
+	defer rdb.Close()
+	c, err := herald.NewClient(rdb, &herald.ClientConfig{Namespace: "example-reminders"})
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+
+	remind := func(appt time.Time, opts ...herald.EnqueueOption) *herald.EnqueueResult {
+		res, err := c.Enqueue(ctx, "appointment-reminder", map[string]string{"patient": "Ada"}, append(opts,
+			herald.ID("appt-42"), herald.Target("+14155550100"), herald.SendAt(appt.Add(-30*time.Minute)))...)
+		if err != nil {
+			panic(err)
+		}
+		return res
+	}
+	berlin := time.FixedZone("CEST", 2*60*60)
+	res := remind(time.Date(2030, time.April, 2, 9, 0, 0, 0, berlin))
+	fmt.Println(res.Status == herald.Created, res.Notification.Channel, res.Notification.NextAttemptAt)
+
+	res = remind(time.Date(2030, time.April, 2, 11, 0, 0, 0, berlin), herald.Replace()) // it moves
+	fmt.Println(res.Status == herald.Replaced, res.Notification.NextAttemptAt)
+
+	n, err := c.Cancel(ctx, "appt-42") // it is cancelled
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(n.State, n.NextAttemptAt)
+	// Output:
+	// true sms 2030-04-02 06:30:00 +0000 UTC
+	// true 2030-04-02 08:30:00 +0000 UTC
+	// cancelled <nil>
+}
