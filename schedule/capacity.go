@@ -10,7 +10,8 @@ import "sync"
 // Prefetch (total - floor): a ttr runs while its notification waits for a
 // worker, so the prefetch halves whenever one waited too long to be started
 // (shrink), and grows back by one whenever a worker finds nothing waiting
-// (grow), which is what it is for.
+// (grow), which is what it is for. A reservation counts no more of it than
+// the workers are expected to start soon (free).
 type capacity struct {
 	total, floor int
 
@@ -28,11 +29,12 @@ func newCapacity(floor, total int) *capacity {
 	return &capacity{total: total, floor: floor, limit: total, avail: total, ch: make(chan struct{})}
 }
 
-// free returns the room left.
-func (c *capacity) free() int {
+// free returns the room left while at most ahead may wait for a worker:
+// of the prefetch, no more than ahead counts.
+func (c *capacity) free(ahead int) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return max(c.avail, 0)
+	return max(c.avail-max(c.limit-c.floor-ahead, 0), 0)
 }
 
 // take takes up to n of the room left and returns how much it took.

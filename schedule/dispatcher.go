@@ -18,8 +18,10 @@
 //
 // Reservations run ahead of the workers by up to Prefetch notifications, so
 // that under a backlog each reservation moves a large batch instead of one
-// notification per freed worker (fewer while reserved ones wait too long
-// for a worker; see Config.Prefetch). Outcomes are written together, one
+// notification per freed worker: as many as the workers start within about
+// a tenth of a second, fewer while reserved ones wait too long for a worker
+// (see Config.Prefetch). Where attempts are slow, a burst is thus shared
+// with the idle workers of other dispatchers rather than queued here. Outcomes are written together, one
 // script per shard for all the attempts that ended while the previous write
 // was under way.
 //
@@ -47,6 +49,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/heraldhq/herald/endpoint"
@@ -139,13 +142,16 @@ type Config struct {
 	// workers. Default 64.
 	Concurrency int
 	// Prefetch is the most due notifications that may wait reserved for a
-	// free worker, so that a backlog drains in large reservations. Their
-	// ttr runs while they wait: one that waited until its reservation no
-	// longer leaves its attempt the policy's timeout (or nine tenths of its
-	// ttr, where shorter) is given back unstarted and reserved afresh, and
-	// the dispatcher then reserves fewer ahead, growing back while workers
-	// find nothing waiting. Default Batch; -1 reserves only for idle
-	// workers.
+	// free worker, so that a backlog drains in large reservations. Fewer
+	// wait where attempts are slow: as many as the workers start within
+	// about 100ms, by the average attempt's time, and none before an
+	// attempt was timed, so that other dispatchers' idle workers take the
+	// rest of a burst. Their ttr runs while they wait: one that waited
+	// until its reservation no longer leaves its attempt the policy's
+	// timeout (or nine tenths of its ttr, where shorter) is given back
+	// unstarted and reserved afresh, and the dispatcher then reserves fewer
+	// ahead, growing back while workers find nothing waiting. Default
+	// Batch; -1 reserves only for idle workers.
 	Prefetch int
 	// Batch is the most notifications one reservation takes from one shard
 	// and the most the reaper and sweeper move per call. Default 100.
@@ -271,6 +277,10 @@ type Dispatcher struct {
 	// reservation runs out.
 	finishCtx    context.Context
 	giveUpFinish context.CancelFunc
+
+	// attemptNS is how long an attempt lasts, in ns, averaged over recent
+	// ones; 0 until one was timed (ahead).
+	attemptNS atomic.Int64
 
 	// runningMu guards running, the ids whose attempt a sender of this
 	// dispatcher is making: one that outlived its ttr, ignoring its
@@ -508,7 +518,7 @@ func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan
 		}
 		if len(due) > 0 {
 			changed := d.capacity.changed() // before the look, so no give is missed
-			room := d.capacity.free()
+			room := d.capacity.free(d.ahead())
 			if room < lowWater && (room == 0 || len(d.work) > 0) {
 				// Busy: wait for room, or for news of this queue.
 				select {
@@ -696,6 +706,38 @@ func (d *Dispatcher) run(ctx context.Context, n *notify.Notification, p *policy.
 	}
 }
 
+// aheadHorizon is about how long a notification reserved ahead may wait
+// for a worker: long enough for the next reservation to come before the
+// workers run out of work, short enough that a burst of slow attempts is
+// left to the idle workers of other dispatchers rather than queued behind
+// this one's busy workers.
+const aheadHorizon = 100 * time.Millisecond
+
+// ahead returns how many notifications may wait reserved for a worker: as
+// many as the workers start within aheadHorizon, up to Prefetch, and none
+// until an attempt was timed.
+func (d *Dispatcher) ahead() int {
+	took := d.attemptNS.Load()
+	if took == 0 {
+		return 0
+	}
+	return int(min(int64(d.cfg.Prefetch), int64(d.cfg.Concurrency)*int64(aheadHorizon)/took))
+}
+
+// timed folds an attempt's duration into attemptNS.
+func (d *Dispatcher) timed(took time.Duration) {
+	for {
+		old := d.attemptNS.Load()
+		next := int64(took)
+		if old != 0 {
+			next = old + (next-old)/8
+		}
+		if d.attemptNS.CompareAndSwap(old, max(next, 1)) {
+			return
+		}
+	}
+}
+
 // queued is a reserved notification waiting for a worker, and when the
 // reservation handed it over.
 type queued struct {
@@ -752,7 +794,9 @@ func (d *Dispatcher) attempt(n *notify.Notification, p *policy.Policy) error {
 	if err != nil && d.attemptCtx.Err() != nil {
 		err = notify.ErrReleased
 	}
-	f := finishOf(p, n, start, d.store.Now(), resp, err)
+	end := d.store.Now()
+	d.timed(end.Sub(start))
+	f := finishOf(p, n, start, end, resp, err)
 	if traced != nil {
 		traced(&f)
 	}

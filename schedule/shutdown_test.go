@@ -29,6 +29,9 @@ func TestStopGivesBackReservedAheadAtOnce(t *testing.T) {
 	require.NoError(t, err)
 	started, finish := make(chan struct{}, 1), make(chan struct{})
 	slow := newRecorder(func(ctx context.Context, n *notify.Notification) error {
+		if n.ID == "warm" {
+			return nil
+		}
 		started <- struct{}{}
 		select {
 		case <-finish:
@@ -37,9 +40,13 @@ func TestStopGivesBackReservedAheadAtOnce(t *testing.T) {
 			return ctx.Err()
 		}
 	})
-	b.enqueue(t, "slow", ms(0, 0), 0)
 	old := b.start(t, schedule.Config{Senders: map[string]notify.Sender{notify.ChannelWebhook: slow},
 		Concurrency: 1, Prefetch: 10, ShutdownTimeout: 30 * time.Second})
+	// A quick attempt first: a dispatcher reserves ahead of its workers
+	// as many as it expects them to start soon.
+	b.enqueue(t, "warm", ms(0, 0), 0)
+	b.waitState(t, "warm", notify.StateSucceeded)
+	b.enqueue(t, "slow", ms(0, 0), 0)
 	<-started
 	const ahead = 5
 	for i := range ahead {
