@@ -28,6 +28,16 @@ func Relative(t, now time.Time) string {
 	return (-d).String() + " ago"
 }
 
+// Destination says where n goes, in one cell of a table: "endpoint NAME",
+// or its target with the user information hidden as the API hides it, or
+// "-" (a pull job's).
+func Destination(n *notify.Notification) string {
+	if n.Endpoint != "" {
+		return "endpoint " + Clean(n.Endpoint)
+	}
+	return Dash(Clean(notify.RedactedURL(n.Target)))
+}
+
 // Record prints a notification as herald status shows it: its fields, then
 // its history as a table. now places the next attempt in time. Text from
 // outside (target, template, payload, errors) goes through Clean or Line, so it
@@ -41,7 +51,7 @@ func Record(out io.Writer, n *notify.Notification, now time.Time) error {
 	if n.Endpoint != "" {
 		row("endpoint", Clean(n.Endpoint))
 	} else {
-		row("target", Dash(Clean(n.Target)))
+		row("target", Dash(Clean(notify.RedactedURL(n.Target))))
 	}
 	row("template", Dash(Clean(n.Template)))
 	row("policy", Dash(n.Policy))

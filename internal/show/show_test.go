@@ -103,3 +103,35 @@ func TestRecordEndpointAndPause(t *testing.T) {
 	require.Regexp(t, `(?m)^template\s+\\x1b\[7mx$`, out)
 	require.Regexp(t, `(?m)^next_attempt\s+attempt 2 when its topic or endpoint is resumed \(paused\)$`, out)
 }
+
+// TestRecordHidesTargetCredentials: herald status reads the store itself,
+// but shows a target's user information as the API does, hidden, so that
+// a terminal shared or pasted into a ticket does not pass on a receiver's
+// password.
+func TestRecordHidesTargetCredentials(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 3, 1, 9, 30, 0, 0, time.UTC)
+	n := &notify.Notification{
+		ID: "order-1003", Topic: "order-notify", Channel: notify.ChannelWebhook, Target: "https://shop:s3cr3t@m.example/notify",
+		State: notify.StateScheduled, Backoff: []notify.Duration{0}, SendAt: now, CreatedAt: now, UpdatedAt: now,
+	}
+	var buf bytes.Buffer
+	require.NoError(t, Record(&buf, n, now))
+	require.NotContains(t, buf.String(), "s3cr3t")
+	require.Regexp(t, `(?m)^target\s+https://xxxxx@m.example/notify$`, buf.String())
+}
+
+func TestDestination(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		n    notify.Notification
+		want string
+	}{
+		{notify.Notification{Endpoint: "acme-shop"}, "endpoint acme-shop"},
+		{notify.Notification{Target: "https://shop:s3cr3t@m.example/"}, "https://xxxxx@m.example/"},
+		{notify.Notification{Target: "https://m.example/\x1b[2J"}, `https://m.example/\x1b[2J`},
+		{notify.Notification{}, "-"},
+	} {
+		require.Equal(t, tt.want, Destination(&tt.n))
+	}
+}

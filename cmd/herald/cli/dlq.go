@@ -255,7 +255,7 @@ func printDead(out io.Writer, items []*notify.Notification, next string) error {
 		if len(n.History) > 0 {
 			last = n.History[len(n.History)-1].Error
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", n.ID, n.Topic, n.Channel, show.Dash(show.Line(n.Target, 50)),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", n.ID, n.Topic, n.Channel, show.Line(show.Destination(n), 50),
 			n.Attempts, show.Time(n.UpdatedAt), show.Dash(show.Line(last, 60)))
 	}
 	if err := tw.Flush(); err != nil {

@@ -252,3 +252,18 @@ func TestReplayStoppedPartWay(t *testing.T) {
 	require.Less(t, replayed, replayChunk+1, "the replay stopped part way")
 	require.Contains(t, out.String(), fmt.Sprintf("\nstopped part way: %d replayed, of %d matched so far\n", replayed, replayed))
 }
+
+// TestPrintDeadDestination: the dead letters' TARGET column names the
+// endpoint a notification was for, where it showed "-" as if it had gone
+// nowhere, and hides a target's user information, as the API does.
+func TestPrintDeadDestination(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	require.NoError(t, printDead(&buf, []*notify.Notification{
+		{ID: "o1", Topic: "order-notify", Channel: notify.ChannelWebhook, Endpoint: "acme-shop", Attempts: 9},
+		{ID: "o2", Topic: "order-notify", Channel: notify.ChannelWebhook, Target: "https://shop:s3cr3t@m.example/", Attempts: 9},
+	}, ""))
+	require.Regexp(t, `(?m)^o1\s+order-notify\s+webhook\s+endpoint acme-shop\s+9\s`, buf.String())
+	require.Regexp(t, `(?m)^o2\s+order-notify\s+webhook\s+https://xxxxx@m.example/\s+9\s`, buf.String())
+	require.NotContains(t, buf.String(), "s3cr3t")
+}
