@@ -108,7 +108,7 @@ var _ notify.Sender = (*Sender)(nil)
 func New(cfg *Config) (*Sender, error) {
 	key, err := ParseSecret(cfg.Secret)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("webhook: secret: %w", err)
 	}
 	if len(key) == 0 {
 		// Endpoints sign with their own secrets; only a notification with a
@@ -132,7 +132,7 @@ func New(cfg *Config) (*Sender, error) {
 // with: taken for a raw hmac key, it would sign what no receiver verifies.
 func ParseSecret(secret string) ([]byte, error) {
 	if strings.HasPrefix(secret, endpoint.PrefixSecretKey) || strings.HasPrefix(secret, endpoint.PrefixPublicKey) {
-		return nil, fmt.Errorf("webhook: secret: an ed25519 key signs only for an endpoint with signing: ed25519; this secret is an hmac one, %s followed by the key in base64 or a raw key", SecretPrefix)
+		return nil, fmt.Errorf("an ed25519 key signs only for an endpoint with signing: ed25519; this secret is an hmac one, %s followed by the key in base64 or a raw key", SecretPrefix)
 	}
 	rest, ok := strings.CutPrefix(secret, SecretPrefix)
 	if !ok {
@@ -140,7 +140,7 @@ func ParseSecret(secret string) ([]byte, error) {
 	}
 	key, err := base64.StdEncoding.DecodeString(rest)
 	if err != nil || len(key) == 0 {
-		return nil, fmt.Errorf("webhook: secret: a %s secret must be followed by the key in base64", SecretPrefix)
+		return nil, fmt.Errorf("a %s secret must be followed by the key in base64", SecretPrefix)
 	}
 	return key, nil
 }

@@ -321,6 +321,7 @@ func TestConfigValidate(t *testing.T) {
 			c.Senders.SMS.Provider, c.Senders.SMS.AccountSID, c.Senders.SMS.AuthToken = sms.ProviderTwilio, "AC1", "tok"
 		}, "senders.sms.from"},
 		{"SMSURL", func(c *config.Config) { c.Senders.SMS.URL = "ftp://sms" }, "senders.sms.url"},
+		{"SMSURLPort", func(c *config.Config) { c.Senders.SMS.URL = "https://sms.example:80800/send" }, "senders.sms.url"},
 		{"TemplatesDir", func(c *config.Config) { c.TemplatesDir = "" }, "templates_dir"},
 		{"PoliciesFile", func(c *config.Config) { c.PoliciesFile = "" }, "policies_file"},
 		{"LogFormat", func(c *config.Config) { c.Log.Format = "xml" }, "log.format"},
@@ -335,6 +336,18 @@ func TestConfigValidate(t *testing.T) {
 			requireField(t, cfg.Validate(), tt.field)
 		})
 	}
+
+	t.Run("WebhookEd25519Secret", func(t *testing.T) {
+		t.Parallel()
+
+		// An ed25519 key where an hmac secret goes is refused saying so,
+		// not as if it were a malformed whsec_ secret.
+		cfg := config.Default()
+		cfg.Senders.Webhook.Secret = "whsk_c2VjcmV0"
+		err := cfg.Validate()
+		requireField(t, err, "senders.webhook.secret")
+		require.ErrorContains(t, err, "ed25519")
+	})
 
 	t.Run("EmbeddedRedis", func(t *testing.T) {
 		t.Parallel()

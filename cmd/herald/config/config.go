@@ -13,7 +13,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/url"
 	"regexp"
 	"slices"
 	"time"
@@ -314,7 +313,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	if _, err := webhook.ParseSecret(string(c.Senders.Webhook.Secret)); err != nil {
-		return notify.Errorf("senders.webhook.secret", "must be whsec_ followed by the key in base64, or a raw key")
+		return notify.Errorf("senders.webhook.secret", "%v", err)
 	}
 	for i, cidr := range c.Senders.Webhook.AllowNetworks {
 		if _, err := httpsend.ParsePrefixes([]string{cidr}); err != nil {
@@ -342,10 +341,8 @@ func (s *SMSConfig) validate() error {
 	default:
 		return notify.Errorf("senders.sms.provider", "must be http or twilio, not %q", s.Provider)
 	}
-	if s.URL != "" {
-		if u, err := url.Parse(s.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return notify.Errorf("senders.sms.url", "must be an http or https URL")
-		}
+	if s.URL != "" && !notify.ValidHTTPURL(s.URL) {
+		return notify.Errorf("senders.sms.url", "must be an http or https URL, with a port from 1 to 65535 where it names one")
 	}
 	return nil
 }
