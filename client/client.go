@@ -258,7 +258,8 @@ func (c *Client) EnqueueBatch(ctx context.Context, reqs []*notify.Request) ([]st
 
 // Get returns a notification with its payload and history. The receipt of
 // a reserved notification is left out: only the consumer that reserved it
-// holds it.
+// holds it. One due while its topic or endpoint is paused reads as Paused,
+// with no next attempt time.
 func (c *Client) Get(ctx context.Context, id string) (*notify.Notification, error) {
 	n, err := c.store.Get(ctx, id)
 	if err != nil {
@@ -266,7 +267,19 @@ func (c *Client) Get(ctx context.Context, id string) (*notify.Notification, erro
 		return nil, err
 	}
 	shown(n)
+	if c.heldByPause(ctx, n) {
+		n.Paused, n.NextAttemptAt = true, nil
+	}
 	return n, nil
+}
+
+// heldByPause reports whether n is a pull notification, due already, that
+// waits for its topic's resume. No consumer takes work of a paused topic
+// (Reserve), so none is parked as a dispatcher parks push work, and the
+// record itself would read as scheduled and overdue.
+func (c *Client) heldByPause(ctx context.Context, n *notify.Notification) bool {
+	return n.State == notify.StateScheduled && n.Channel == notify.ChannelPull && !n.Paused && n.WaitingFor == "" &&
+		n.NextAttemptAt != nil && !n.NextAttemptAt.After(c.store.Now()) && c.topicPaused(ctx, n.Topic)
 }
 
 // Cancel cancels a scheduled or reserved notification and returns its

@@ -72,6 +72,43 @@ func TestReservePausedTopic(t *testing.T) {
 	require.Equal(t, 0, got[0].Attempts)
 }
 
+// TestGetShowsPausedPullWork: a pull notification due while its topic is
+// paused reads as paused, with no next attempt time, as one of a push topic
+// does (openapi.yaml's paused), rather than as scheduled and overdue; once
+// the topic is resumed it reads as due again. One not yet due keeps its
+// time.
+func TestGetShowsPausedPullWork(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := setup(t)
+	require.NoError(t, c.Pause(ctx, store.PauseTopic, "appointment-reminder"))
+	_, _, err := c.Enqueue(ctx, &notify.Request{ID: "held", Topic: "appointment-reminder"})
+	require.NoError(t, err)
+	later := notify.Duration(time.Hour)
+	_, _, err = c.Enqueue(ctx, &notify.Request{ID: "later", Topic: "appointment-reminder", Delay: &later})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { // due within the millisecond it is rounded up to
+		n, err := c.Get(ctx, "held")
+		require.NoError(t, err)
+		return n.Paused
+	}, 5*time.Second, time.Millisecond, "a due notification of a paused topic does not read as paused")
+	n, err := c.Get(ctx, "held")
+	require.NoError(t, err)
+	require.Equal(t, notify.StateScheduled, n.State)
+	require.Nil(t, n.NextAttemptAt)
+	n, err = c.Get(ctx, "later")
+	require.NoError(t, err)
+	require.False(t, n.Paused, "not due yet")
+	require.NotNil(t, n.NextAttemptAt)
+
+	_, err = c.Resume(ctx, store.PauseTopic, "appointment-reminder")
+	require.NoError(t, err)
+	n, err = c.Get(ctx, "held")
+	require.NoError(t, err)
+	require.False(t, n.Paused)
+	require.NotNil(t, n.NextAttemptAt)
+}
+
 // TestReserveHonoursAPauseAtOnce: once Pause has returned, the client that
 // paused the topic hands out none of its work, though it read a moment ago
 // that the topic was not paused; and after Resume it hands it out at once.
