@@ -33,8 +33,9 @@
 // receipt changes nothing, so two attempts of one notification never overlap
 // however many dispatchers run. A sender that ignores the end of its
 // context can outlive its reservation: the dispatcher running it then holds
-// back the retry the reaper made due until the sender returns, but another
-// dispatcher cannot know of it, so senders must heed their context.
+// back the retry the reaper made due until the sender returns, and warns
+// that its outcome is dropped, but another dispatcher cannot know of it, so
+// senders must heed their context.
 package schedule
 
 import (
@@ -930,6 +931,13 @@ func (d *Dispatcher) finishBatch(batch []pendingFinish, failing, unreplicated *f
 			failing.ok(ctx)
 			for i, e := range errs {
 				switch {
+				case errors.Is(e, notify.ErrStaleReceipt) && d.overran(&items[i]):
+					// Not the dispatcher's doing, and only the log can tell
+					// whose it is: the history shows an expired reservation,
+					// as after a crash.
+					n := items[i].Notification
+					d.log.WarnContext(ctx, "schedule: an attempt outlived its reservation, its sender or handler ignoring the end of its context; its outcome is dropped and the attempt counts as expired",
+						"topic", n.Topic, "id", n.ID, "attempt", n.Attempts, "overrun", items[i].Attempt.FinishedAt.Sub(*n.Deadline).Round(time.Millisecond))
 				case e != nil:
 					d.log.DebugContext(ctx, "schedule: finish ignored", "id", items[i].Notification.ID, "error", e)
 				case batch[i].report:
@@ -953,6 +961,13 @@ func (d *Dispatcher) finishBatch(batch []pendingFinish, failing, unreplicated *f
 		failing.failed(ctx, err, "count", len(items), "retry_in", wait)
 		sleep(ctx, wait)
 	}
+}
+
+// overran reports whether f's attempt ended after the reaper could take
+// its reservation back.
+func (d *Dispatcher) overran(f *store.Finish) bool {
+	dl := f.Notification.Deadline
+	return f.Action != notify.ActionRelease && dl != nil && f.Attempt.FinishedAt.After(dl.Add(d.cfg.ReapGrace))
 }
 
 func (d *Dispatcher) allExpired(batch []store.Finish) bool {

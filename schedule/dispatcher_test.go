@@ -398,9 +398,13 @@ func TestObserverCountsRecordedAttemptsOnly(t *testing.T) {
 		released := make(chan struct{})
 		// The handler outlives its ttr and ignores its context: the reaper
 		// records the attempt as expired, and the late success is refused.
+		// The history alone reads as a crash; the log names the
+		// notification, so that the operator can find the handler.
 		rec := newRecorder(func(context.Context, *notify.Notification) error { <-released; return nil })
 		obs := &observed{finished: map[string][]notify.Action{}}
-		d := b.start(t, schedule.Config{Handlers: map[string]notify.Sender{"jobs": rec}, Observer: obs})
+		var logs heraldtest.Buffer
+		d := b.start(t, schedule.Config{Handlers: map[string]notify.Sender{"jobs": rec}, Observer: obs,
+			Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 		zero, ttr := notify.Duration(0), notify.Duration(50*time.Millisecond)
 		n, err := b.policies.Resolve(&notify.Request{ID: "job1", Topic: "jobs", Channel: notify.ChannelPull,
 			Backoff: ms(0), Delay: &zero, TTR: &ttr}, time.Now(), 0)
@@ -413,6 +417,7 @@ func TestObserverCountsRecordedAttemptsOnly(t *testing.T) {
 		d.Stop()
 		require.Equal(t, []notify.Action{notify.ActionDead}, obs.actions("job1"), "counted once, by the reaper")
 		require.Equal(t, 1, rec.attempts("job1"))
+		require.Regexp(t, `level=WARN msg="schedule: an attempt outlived its reservation.* topic=jobs id=job1 `, logs.String())
 	})
 }
 
