@@ -52,61 +52,41 @@ func TestEnqueueEndpoint(t *testing.T) {
 	}
 }
 
+// TestReservePausedTopic: a paused pull topic hands out nothing. What came
+// due meanwhile reads as paused, with no next attempt time, as push work
+// does (openapi.yaml's paused), rather than as scheduled and overdue; what
+// is not due yet keeps its time.
 func TestReservePausedTopic(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	c := setup(t)
+	paused := func(id string) bool {
+		t.Helper()
+		n, err := c.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, n.Paused, n.NextAttemptAt == nil, "%s: paused %v, next attempt %v", id, n.Paused, n.NextAttemptAt)
+		return n.Paused
+	}
 	require.NoError(t, c.Pause(ctx, store.PauseTopic, "appointment-reminder"))
 	_, _, err := c.Enqueue(ctx, &notify.Request{ID: "r1", Topic: "appointment-reminder"})
-	require.NoError(t, err)
-	got, err := c.Reserve(ctx, "appointment-reminder", 10, 0)
-	require.NoError(t, err)
-	require.Empty(t, got, "a paused pull topic handed out work")
-
-	resumed, err := c.Resume(ctx, store.PauseTopic, "appointment-reminder")
-	require.NoError(t, err)
-	require.Zero(t, resumed, "nothing was parked: pull consumers never took it")
-	got, err = c.Reserve(ctx, "appointment-reminder", 10, 3*time.Second)
-	require.NoError(t, err)
-	require.Len(t, got, 1)
-	require.Equal(t, 0, got[0].Attempts)
-}
-
-// TestGetShowsPausedPullWork: a pull notification due while its topic is
-// paused reads as paused, with no next attempt time, as one of a push topic
-// does (openapi.yaml's paused), rather than as scheduled and overdue; once
-// the topic is resumed it reads as due again. One not yet due keeps its
-// time.
-func TestGetShowsPausedPullWork(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	c := setup(t)
-	require.NoError(t, c.Pause(ctx, store.PauseTopic, "appointment-reminder"))
-	_, _, err := c.Enqueue(ctx, &notify.Request{ID: "held", Topic: "appointment-reminder"})
 	require.NoError(t, err)
 	later := notify.Duration(time.Hour)
 	_, _, err = c.Enqueue(ctx, &notify.Request{ID: "later", Topic: "appointment-reminder", Delay: &later})
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { // due within the millisecond it is rounded up to
-		n, err := c.Get(ctx, "held")
-		require.NoError(t, err)
-		return n.Paused
-	}, 5*time.Second, time.Millisecond, "a due notification of a paused topic does not read as paused")
-	n, err := c.Get(ctx, "held")
+	got, err := c.Reserve(ctx, "appointment-reminder", 10, 0)
 	require.NoError(t, err)
-	require.Equal(t, notify.StateScheduled, n.State)
-	require.Nil(t, n.NextAttemptAt)
-	n, err = c.Get(ctx, "later")
-	require.NoError(t, err)
-	require.False(t, n.Paused, "not due yet")
-	require.NotNil(t, n.NextAttemptAt)
+	require.Empty(t, got, "a paused pull topic handed out work")
+	require.Eventually(t, func() bool { return paused("r1") }, 5*time.Second, time.Millisecond) // due within the millisecond it is rounded up to
+	require.False(t, paused("later"), "not due yet")
 
-	_, err = c.Resume(ctx, store.PauseTopic, "appointment-reminder")
+	resumed, err := c.Resume(ctx, store.PauseTopic, "appointment-reminder")
 	require.NoError(t, err)
-	n, err = c.Get(ctx, "held")
+	require.Zero(t, resumed, "nothing was parked: pull consumers never took it")
+	require.False(t, paused("r1"))
+	got, err = c.Reserve(ctx, "appointment-reminder", 10, 3*time.Second)
 	require.NoError(t, err)
-	require.False(t, n.Paused)
-	require.NotNil(t, n.NextAttemptAt)
+	require.Len(t, got, 1)
+	require.Equal(t, 0, got[0].Attempts)
 }
 
 // TestReserveHonoursAPauseAtOnce: once Pause has returned, the client that
