@@ -94,8 +94,9 @@ var (
 	// shard of a Cluster (another order key, say), which one step cannot
 	// do; it is an ErrConflict.
 	ErrOtherShard = notify.ErrOtherShard
-	// ErrReserved means the notification is being attempted right now, so
-	// it cannot be replaced.
+	// ErrReserved means the notification is reserved for an attempt (one
+	// under way, or one a worker has taken and is about to start), so it
+	// cannot be replaced; try again once that attempt has ended.
 	ErrReserved = notify.ErrReserved
 	// ErrFinished means the notification already succeeded or is dead, so
 	// it can no longer be cancelled.
@@ -333,7 +334,7 @@ func Template(name string) EnqueueOption { return func(r *notify.Request) { r.Te
 func OrderKey(key string) EnqueueOption { return func(r *notify.Request) { r.OrderKey = key } }
 
 // Replace reschedules an existing notification of the same id with the new
-// content, from attempt 0, unless it is being attempted right now
+// content, from attempt 0, unless it is reserved for an attempt
 // (ErrReserved), holds its place in its order key's line (ErrOrdered), or
 // would move to another shard (ErrOtherShard). A finished or cancelled one
 // is scheduled anew. Content equal to the stored one changes nothing
