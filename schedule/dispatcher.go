@@ -12,7 +12,10 @@
 // publishes an earlier head. A notification due now therefore starts within
 // milliseconds, and none starts before it is due: the reserve script only
 // takes notifications whose due time has passed by the dispatcher's clock,
-// and due times are stored rounded up to the millisecond.
+// and due times are stored rounded up to the millisecond. That clock is its
+// host's: one that runs ahead starts attempts early by as much, and a skew
+// between hosts beyond ReapGrace lets a reaper take back a reservation
+// whose attempt still runs.
 //
 // # Throughput
 //
@@ -21,9 +24,9 @@
 // notification per freed worker: as many as the workers start within about
 // a tenth of a second, fewer while reserved ones wait too long for a worker
 // (see Config.Prefetch). Where attempts are slow, a burst is thus shared
-// with the idle workers of other dispatchers rather than queued here. Outcomes are written together, one
-// script per shard for all the attempts that ended while the previous write
-// was under way.
+// with the idle workers of other dispatchers rather than queued here.
+// Outcomes are written together, one script per shard for all the attempts
+// that ended while the previous write was under way.
 //
 // # Safety
 //
