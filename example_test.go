@@ -113,7 +113,9 @@ func Example_reminder() {
 	defer c.Close()
 
 	remind := func(appt time.Time, opts ...herald.EnqueueOption) *herald.EnqueueResult {
-		res, err := c.Enqueue(ctx, "appointment-reminder", map[string]string{"patient": "Ada"}, append(opts,
+		// Without a template, an SMS's payload is its text.
+		text := "Ada, a reminder of your appointment at " + appt.Format("15:04") + "."
+		res, err := c.Enqueue(ctx, "appointment-reminder", map[string]string{"text": text}, append(opts,
 			herald.ID("appt-42"), herald.Target("+14155550100"), herald.SendAt(appt.Add(-30*time.Minute)))...)
 		if err != nil {
 			panic(err)

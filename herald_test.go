@@ -59,7 +59,8 @@ func TestEnqueue(t *testing.T) {
 			{"PhoneIsSMS", "reminders", "+14155550100", herald.ChannelSMS},
 			{"TopicDecides", "texts", "+14155550100", herald.ChannelSMS},
 		} {
-			res, err := c.Enqueue(ctx, tc.topic, nil, herald.Target(tc.target))
+			// A string payload is an SMS's text, and any other channel's JSON.
+			res, err := c.Enqueue(ctx, tc.topic, "hello", herald.Target(tc.target))
 			require.NoError(t, err, tc.name)
 			require.Equal(t, tc.want, res.Notification.Channel, tc.name)
 		}
@@ -485,7 +486,7 @@ func TestConcurrentMoves(t *testing.T) {
 	_, _, c := connect(t, nil)
 	const phone = "+14155550100"
 	base := time.Now().Add(time.Hour).Truncate(time.Millisecond)
-	_, err := c.Enqueue(ctx, "reminders", nil, herald.ID("appt-42"), herald.Target(phone), herald.SendAt(base))
+	_, err := c.Enqueue(ctx, "reminders", "Your appointment is in 30 minutes.", herald.ID("appt-42"), herald.Target(phone), herald.SendAt(base))
 	require.NoError(t, err)
 	for round := range 10 {
 		asked := map[time.Time]bool{}
@@ -495,7 +496,7 @@ func TestConcurrentMoves(t *testing.T) {
 			at := base.Add(time.Duration(round*len(errs)+i+1) * time.Minute)
 			asked[at.UTC()] = true
 			wg.Go(func() {
-				res, err := c.Enqueue(ctx, "reminders", nil, herald.ID("appt-42"), herald.Target(phone), herald.SendAt(at), herald.Replace())
+				res, err := c.Enqueue(ctx, "reminders", "Your appointment is in 30 minutes.", herald.ID("appt-42"), herald.Target(phone), herald.SendAt(at), herald.Replace())
 				if err == nil && res.Status != herald.Replaced {
 					err = fmt.Errorf("status %d, want Replaced", res.Status)
 				}
@@ -522,7 +523,7 @@ func TestReminderLifecycle(t *testing.T) {
 	appt := time.Date(2030, time.March, 31, 9, 0, 0, 0, time.FixedZone("CEST", 2*3600))
 	remind := func(at time.Time, opts ...herald.EnqueueOption) *herald.EnqueueResult {
 		t.Helper()
-		res, err := c.Enqueue(ctx, "appointment-reminder", map[string]string{"patient": "Ada"}, append(opts,
+		res, err := c.Enqueue(ctx, "appointment-reminder", map[string]string{"text": "Ada, your appointment is in 30 minutes."}, append(opts,
 			herald.ID("appt-42-reminder"), herald.Target("+14155550100"), herald.SendAt(at.Add(-30*time.Minute)))...)
 		require.NoError(t, err)
 		return res

@@ -198,3 +198,32 @@ func TestResolvePollNeedsCondition(t *testing.T) {
 		require.Contains(t, fe.Message, "topics."+req.Topic+".poll")
 	}
 }
+
+// TestResolveSMSPayload: an SMS without a template whose payload holds no
+// text is refused at enqueue, naming the payload, instead of being
+// accepted and dying at its first attempt, half an hour before an
+// appointment.
+func TestResolveSMSPayload(t *testing.T) {
+	t.Parallel()
+	set, err := policy.NewSet(nil, nil)
+	require.NoError(t, err)
+	now := time.Date(2026, 11, 27, 5, 0, 0, 0, time.UTC)
+	sms := func(payload, template string) *notify.Request {
+		return &notify.Request{Topic: "reminders", Channel: notify.ChannelSMS, Target: "+351912345678",
+			Payload: json.RawMessage(payload), Template: template}
+	}
+	for _, ok := range []*notify.Request{
+		sms(`"Your appointment is at 10:30"`, ""),
+		sms(`{"text":"Your appointment is at 10:30","clinic":"Lisbon"}`, ""),
+		sms(`{"time":"10:30"}`, "appointment-reminder.sms"),
+	} {
+		_, err := set.Resolve(ok, now, 0)
+		require.NoError(t, err, "payload %s", ok.Payload)
+	}
+	for _, bad := range []string{`{"body":"Your appointment is at 10:30"}`, `{"text":42}`, `"   "`, `17`, ``} {
+		_, err := set.Resolve(sms(bad, ""), now, 0)
+		var fe *notify.FieldError
+		require.ErrorAs(t, err, &fe, "payload %s", bad)
+		require.Equal(t, "payload", fe.Field, "payload %s", bad)
+	}
+}

@@ -252,6 +252,13 @@ func (s *Set) Resolve(req *notify.Request, now time.Time, maxPayload int) (*noti
 		// condition: better a 400 now than a dead notification later.
 		return nil, notify.Errorf("channel", "is poll, but topic %q has no done condition to poll for (topics.%s.poll in the policies file)", n.Topic, n.Topic)
 	}
+	if n.Channel == notify.ChannelSMS && n.Template == "" {
+		// Without a template the payload is the text: one that holds none
+		// would fail every attempt.
+		if _, err := notify.SMSText(n.Payload); err != nil {
+			return nil, notify.Errorf("payload", "%v", err)
+		}
+	}
 	if err := checkSendAt(n.SendAt.Add(time.Duration(n.Backoff[0]))); err != nil {
 		if len(req.Backoff) > 0 {
 			field = "backoff[0]"

@@ -168,27 +168,14 @@ func (s *Sender) text(n *notify.Notification) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	text := string(body)
 	if n.Template == "" {
-		var (
-			str string
-			// Text is nil in an object without "text", which is the
-			// caller's slip (a gateway's own "body", say), not an empty
-			// message.
-			obj struct {
-				Text *string `json:"text"`
-			}
-		)
-		switch {
-		case json.Unmarshal(body, &str) == nil:
-			text = str
-		case json.Unmarshal(body, &obj) == nil && obj.Text != nil:
-			text = *obj.Text
-		default:
-			return "", errors.New(`payload must be a JSON string or an object with a "text" string, or the notification must name a template`)
+		text, err := notify.SMSText(body)
+		if err != nil {
+			return "", fmt.Errorf("payload %w", err)
 		}
+		return text, nil
 	}
-	text = strings.TrimSpace(text)
+	text := strings.TrimSpace(string(body))
 	if text == "" {
 		return "", errors.New("the message text is empty")
 	}

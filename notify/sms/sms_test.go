@@ -207,8 +207,8 @@ func TestSendText(t *testing.T) {
 		message  string
 	}{
 		{name: "NotE164", target: "912345678", payload: `"hi"`, message: "not an E.164 number"},
-		{name: "NoPayload", payload: ``, message: "message text is empty"},
-		{name: "EmptyText", payload: `{"text":"  "}`, message: "message text is empty"},
+		{name: "NoPayload", payload: ``, message: "payload holds an empty message text"},
+		{name: "EmptyText", payload: `{"text":"  "}`, message: "payload holds an empty message text"},
 		{name: "NumberPayload", payload: `42`, message: `payload must be a JSON string or an object with a "text" string`},
 		// A gateway's own field name is a caller's likely slip: the error
 		// says which field Herald reads.
