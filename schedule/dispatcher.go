@@ -24,8 +24,9 @@
 // notification per freed worker: as many as the workers start within about
 // a tenth of a second, fewer while reserved ones wait too long for a worker
 // (see Config.Prefetch). Where attempts are slow, a burst is thus shared
-// with the idle workers of other dispatchers rather than queued here.
-// Outcomes are written together, one script per shard for all the attempts
+// with the idle workers of other dispatchers rather than queued here. A
+// notification cancelled while it waits here for a worker is dropped: its
+// cancel announces it on the wake channel. Outcomes are written together, one script per shard for all the attempts
 // that ended while the previous write was under way.
 //
 // # Safety
@@ -286,6 +287,12 @@ type Dispatcher struct {
 	// ones; 0 until one was timed (ahead).
 	attemptNS atomic.Int64
 
+	// waitingMu guards waiting: the notifications handed to the workers
+	// and not yet taken by one, by id, with the receipt of their
+	// reservation, or "" once a cancel ended it meanwhile.
+	waitingMu sync.Mutex
+	waiting   map[string]string
+
 	// runningMu guards running, the ids whose attempt a sender of this
 	// dispatcher is making: one that outlived its ttr, ignoring its
 	// context, still runs when the reaper has made its retry due.
@@ -332,6 +339,7 @@ func New(cfg *Config) (*Dispatcher, error) {
 		finishes: make(chan pendingFinish, total),
 		ready:    make(chan struct{}),
 		running:  map[string]struct{}{},
+		waiting:  map[string]string{},
 		pauses:   pauses{read: make(chan struct{})},
 	}, nil
 }
@@ -419,7 +427,9 @@ func (d *Dispatcher) Stop() {
 		go func() {
 			defer d.workers.Done()
 			for q := range d.work {
-				d.releaseAt(q.n, q.n.DueAt(d.store.Now()))
+				if !d.cancelledWhileWaiting(q.n) {
+					d.releaseAt(q.n, q.n.DueAt(d.store.Now()))
+				}
 			}
 		}()
 		done := make(chan struct{})
@@ -464,6 +474,10 @@ func (d *Dispatcher) fanOutWakes(ctx context.Context, wakes <-chan store.Wake, r
 		case w, ok := <-wakes:
 			if !ok {
 				return
+			}
+			if w.Cancelled != "" {
+				d.cancelWaiting(w.Cancelled, w.Receipt)
+				continue
 			}
 			if ch, ok := queues[w.Queue]; ok {
 				select {
@@ -560,6 +574,11 @@ func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan
 				}
 			}
 			handed := d.store.Now()
+			d.waitingMu.Lock()
+			for _, n := range items {
+				d.waiting[n.ID] = n.Receipt
+			}
+			d.waitingMu.Unlock()
 			for _, n := range items {
 				d.work <- queued{n, handed} // never blocks: work holds as many as capacity
 			}
@@ -669,6 +688,8 @@ func (d *Dispatcher) worker(ctx context.Context) {
 		n := q.n
 		p := d.cfg.PoliciesFunc().PolicyFor(n)
 		switch {
+		case d.cancelledWhileWaiting(n):
+			d.log.DebugContext(ctx, "schedule: dropped a notification cancelled while it waited for a worker", "id", n.ID)
 		case ctx.Err() != nil:
 			d.releaseAt(n, n.DueAt(d.store.Now()))
 		case !startable(&p, n, d.store.Now().Sub(q.handed)):
@@ -740,6 +761,29 @@ func (d *Dispatcher) timed(took time.Duration) {
 			return
 		}
 	}
+}
+
+// cancelWaiting marks the notification id, reserved with receipt, as
+// cancelled if it waits here for a worker, so that no worker attempts it:
+// its cancel was answered "cancelled", and a reminder cancelled must not
+// go out. An attempt already started goes on, as a cancel says.
+func (d *Dispatcher) cancelWaiting(id, receipt string) {
+	d.waitingMu.Lock()
+	defer d.waitingMu.Unlock()
+	if r, ok := d.waiting[id]; ok && r == receipt {
+		d.waiting[id] = ""
+	}
+}
+
+// cancelledWhileWaiting takes n, which a worker is about to start, off the
+// notifications waiting here, and reports whether a cancel ended its
+// reservation meanwhile.
+func (d *Dispatcher) cancelledWhileWaiting(n *notify.Notification) bool {
+	d.waitingMu.Lock()
+	defer d.waitingMu.Unlock()
+	r, ok := d.waiting[n.ID]
+	delete(d.waiting, n.ID)
+	return ok && r == ""
 }
 
 // queued is a reserved notification waiting for a worker, and when the

@@ -297,6 +297,44 @@ func TestCancelWhileReservedIsNotResurrected(t *testing.T) {
 	require.Empty(t, got.History)
 }
 
+// TestCancelWinsOverReservedAhead: a notification reserved ahead of a busy
+// worker, and cancelled while it waits for the worker, is not attempted:
+// its cancel answered "cancelled", and an appointment's reminder cancelled
+// must not go out.
+func TestCancelWinsOverReservedAhead(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	started, release := make(chan struct{}), make(chan struct{})
+	rec := newRecorder(func(_ context.Context, n *notify.Notification) error {
+		if n.ID == "slow" {
+			close(started)
+			<-release
+		}
+		return nil
+	})
+	// Only wake-ups reserve here, so that the reservation of "probe" below
+	// shows the dispatcher has heard every message published before it.
+	b.start(t, schedule.Config{Senders: map[string]notify.Sender{notify.ChannelWebhook: rec}, Concurrency: 1, PollInterval: time.Minute})
+	b.enqueue(t, "quick", ms(0), 0) // a timed attempt: the dispatcher now reserves ahead
+	b.waitState(t, "quick", notify.StateSucceeded)
+	b.enqueue(t, "slow", ms(0), 0)
+	<-started
+	b.enqueue(t, "reminder", ms(0), 0)
+	b.waitState(t, "reminder", notify.StateReserved)
+	got, err := b.store.Cancel(ctx, "reminder")
+	require.NoError(t, err)
+	require.Equal(t, notify.StateCancelled, got.State)
+	b.enqueue(t, "probe", ms(0), 0)
+	b.waitState(t, "probe", notify.StateReserved)
+	close(release)
+	b.waitState(t, "probe", notify.StateSucceeded)
+	require.Zero(t, rec.attempts("reminder"), "the cancelled reminder went out")
+	got, err = b.store.Get(ctx, "reminder")
+	require.NoError(t, err)
+	require.Equal(t, notify.StateCancelled, got.State)
+}
+
 func TestShutdownReleasesRunningAttempts(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -931,7 +931,8 @@ return codes
 //	ARGV[6]  shard
 //
 // A cancelled notification with an order key leaves its line: the one
-// behind it moves up, and becomes due when it was the head.
+// behind it moves up, and becomes due when it was the head. A reserved one
+// is announced on the wake channel as "cancel <id> <receipt>".
 //
 // Returns {code, detail}: OK (cancelled now) or CANCELLED (already) with the
 // state line, FINISHED (succeeded or dead), NOT_FOUND, MOVED with the stub
@@ -953,6 +954,9 @@ if topic ~= ARGV[4] then return {NEED_KEYS, topic} end
 local deltas, sts, adds = {}, {}, {}
 if o.s == 'R' then
   redis.call('ZREM', KEYS[5], id)
+  -- A dispatcher may hold it reserved ahead of a busy worker: it drops
+  -- it on hearing this, rather than attempt what was cancelled.
+  redis.call('PUBLISH', ARGV[5], 'cancel ' .. id .. ' ' .. o.r)
 elseif o.s == 'S' then
   redis.call('ZREM', KEYS[3], id)
   redis.call('ZREM', KEYS[4], id)

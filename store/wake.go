@@ -11,15 +11,19 @@ import (
 )
 
 // Wake tells that a shard's queue has work due at Due, earlier than its
-// previous head.
+// previous head; or, with Cancelled set, that a cancel ended the
+// reservation Receipt of the notification Cancelled, which a dispatcher
+// may hold ahead of a busy worker and must then not attempt.
 type Wake struct {
 	Queue string
 	Shard int
 	Due   time.Time
+
+	Cancelled, Receipt string
 }
 
-// Subscribe delivers wake-ups published by enqueues, retries and replays
-// until ctx ends. Messages lost while the connection is down are not
+// Subscribe delivers wake-ups published by enqueues, retries and replays,
+// and the cancels of reserved notifications, until ctx ends. Messages lost while the connection is down are not
 // replayed, so subscribers must still poll now and then. ready is closed
 // once the subscription is confirmed.
 func (s *Store) Subscribe(ctx context.Context) (wakes <-chan Wake, ready <-chan struct{}) {
@@ -66,10 +70,17 @@ func (s *Store) Subscribe(ctx context.Context) (wakes <-chan Wake, ready <-chan 
 	return out, rdy
 }
 
+// cancelWake starts the message of a cancelled reservation, "cancel <id>
+// <receipt>", which no queue's name is.
+const cancelWake = "cancel"
+
 func parseWake(s string) (Wake, error) {
 	f := strings.Fields(s)
 	if len(f) != 3 {
 		return Wake{}, errors.New("bad wake message")
+	}
+	if f[0] == cancelWake {
+		return Wake{Cancelled: f[1], Receipt: f[2]}, nil
 	}
 	shard, err1 := strconv.Atoi(f[1])
 	due, err2 := strconv.ParseInt(f[2], 10, 64)
