@@ -62,6 +62,12 @@ const (
 	WaitingNotifications   = "herald_waiting_notifications"
 	ReservedNotifications  = "herald_reserved_notifications"
 	DeadNotifications      = "herald_dead_notifications"
+	// OldestDueAgeSeconds is, by queue ("push" for the dispatchers' work,
+	// "pull.<topic>" for a pull topic's workers), how long the earliest
+	// notification due and not yet taken has been due; 0 when none is. It
+	// grows while nothing delivers, which no attempt's lateness shows, and
+	// is read at scrape time like the gauges above.
+	OldestDueAgeSeconds = "herald_oldest_due_age_seconds"
 	// RedisEvictionPolicyOK is 1 when Redis's maxmemory-policy is
 	// noeviction and 0 when Redis may drop keys; absent while unknown (a
 	// Redis that refuses CONFIG).
@@ -229,6 +235,9 @@ var (
 		[]string{"topic"}, nil)
 	reservedDesc = prometheus.NewDesc(ReservedNotifications, "Notifications with an attempt running, by topic."+shared, []string{"topic"}, nil)
 	deadDesc     = prometheus.NewDesc(DeadNotifications, "Notifications in the dead-letter set, by topic."+shared, []string{"topic"}, nil)
+	oldestDesc   = prometheus.NewDesc(OldestDueAgeSeconds,
+		"How long the earliest notification due and not yet taken by a dispatcher (queue push) or a pull worker (queue pull.<topic>) has been due; 0 when none is."+shared,
+		[]string{"queue"}, nil)
 )
 
 var _ prometheus.Collector = (*queueCollector)(nil)
@@ -239,6 +248,7 @@ func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- waitingDesc
 	ch <- reservedDesc
 	ch <- deadDesc
+	ch <- oldestDesc
 }
 
 // Collect implements prometheus.Collector.
@@ -267,6 +277,34 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(waitingDesc, prometheus.GaugeValue, float64(s.Waiting), label)
 		ch <- prometheus.MustNewConstMetric(reservedDesc, prometheus.GaugeValue, float64(s.Reserved), label)
 		ch <- prometheus.MustNewConstMetric(deadDesc, prometheus.GaugeValue, float64(s.Dead), label)
+	}
+	c.collectOldestDue(ctx, ch, stats)
+}
+
+// collectOldestDue reports the age of the oldest due notification of the
+// push queue, and of the pull queue of every topic with a label of its own
+// and notifications scheduled or reserved: the topics past the label cap
+// are not read, so that a flood of topics cannot make a scrape read
+// thousands of queues.
+func (c *queueCollector) collectOldestDue(ctx context.Context, ch chan<- prometheus.Metric, stats map[string]store.TopicStats) {
+	queues := []string{store.QueuePush}
+	for _, topic := range slices.Sorted(maps.Keys(stats)) {
+		if s := stats[topic]; s.Scheduled+s.Reserved > 0 && c.topics.label(topic) == topic {
+			queues = append(queues, store.PullQueue(topic))
+		}
+	}
+	oldest, err := c.store.OldestDue(ctx, queues)
+	if err != nil {
+		c.errors.WithLabelValues("oldest_due").Inc()
+		return
+	}
+	now := c.store.Now()
+	for queue, at := range oldest {
+		age := 0.0
+		if !at.IsZero() {
+			age = max(now.Sub(at), 0).Seconds()
+		}
+		ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, age, queue)
 	}
 }
 

@@ -181,7 +181,9 @@ func TestQuarantined(t *testing.T) {
 	require.Contains(t, scrape(t, m), metrics.QuarantinedTotal+" 0\n")
 
 	for _, id := range []string{"good", "bad"} {
-		_, _, err := st.Enqueue(ctx, heraldtest.Notification(t, id, time.Now()), false)
+		// Due a second ago: a due time is rounded up to the millisecond,
+		// so one sent now may not be due yet when reserved at once.
+		_, _, err := st.Enqueue(ctx, heraldtest.Notification(t, id, time.Now().Add(-time.Second)), false)
 		require.NoError(t, err)
 	}
 	// A header that parses but a body that does not.
@@ -190,4 +192,34 @@ func TestQuarantined(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, got, 1, "the good one is handed out")
 	require.Contains(t, scrape(t, m), metrics.QuarantinedTotal+" 1\n")
+}
+
+// TestOldestDueAge: with every pull worker gone, a job due 90s ago shows
+// as 90s old in its queue's gauge, which no attempt's lateness would show,
+// since nothing is attempted; once a worker takes it, the gauge is 0.
+func TestOldestDueAge(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := redistest.Start(t, redistest.Options{})
+	st, err := store.New(&store.Config{Client: srv.Client(t), Namespace: redistest.Namespace(t), Shards: 2, Logger: heraldtest.Logger(t)})
+	require.NoError(t, err)
+	_, _, err = st.Enqueue(ctx, heraldtest.Notification(t, "late", time.Now(), heraldtest.SendAt(time.Now().Add(-90*time.Second))), false)
+	require.NoError(t, err)
+	m := metrics.New(&metrics.Config{Store: st})
+	age := func(queue string) float64 {
+		t.Helper()
+		match := regexp.MustCompile(metrics.OldestDueAgeSeconds + `\{queue="` + regexp.QuoteMeta(queue) + `"\} (\S+)`).FindStringSubmatch(scrape(t, m))
+		require.NotNil(t, match, "no gauge for queue %s", queue)
+		var v float64
+		_, err := fmt.Sscan(match[1], &v)
+		require.NoError(t, err)
+		return v
+	}
+	require.InDelta(t, 90, age("pull.jobs"), 5)
+	require.Zero(t, age("push"))
+
+	got, _, err := st.Reserve(ctx, store.PullQueue("jobs"), heraldtest.AllShards(t, st), 10)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.Zero(t, age("pull.jobs"))
 }

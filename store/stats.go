@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/heraldhq/herald/notify"
 )
 
 // TopicStats counts one topic's notifications.
@@ -357,3 +360,66 @@ func (s *Store) readyCounts(ctx context.Context, shard int, queue string) (map[s
 	}
 	return live, nil
 }
+
+// OldestDue returns, for each of queues, when its earliest notification
+// that is due and not yet reserved (by a dispatcher, or by a pull worker)
+// was due, or the zero time when none is: how far behind the queue's
+// consumers are, which no attempt's lateness shows while nothing is
+// attempted. It reads the head of every shard's due set and the first
+// oldestDueLook entries of its ready list in one pipeline, then the
+// records of those entries, whose due times the list does not hold, up to
+// the first one still scheduled: an entry can be a hint gone stale, its
+// notification cancelled or moved since it was listed.
+func (s *Store) OldestDue(ctx context.Context, queues []string) (map[string]time.Time, error) {
+	if err := s.open(ctx); err != nil {
+		return nil, err
+	}
+	type head struct {
+		queue string
+		due   *redis.ZSliceCmd
+		ready *redis.StringSliceCmd
+	}
+	heads := make([]head, 0, len(queues)*s.keys.shards)
+	pipe := s.client.Pipeline()
+	for _, q := range queues {
+		for shard := range s.keys.shards {
+			heads = append(heads, head{q, pipe.ZRangeWithScores(ctx, s.keys.due(shard, q), 0, 0), pipe.LRange(ctx, s.keys.ready(shard, q), 0, oldestDueLook-1)})
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("read the heads of the queues: %w", err)
+	}
+	now := s.Now()
+	out := make(map[string]time.Time, len(queues))
+	due := func(queue string, at time.Time) {
+		if cur := out[queue]; !at.After(now) && (cur.IsZero() || at.Before(cur)) {
+			out[queue] = at
+		}
+	}
+	for _, h := range heads {
+		if _, ok := out[h.queue]; !ok {
+			out[h.queue] = time.Time{}
+		}
+		if zs := h.due.Val(); len(zs) > 0 {
+			due(h.queue, fromMS(int64(zs[0].Score)))
+		}
+		for _, id := range h.ready.Val() {
+			n, err := s.Get(ctx, id)
+			if errors.Is(err, notify.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			if n.State == notify.StateScheduled && n.NextAttemptAt != nil && !n.NextAttemptAt.After(now) {
+				due(h.queue, *n.NextAttemptAt)
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+// oldestDueLook is how many entries of a ready list OldestDue reads past
+// stale ones.
+const oldestDueLook = 10
