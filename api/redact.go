@@ -9,10 +9,9 @@ import (
 )
 
 // credentialHeaders are the request headers a notification may carry for
-// its receiver whose values no answer shows: they are the receiver's
-// credentials, sent with every attempt, and anyone who can read a record
+// its receiver whose values no answer shows: anyone who can read a record
 // (a dashboard, a log of answers, a pull consumer) need not hold them.
-var credentialHeaders = []string{"Authorization", "Proxy-Authorization", "Cookie", "Set-Cookie"}
+var credentialHeaders = notify.CredentialHeaders()
 
 // redactedValue replaces a credential header's value in answers.
 const redactedValue = "[redacted]"

@@ -324,6 +324,14 @@ func validateEndpoint(n *Notification) error {
 	return nil
 }
 
+// CredentialHeaders returns the request headers a notification may carry
+// whose values are its receiver's credentials, sent with every attempt:
+// no answer of the API shows them, nor does the history where a receiver
+// echoed them.
+func CredentialHeaders() []string {
+	return []string{"Authorization", "Proxy-Authorization", "Cookie", "Set-Cookie"}
+}
+
 // RedactedURL returns s as answers show it: the user information of a URL
 // (https://user:password@host/, or a token in the user's or the password's
 // place) replaced, all of it, by "xxxxx". It is a receiver's credentials,

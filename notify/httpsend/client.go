@@ -325,7 +325,7 @@ const redacted = "[redacted]"
 
 // credentialHeaders are the request headers whose values are the
 // receiver's credentials, which the API's answers never show.
-var credentialHeaders = []string{"Authorization", "Proxy-Authorization", "Cookie"}
+var credentialHeaders = notify.CredentialHeaders()
 
 // minCredential is the shortest part of a credential hidden on its own: a
 // cookie's "en" would garble every word it is part of.
