@@ -98,7 +98,7 @@ func (p *probes) readyz(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	if err := p.cfg.ReadyFunc(ctx); err != nil {
 		p.cfg.Logger.WarnContext(ctx, "api: not ready", "error", err)
-		notReady("the store is unreachable")
+		notReady("Redis is unreachable, or unfit for Herald (see details); the log says why")
 		return
 	}
 	writeJSON(w, http.StatusOK, statusResponse{Status: "ready", Details: details})
