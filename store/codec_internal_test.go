@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/heraldhq/herald/notify"
 )
 
@@ -39,4 +41,16 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("decoded id %q, history length %d, version %q from state %q", got.ID, hist, got.Version, state)
 		}
 	})
+}
+
+// TestP99Beyond: attempts whose 99th percentile of lateness lies past the
+// last bucket read as beyond it, not as at most its bound.
+func TestP99Beyond(t *testing.T) {
+	buckets := make([]int64, len(latencyBounds)+1)
+	buckets[0] = 50
+	require.Equal(t, time.Millisecond, p99(buckets))
+	buckets[len(latencyBounds)-1] = 50
+	require.Equal(t, LatenessLastBound, p99(buckets))
+	buckets[len(latencyBounds)] = 50
+	require.Equal(t, LatenessBeyond, p99(buckets))
 }

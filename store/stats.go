@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -108,8 +109,16 @@ const ActivityRetention = 2 * time.Hour
 var latencyBounds = []time.Duration{
 	time.Millisecond, 2 * time.Millisecond, 5 * time.Millisecond, 10 * time.Millisecond, 25 * time.Millisecond,
 	50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond, time.Second,
-	2500 * time.Millisecond, 5 * time.Second, 10 * time.Second, 30 * time.Second, time.Minute, 5 * time.Minute,
+	2500 * time.Millisecond, 5 * time.Second, 10 * time.Second, 30 * time.Second, time.Minute, LatenessLastBound,
 }
+
+// LatenessLastBound is the bound of Activity's last lateness bucket, and
+// LatenessBeyond the LatenessP99 of attempts whose 99th percentile lies
+// past it: attempts an hour late, after an outage, are not "at most 5m".
+const (
+	LatenessLastBound = 5 * time.Minute
+	LatenessBeyond    = time.Duration(math.MaxInt64)
+)
 
 // latencyBucket returns the index of the bucket that counts lateness d.
 func latencyBucket(d time.Duration) int {
@@ -133,8 +142,8 @@ type MinuteActivity struct {
 	Succeeded, Failed int64
 	// LatenessP99 is the 99th percentile of how late attempts started after
 	// their due time, as the upper bound of its bucket (1ms, 2ms, 5ms, ...,
-	// 5m); zero when no attempt recorded its lateness. Reaped attempts
-	// (ttr expired) have none.
+	// 5m), or LatenessBeyond; zero when no attempt recorded its lateness.
+	// Reaped attempts (ttr expired) have none.
 	LatenessP99 time.Duration
 }
 
@@ -216,11 +225,11 @@ func p99(buckets []int64) time.Duration {
 	want := (total*99 + 99) / 100
 	var seen int64
 	for i, n := range buckets {
-		if seen += n; seen >= want {
-			return latencyBounds[min(i, len(latencyBounds)-1)]
+		if seen += n; seen >= want && i < len(latencyBounds) {
+			return latencyBounds[i]
 		}
 	}
-	return latencyBounds[len(latencyBounds)-1]
+	return LatenessBeyond
 }
 
 // Recount counts the scheduled, waiting, reserved and dead notifications of

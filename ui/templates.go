@@ -10,6 +10,7 @@ import (
 
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/policy"
+	"github.com/heraldhq/herald/store"
 )
 
 // pageNames are the pages, each a templates/NAME.html defining "title" and
@@ -24,17 +25,14 @@ var funcs = template.FuncMap{
 		}
 		return t.UTC().Format("2006-01-02 15:04:05.000") + " UTC"
 	},
-	// dur prints a duration rounded to what an operator reads.
-	"dur": func(d time.Duration) string {
-		switch {
-		case d == policy.ScheduleCeiling:
-			return policy.ScheduleCeilingText
-		case d >= time.Minute:
-			return d.Round(time.Second).String()
-		case d >= time.Second:
-			return d.Round(10 * time.Millisecond).String()
+	"dur": durText,
+	// p99 prints a lateness percentile as its bucket's bound, "≤ 25ms",
+	// or "> 5m0s" past the last one.
+	"p99": func(d time.Duration) string {
+		if d == store.LatenessBeyond {
+			return "> " + durText(store.LatenessLastBound)
 		}
-		return d.String()
+		return "≤ " + durText(d)
 	},
 	"title": func(s string) string {
 		if s == "" {
@@ -52,6 +50,19 @@ var funcs = template.FuncMap{
 		}
 		return &h[len(h)-1]
 	},
+}
+
+// durText prints a duration rounded to what an operator reads.
+func durText(d time.Duration) string {
+	switch {
+	case d == policy.ScheduleCeiling:
+		return policy.ScheduleCeilingText
+	case d >= time.Minute:
+		return d.Round(time.Second).String()
+	case d >= time.Second:
+		return d.Round(10 * time.Millisecond).String()
+	}
+	return d.String()
 }
 
 // assetVersions are the first 12 hex digits of the SHA-256 of each
