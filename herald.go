@@ -16,6 +16,7 @@ import (
 
 	"github.com/heraldhq/herald/client"
 	"github.com/heraldhq/herald/endpoint"
+	"github.com/heraldhq/herald/internal/redislog"
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/policy"
 	"github.com/heraldhq/herald/schedule"
@@ -522,9 +523,19 @@ type WorkerConfig struct {
 	// same, since each one's sweeps delete the finished records past its
 	// own. Default 7 days; -1 keeps them for ever.
 	Retention time.Duration
-	// Logger defaults to a warn-level text handler on stderr.
+	// Logger defaults to a warn-level text handler on stderr. go-redis's
+	// own messages go elsewhere: see RouteRedisLogs.
 	Logger *slog.Logger
 }
+
+// RouteRedisLogs sends go-redis's own messages to log as warnings, each
+// logged at most once every 30s with how many repeats went unlogged, as
+// herald serve does: while Redis is down, go-redis writes "connection
+// pool: failed to dial" to stderr several times a second, beside the
+// worker's one warning of the outage. go-redis has one logger for the
+// whole process, so this sets it for every go-redis client of the
+// program: call it once, at start.
+func RouteRedisLogs(log *slog.Logger) { redislog.Route(log) }
 
 // Worker runs the handlers registered for topics: it reserves each topic's
 // due jobs, calls the handler with the job's retries, ttr and history

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/heraldhq/herald/cmd/herald/config"
 	"github.com/heraldhq/herald/internal/redisconf"
+	"github.com/heraldhq/herald/internal/redislog"
 )
 
 // pingTimeout bounds the PING that checks a new connection, so a wrong
@@ -153,57 +153,12 @@ func checkRedis(ctx context.Context, c redis.UniversalClient, configured bool) e
 	return nil
 }
 
-// redisRepeatEvery is how often a message go-redis keeps repeating, such as
-// a failed dial on every retry while Redis is down, is logged again.
-const redisRepeatEvery = 30 * time.Second
-
 // RouteRedisLogs sends go-redis's own messages to log as warnings, each
-// logged at most once every redisRepeatEvery with how many repeats went
-// unlogged, so that an outage, which the dispatcher already reports, does
-// not fill the log with the same line several times a second. The setting
-// is process-wide.
-func RouteRedisLogs(log *slog.Logger) {
-	redis.SetLogger(&redisLog{log: log, nowFunc: time.Now, last: map[string]redisLogged{}})
-}
-
-// redisLog is RouteRedisLogs's go-redis logger.
-type redisLog struct {
-	log     *slog.Logger
-	nowFunc func() time.Time
-
-	mu sync.Mutex
-	// last holds, by format, when a message was last logged and how many
-	// times it came since.
-	last map[string]redisLogged
-}
-
-type redisLogged struct {
-	at       time.Time
-	unlogged int
-}
-
-// Printf implements go-redis's logging interface. Messages are told apart
-// by their format, since their arguments (a connection's number, an
-// attempt count) vary between repeats of one message.
-func (l *redisLog) Printf(ctx context.Context, format string, v ...any) {
-	now := l.nowFunc()
-	l.mu.Lock()
-	prev, seen := l.last[format]
-	if seen && now.Sub(prev.at) < redisRepeatEvery {
-		prev.unlogged++
-		l.last[format] = prev
-		l.mu.Unlock()
-		return
-	}
-	l.last[format] = redisLogged{at: now}
-	l.mu.Unlock()
-	msg := strings.TrimPrefix(fmt.Sprintf(format, v...), "redis: ")
-	if prev.unlogged > 0 {
-		l.log.WarnContext(ctx, "redis: "+msg, "repeats_unlogged", prev.unlogged)
-		return
-	}
-	l.log.WarnContext(ctx, "redis: "+msg)
-}
+// logged at most once every 30s with how many repeats went unlogged, so
+// that an outage, which the dispatcher already reports, does not fill the
+// log with the same line several times a second. The setting is
+// process-wide.
+func RouteRedisLogs(log *slog.Logger) { redislog.Route(log) }
 
 // runClock moves mr's clock on with the wall clock's, every tick until
 // stop is called: miniredis counts a key's time to live down only when

@@ -315,35 +315,3 @@ func startSentinel(t *testing.T, name, addr string) string {
 	})
 	return sentinelAddr
 }
-
-// TestRedisLogRepeats: a message go-redis repeats is logged once, then
-// again once redisRepeatEvery has passed, saying how many repeats went
-// unlogged; another message is logged on its own.
-func TestRedisLogRepeats(t *testing.T) {
-	t.Parallel()
-	var buf strings.Builder
-	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	l := &redisLog{log: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{
-		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
-			if a.Key == slog.TimeKey {
-				return slog.Attr{}
-			}
-			return a
-		},
-	})), nowFunc: func() time.Time { return now }, last: map[string]redisLogged{}}
-	ctx := context.Background()
-	const dial = "redis: connection pool: failed to dial after %d attempts: %v"
-	for i := range 50 {
-		l.Printf(ctx, dial, 5, "connect: connection refused")
-		if i == 10 {
-			l.Printf(ctx, "redis: failed to close connection: %v", "EOF")
-		}
-		now = now.Add(100 * time.Millisecond)
-	}
-	now = now.Add(redisRepeatEvery)
-	l.Printf(ctx, dial, 5, "connect: connection refused")
-	require.Equal(t, `level=WARN msg="redis: connection pool: failed to dial after 5 attempts: connect: connection refused"
-level=WARN msg="redis: failed to close connection: EOF"
-level=WARN msg="redis: connection pool: failed to dial after 5 attempts: connect: connection refused" repeats_unlogged=49
-`, buf.String())
-}
