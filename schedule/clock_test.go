@@ -2,6 +2,8 @@ package schedule_test
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -60,5 +62,45 @@ func TestAttemptEndsAtItsDeadlineWhateverTheHostClock(t *testing.T) {
 	require.NotEmpty(t, ran)
 	for _, d := range ran {
 		require.Less(t, d, 2*time.Second, "an attempt with a 300ms ttr ran for %s", d)
+	}
+}
+
+// TestClockSkewIsWarnedOf: a dispatcher whose host clock runs 5s ahead of
+// Redis's, which starts attempts 5s early and lets its reaper take back
+// reservations whose attempts still run elsewhere, says so in its log,
+// naming the skew; one whose clock agrees says nothing.
+func TestClockSkewIsWarnedOf(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name  string
+		ahead time.Duration
+		way   string // as warned of; "" for no warning
+	}{
+		{name: "Ahead", ahead: 5 * time.Second, way: "ahead of"},
+		{name: "Behind", ahead: -5 * time.Second, way: "behind"},
+		{name: "Agrees", ahead: 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			st, err := store.New(&store.Config{Client: server.Client(t), Namespace: b.store.Namespace(), Shards: 8,
+				Logger: heraldtest.Logger(t), TimeNowFunc: func() time.Time { return time.Now().Add(tt.ahead) }})
+			require.NoError(t, err)
+			var logs heraldtest.Buffer
+			own := &testBundle{store: st, policies: b.policies, client: b.client}
+			d := own.start(t, schedule.Config{Senders: map[string]notify.Sender{notify.ChannelWebhook: newRecorder(nil)},
+				Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			if tt.way != "" {
+				require.Eventually(t, func() bool { return strings.Contains(logs.String(), "clock") }, 5*time.Second, 10*time.Millisecond)
+				require.Regexp(t, `level=WARN msg="schedule: this host's clock differs from Redis's.* error="the host's clock is (4\.9|5\.0)\d*s `+tt.way+` Redis's"`, logs.String())
+				return
+			}
+			// The check runs with the first reaping, at start; a delivery
+			// after it shows that it ran.
+			b.enqueue(t, "n1", ms(0), 0)
+			b.waitState(t, "n1", notify.StateSucceeded)
+			d.Stop()
+			require.NotContains(t, logs.String(), "clock")
+		})
 	}
 }

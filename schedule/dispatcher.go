@@ -15,7 +15,8 @@
 // and due times are stored rounded up to the millisecond. That clock is its
 // host's: one that runs ahead starts attempts early by as much, and a skew
 // between hosts beyond ReapGrace lets a reaper take back a reservation
-// whose attempt still runs.
+// whose attempt still runs. So each dispatcher compares its clock with
+// Redis's every minute, and warns while they differ by more than 100ms.
 //
 // # Throughput
 //
@@ -93,6 +94,7 @@ type Store interface {
 	Expired(ctx context.Context, grace time.Duration, limit int) ([]*notify.Notification, error)
 	Sweep(ctx context.Context, limit int) (deleted int, more bool, err error)
 	Subscribe(ctx context.Context) (<-chan store.Wake, <-chan struct{})
+	ClockSkew(ctx context.Context) (skew, within time.Duration, err error)
 }
 
 var _ Store = (*store.Store)(nil)
@@ -1034,7 +1036,15 @@ func (d *Dispatcher) maintenanceLoop(ctx context.Context) {
 	defer ticker.Stop()
 	reaping := d.newFailureLog("schedule: reaping expired reservations failed", "schedule: reaping expired reservations recovered")
 	sweeping := d.newFailureLog("schedule: sweeping finished records failed", "schedule: sweeping finished records recovered")
+	skewed := d.newFailureLog("schedule: this host's clock differs from Redis's: attempts start early or late by as much, "+
+		"and beyond reap_grace a reaper takes back reservations whose attempts still run; synchronise the clocks (NTP)",
+		"schedule: this host's clock agrees with Redis's again")
+	var clockChecked time.Time
 	for {
+		if now := d.store.Now(); now.Sub(clockChecked).Abs() >= clockCheckEvery {
+			d.checkClock(ctx, skewed)
+			clockChecked = now
+		}
 		d.reap(ctx, reaping)
 		d.sweep(ctx, sweeping)
 		select {
@@ -1042,6 +1052,34 @@ func (d *Dispatcher) maintenanceLoop(ctx context.Context) {
 			return
 		case <-ticker.C:
 		}
+	}
+}
+
+// clockCheckEvery is how often a dispatcher compares its host's clock
+// with Redis's, and clockTolerance the difference it lets pass: hosts kept
+// by NTP agree within milliseconds.
+const (
+	clockCheckEvery = time.Minute
+	clockTolerance  = 100 * time.Millisecond
+)
+
+// checkClock warns, through skewed, while the host's clock and Redis's
+// differ by more than clockTolerance: due times and deadlines are judged by
+// each dispatcher's clock, so one running ahead starts attempts early. A
+// failure to read Redis's clock is left to the other loops to report.
+func (d *Dispatcher) checkClock(ctx context.Context, skewed *failureLog) {
+	skew, within, err := d.store.ClockSkew(ctx)
+	switch {
+	case err != nil:
+	case skew.Abs()-within > clockTolerance:
+		way := "ahead of"
+		if skew < 0 {
+			way = "behind"
+		}
+		skewed.failed(ctx, fmt.Errorf("the host's clock is %s %s Redis's", skew.Abs().Round(time.Millisecond), way),
+			"skew", skew.Round(time.Millisecond), "within", within.Round(time.Millisecond))
+	default:
+		skewed.ok(ctx)
 	}
 }
 

@@ -286,6 +286,22 @@ func (s *Store) Namespace() string { return s.keys.ns }
 // Now returns the store's clock.
 func (s *Store) Now() time.Time { return s.cfg.TimeNowFunc() }
 
+// ClockSkew returns how far the store's clock (Now) is ahead of Redis's,
+// negative when behind, and within how much that is known: half the round
+// trip of the TIME command that reads Redis's clock. Due times and
+// reservations' deadlines are judged by each host's clock, so hosts whose
+// clocks disagree start attempts early or late by as much.
+func (s *Store) ClockSkew(ctx context.Context) (skew, within time.Duration, err error) {
+	before := s.Now()
+	redisNow, err := s.client.Time(ctx).Result()
+	after := s.Now()
+	if err != nil {
+		return 0, 0, fmt.Errorf("read Redis's clock: %w", err)
+	}
+	half := after.Sub(before) / 2
+	return before.Add(half).Sub(redisNow), half, nil
+}
+
 // Ping reports whether Redis answers; /readyz uses it.
 func (s *Store) Ping(ctx context.Context) error {
 	if err := s.client.Ping(ctx).Err(); err != nil {
