@@ -112,6 +112,9 @@ func (s *Sender) Send(ctx context.Context, n *notify.Notification) (notify.Respo
 	defer cancel()
 
 	req := httpsend.NewRequest(cmp.Or(cond.Method, http.MethodGet), n.Target)
+	// A query changes nothing at the provider, POST or GET: one cut off on
+	// a connection the provider closed can go again within the attempt.
+	req.Replayable = true
 	req.SetNotificationHeaders(n.Headers, "Accept")
 	req.Header.Set("Accept", templates.ContentTypeJSON)
 	if req.Method == http.MethodPost {

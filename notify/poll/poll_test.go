@@ -165,6 +165,24 @@ func TestSendPost(t *testing.T) {
 	require.ErrorContains(t, err, "render order-notify.json")
 }
 
+// TestSendPostOnAClosedKeptAliveConnection: a POST query cut off on a
+// kept-alive connection the provider closed as it went out goes again at
+// once on a new one, as a GET query does, instead of failing the poll's
+// attempt: a query changes nothing at the provider.
+func TestSendPostOnAClosedKeptAliveConnection(t *testing.T) {
+	t.Parallel()
+
+	bundle := setup(t, httpsendtest.HangUpOn(2, provider(0)), http.MethodPost, false)
+	n := notification(bundle.provider.URL())
+	for attempt := range 2 {
+		n.Attempts = attempt
+		_, err := bundle.sender.Send(context.Background(), n)
+		require.NoError(t, err, "attempt %d", attempt)
+	}
+	require.Len(t, bundle.provider.Requests(), 3)
+	require.EqualValues(t, 2, bundle.provider.Conns())
+}
+
 func TestSendOutcomes(t *testing.T) {
 	t.Parallel()
 

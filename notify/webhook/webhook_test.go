@@ -333,17 +333,7 @@ func TestSendRequest(t *testing.T) {
 func TestSendKeptAliveConnectionClosedByReceiver(t *testing.T) {
 	t.Parallel()
 
-	var requests atomic.Int64
-	rec := httpsendtest.NewReceiver(t, "tcp4", func(w http.ResponseWriter, r *http.Request) {
-		if requests.Add(1) == 2 {
-			conn, _, err := http.NewResponseController(w).Hijack()
-			if err == nil {
-				conn.Close()
-			}
-			return
-		}
-		httpsendtest.Answer(200, "success")(w, r)
-	})
+	rec := httpsendtest.NewReceiver(t, "tcp4", httpsendtest.HangUpOn(2, httpsendtest.Answer(200, "success")))
 	sender := newSender(t, Config{Common: httpsend.Common{HTTP: loopback}})
 	n := notification(rec.URL())
 	n.Policy = "alipay"

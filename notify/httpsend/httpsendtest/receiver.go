@@ -99,3 +99,19 @@ func Answer(status int, body string, header ...string) http.HandlerFunc {
 		_, _ = io.WriteString(w, body)
 	}
 }
+
+// HangUpOn returns a handler that closes the connection without an answer
+// on the nth request it gets (from 1), as a receiver whose keep-alive
+// timeout ran out as the request came, and answers the others with h.
+func HangUpOn(nth int64, h http.HandlerFunc) http.HandlerFunc {
+	var requests atomic.Int64
+	return func(w http.ResponseWriter, r *http.Request) {
+		if requests.Add(1) == nth {
+			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				_ = conn.Close()
+			}
+			return
+		}
+		h(w, r)
+	}
+}
