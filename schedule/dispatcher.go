@@ -40,7 +40,10 @@
 // context can outlive its reservation: the dispatcher running it then holds
 // back the retry the reaper made due until the sender returns, and warns
 // that its outcome is dropped, but another dispatcher cannot know of it, so
-// senders must heed their context.
+// senders must heed their context. A reservation whose answer was lost (a
+// read timeout, a broken connection) is looked for by its receipt once
+// Redis answers again, and what it reserved is given back unattempted,
+// rather than left to wait out its ttr and count an attempt never made.
 package schedule
 
 import (
@@ -95,6 +98,7 @@ type Store interface {
 	Sweep(ctx context.Context, limit int) (deleted int, more bool, err error)
 	Subscribe(ctx context.Context) (<-chan store.Wake, <-chan struct{})
 	ClockSkew(ctx context.Context) (skew, within time.Duration, err error)
+	HeldBy(ctx context.Context, lost store.LostReservation) ([]*notify.Notification, error)
 }
 
 var _ Store = (*store.Store)(nil)
@@ -518,6 +522,9 @@ func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan
 	// a backlog the loop waits for this much rather than reserving one
 	// notification per freed worker.
 	lowWater := max(1, min(d.cfg.Batch, d.capacity.total/4))
+	// lost are the reservations whose answers were lost, to be given back
+	// once Redis answers again.
+	var lost []store.LostReservation
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for ctx.Err() == nil {
@@ -559,6 +566,9 @@ func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan
 				if ctx.Err() != nil {
 					return
 				}
+				if re := (*store.ReserveError)(nil); errors.As(err, &re) {
+					lost = append(lost[max(len(lost)-maxLost+1, 0):], re.Lost)
+				}
 				failures++
 				wait := d.retryDelay(failures)
 				d.cfg.Observer.StoreError("reserve", err)
@@ -568,6 +578,9 @@ func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan
 			}
 			failures = 0
 			failing.ok(ctx)
+			if len(lost) > 0 {
+				lost = d.giveBackLost(ctx, lost)
+			}
 			for _, h := range hs {
 				if h.Due.IsZero() {
 					heads[h.Shard] = never
@@ -596,6 +609,35 @@ func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan
 			drainTimer(timer)
 		}
 	}
+}
+
+// maxLost bounds the lost reservations a reserve loop keeps to give back:
+// in a long outage the oldest have since been reaped, or never reached
+// Redis.
+const maxLost = 64
+
+// giveBackLost gives back, unattempted, what the reservations in lost
+// reserved and still hold: their answers never came, so no worker has
+// them, and left alone each would wait out its ttr and then count an
+// attempt that never was, the last of its backoff array sending it to the
+// dead letters unsent. It returns those it could not look at.
+func (d *Dispatcher) giveBackLost(ctx context.Context, lost []store.LostReservation) []store.LostReservation {
+	var left []store.LostReservation
+	for _, l := range lost {
+		held, err := d.store.HeldBy(ctx, l)
+		if err != nil {
+			left = append(left, l)
+			continue
+		}
+		for _, n := range held {
+			d.releaseAt(n, n.DueAt(d.store.Now()))
+		}
+		if len(held) > 0 {
+			d.log.WarnContext(ctx, "schedule: a reservation's answer was lost; gave back what it had reserved, unattempted",
+				"queue", l.Queue, "notifications", len(held))
+		}
+	}
+	return left
 }
 
 // shards returns the store's shard count, waiting out a Redis that cannot

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
 	"time"
@@ -63,7 +64,11 @@ func (s *Store) Reserve(ctx context.Context, queue string, shards []int, limit i
 		calls[i] = &scriptCall{script: reserveScript, keys: keyList, args: args}
 	}
 	if err := s.runScripts(ctx, calls); err != nil {
-		return nil, nil, fmt.Errorf("reserve %s: %w", queue, err)
+		err = fmt.Errorf("reserve %s: %w", queue, err)
+		if !mayHaveRun(err) {
+			return nil, nil, err
+		}
+		return nil, nil, &ReserveError{Lost: LostReservation{Queue: queue, Shards: slices.Clone(shards), Receipt: receipt, At: fromMS(now)}, Err: err}
 	}
 	var out []*notify.Notification
 	heads := make([]Head, 0, len(quotas))
@@ -116,6 +121,94 @@ func (s *Store) Reserve(ctx context.Context, queue string, shards []int, limit i
 		return nil, nil, fmt.Errorf("reserve %s: %w", queue, firstErr)
 	}
 	return out, heads, nil
+}
+
+// ReserveError is a Reserve call that got no answer from Redis, which may
+// have reserved notifications for it all the same: a reply lost to a
+// timeout or a broken connection, or a context that ended while the call
+// was under way. Left alone, those notifications would wait out their ttr
+// and then count an attempt that never was; HeldBy finds them, to be given
+// back unattempted.
+type ReserveError struct {
+	Lost LostReservation
+	Err  error
+}
+
+func (e *ReserveError) Error() string { return e.Err.Error() }
+func (e *ReserveError) Unwrap() error { return e.Err }
+
+// mayHaveRun reports whether a call that failed with err may have run in
+// Redis all the same: not when no connection could be had (a refused
+// dial, an exhausted pool) or Redis refused it with an error reply.
+func mayHaveRun(err error) bool {
+	var op *net.OpError
+	var reply redis.Error
+	switch {
+	case errors.As(err, &op) && op.Op == "dial", errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrClosed):
+		return false
+	case errors.As(err, &reply):
+		return false
+	}
+	return true
+}
+
+// LostReservation names a Reserve call whose answer was lost.
+type LostReservation struct {
+	Queue  string
+	Shards []int
+	// Receipt is the call's receipt prefix, and At its now: what it
+	// reserved holds the receipt, with a deadline at or after At.
+	Receipt string
+	At      time.Time
+}
+
+// heldByPage is how many reservations of a shard HeldBy reads at a time,
+// and heldByPages how many pages it reads at most.
+const (
+	heldByPage  = 500
+	heldByPages = 20
+)
+
+// HeldBy returns the notifications that lost reserved and that are still
+// reserved by it, as Reserve would have returned them, so that the caller
+// can give them back (a release, which counts no attempt). It reads the
+// reservations of lost's shards whose deadlines are at or after lost.At, a
+// page at a time, and keeps those holding lost's receipt: a failure path,
+// which costs a read of the shards' current reservations.
+func (s *Store) HeldBy(ctx context.Context, lost LostReservation) ([]*notify.Notification, error) {
+	if err := s.open(ctx); err != nil {
+		return nil, err
+	}
+	var out []*notify.Notification
+	for _, shard := range lost.Shards {
+		receipt := lost.Receipt + strconv.Itoa(shard)
+		for page := range heldByPages {
+			ids, err := s.client.ZRangeByScore(ctx, s.keys.reserved(shard), &redis.ZRangeBy{
+				Min: strconv.FormatInt(ms(lost.At), 10), Max: "+inf", Offset: int64(page * heldByPage), Count: heldByPage}).Result()
+			if err != nil {
+				return nil, fmt.Errorf("find the reservations of a lost reserve call: %w", err)
+			}
+			if len(ids) == 0 {
+				break
+			}
+			pipe := s.client.Pipeline()
+			contents, states := pipe.HMGet(ctx, s.keys.job(shard), ids...), pipe.HMGet(ctx, s.keys.state(shard), ids...)
+			if _, err := pipe.Exec(ctx); err != nil {
+				return nil, fmt.Errorf("read the reservations of a lost reserve call: %w", err)
+			}
+			for i, id := range ids {
+				content, _ := contents.Val()[i].(string)
+				state, _ := states.Val()[i].(string)
+				if n, _, err := decode(id, content, state); err == nil && n.State == notify.StateReserved && n.Receipt == receipt {
+					out = append(out, n)
+				}
+			}
+			if len(ids) < heldByPage {
+				break
+			}
+		}
+	}
+	return out, nil
 }
 
 // quota is one shard's share of a reservation.
