@@ -563,11 +563,21 @@ func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan
 			items, hs, err := d.store.Reserve(ctx, queue, ask, got)
 			d.capacity.give(got - len(items))
 			if err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				if re := (*store.ReserveError)(nil); errors.As(err, &re) {
+				re := (*store.ReserveError)(nil)
+				if errors.As(err, &re) {
 					lost = append(lost[max(len(lost)-maxLost+1, 0):], re.Lost)
+				}
+				if ctx.Err() != nil {
+					// Stopping: the reservation under way may have reserved
+					// for no one. Its notifications go back now, while the
+					// finisher still takes releases, rather than wait out
+					// their ttr.
+					if re != nil {
+						stopping, cancel := context.WithTimeout(context.WithoutCancel(ctx), lostGiveBackTimeout)
+						d.giveBackLost(stopping, lost)
+						cancel()
+					}
+					return
 				}
 				failures++
 				wait := d.retryDelay(failures)
@@ -610,6 +620,10 @@ func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan
 		}
 	}
 }
+
+// lostGiveBackTimeout bounds how long a stopping reserve loop looks for
+// what its last reservation reserved.
+const lostGiveBackTimeout = 2 * time.Second
 
 // maxLost bounds the lost reservations a reserve loop keeps to give back:
 // in a long outage the oldest have since been reaped, or never reached

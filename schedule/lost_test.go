@@ -41,10 +41,36 @@ func TestLostReservationIsGivenBack(t *testing.T) {
 	require.Equal(t, notify.OutcomeSuccess, got.History[0].Outcome)
 }
 
+// TestStopDuringAReservation: a dispatcher stopped while a reservation's
+// answer is on its way gives back what that reservation took, and another
+// dispatcher delivers it at once, where it waited out its ttr.
+func TestStopDuringAReservation(t *testing.T) {
+	t.Parallel()
+	client := server.Client(t)
+	drop := &dropReservation{untilDone: true}
+	client.AddHook(drop)
+	b := setupOn(t, client, redistest.Namespace(t))
+	d := b.start(t, schedule.Config{Senders: map[string]notify.Sender{notify.ChannelWebhook: newRecorder(nil)}})
+	drop.armed.Store(true)
+	ttr := notify.Duration(time.Minute)
+	b.enqueue(t, "n1", ms(0), 0, func(r *notify.Request) { r.TTR = &ttr })
+	require.Eventually(t, drop.dropped.Load, 5*time.Second, time.Millisecond, "the reservation took n1")
+	requireStopsWithin(t, d, 5*time.Second)
+
+	rec := newRecorder(nil)
+	setupOn(t, server.Client(t), b.store.Namespace()).start(t, schedule.Config{Senders: map[string]notify.Sender{notify.ChannelWebhook: rec}})
+	got := b.waitState(t, "n1", notify.StateSucceeded)
+	require.Equal(t, 1, rec.attempts("n1"))
+	require.Len(t, got.History, 1, "no attempt counted for the stopped reservation")
+}
+
 // dropReservation is a go-redis hook that, once armed, loses the answer to
 // the first reservation that took something: Redis runs it, the caller
-// gets a read timeout.
-type dropReservation struct{ armed, dropped atomic.Bool }
+// gets a read timeout, or with untilDone waits until its context ends.
+type dropReservation struct {
+	armed, dropped atomic.Bool
+	untilDone      bool
+}
 
 func (*dropReservation) DialHook(next redis.DialHook) redis.DialHook          { return next }
 func (*dropReservation) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
@@ -56,7 +82,11 @@ func (d *dropReservation) ProcessPipelineHook(next redis.ProcessPipelineHook) re
 		}
 		for _, c := range cmds {
 			if tookSome(c) && d.dropped.CompareAndSwap(false, true) {
-				lost := &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
+				var lost error = &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
+				if d.untilDone {
+					<-ctx.Done()
+					lost = ctx.Err()
+				}
 				for _, c := range cmds {
 					c.SetErr(lost)
 				}
