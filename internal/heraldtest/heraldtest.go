@@ -1,8 +1,9 @@
 // Package heraldtest holds helpers that Herald's tests share: a logger that
 // writes to the test's log, a buffer that logs can be written to
-// concurrently, a stub clock, a notification builder, and a check that the
-// store's statistics agree with its sets. It is test-only: production
-// packages must not import it.
+// concurrently, a stub clock, a notification builder, a check that the
+// store's statistics agree with its sets, and a go-redis hook that loses a
+// reservation's answer. It is test-only: production packages must not
+// import it.
 package heraldtest
 
 import (

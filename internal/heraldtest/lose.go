@@ -1,0 +1,76 @@
+package heraldtest
+
+import (
+	"context"
+	"net"
+	"os"
+	"strings"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// LoseReservation is a go-redis hook that, once Armed, loses the answer to
+// the first reservation that took something: Redis runs it and the caller
+// gets a read timeout, or, with UntilDone, waits until its context ends
+// and gets that error, as a dispatcher stopped or a consumer hanging up
+// while the answer is on its way.
+type LoseReservation struct {
+	Armed, Lost atomic.Bool
+	UntilDone   bool
+}
+
+// DialHook implements redis.Hook.
+func (*LoseReservation) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessHook implements redis.Hook.
+func (*LoseReservation) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+// ProcessPipelineHook implements redis.Hook: the store sends its scripts
+// in pipelines.
+func (h *LoseReservation) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if !h.Armed.Load() || h.Lost.Load() {
+			return err
+		}
+		for _, c := range cmds {
+			if tookSome(c) && h.Lost.CompareAndSwap(false, true) {
+				var lost error = &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
+				if h.UntilDone {
+					<-ctx.Done()
+					lost = ctx.Err()
+				}
+				for _, c := range cmds {
+					c.SetErr(lost)
+				}
+				return lost
+			}
+		}
+		return err
+	}
+}
+
+// tookSome reports whether c is a reservation that reserved something: a
+// script over a ready list whose answer names ids.
+func tookSome(c redis.Cmder) bool {
+	isReserve := false
+	for _, a := range c.Args() {
+		if s, ok := a.(string); ok && strings.Contains(s, ":ready:") {
+			isReserve = true
+		}
+	}
+	cmd, ok := c.(interface{ Val() any }) // the store wraps its *redis.Cmd
+	if !isReserve || !ok || c.Err() != nil {
+		return false
+	}
+	shards, _ := cmd.Val().([]any)
+	for _, s := range shards {
+		if parts, _ := s.([]any); len(parts) > 1 {
+			if ids, _ := parts[1].([]any); len(ids) > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
