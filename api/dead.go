@@ -2,6 +2,8 @@ package api
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"maps"
 	"net/http"
 	"net/url"
@@ -10,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/heraldhq/herald/client"
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/store"
 )
@@ -79,16 +82,20 @@ func (req *replayRequest) isZero() bool {
 	return len(req.IDs) == 0 && req.Topic == "" && req.Since == nil && req.Until == nil && !req.ResetAttempts && !req.DryRun
 }
 
-// ReplayResult is the answer of POST /v1/dead/replay.
+// ReplayResult is the answer of POST /v1/dead/replay. NotDead names the
+// ids given that were not dead, and so not replayed, with their states.
 type ReplayResult struct {
-	Matched  int `json:"matched"`
-	Replayed int `json:"replayed"`
+	Matched  int              `json:"matched"`
+	Replayed int              `json:"replayed"`
+	NotDead  []client.IDState `json:"not_dead,omitempty"`
 }
 
-// PurgeResult is the answer of DELETE /v1/dead.
+// PurgeResult is the answer of DELETE /v1/dead. NotDead names the ids
+// given that were not dead, and so not purged, with their states.
 type PurgeResult struct {
-	Matched int `json:"matched"`
-	Purged  int `json:"purged"`
+	Matched int              `json:"matched"`
+	Purged  int              `json:"purged"`
+	NotDead []client.IDState `json:"not_dead,omitempty"`
 }
 
 // replay handles POST /v1/dead/replay.
@@ -101,12 +108,19 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 	f := deadFilter(req.IDs, req.Topic, req.Since, req.Until)
 	ctx, cancel := s.storeContext(r)
 	defer cancel()
+	// Looked up before the replay, which would make the ids it replays
+	// not dead.
+	notDead, err := s.notDead(ctx, f)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	matched, replayed, err := s.client.Replay(ctx, f, store.DeadOptions{Reset: req.ResetAttempts, DryRun: req.DryRun})
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, ReplayResult{Matched: matched, Replayed: replayed})
+	writeJSON(w, http.StatusOK, ReplayResult{Matched: matched, Replayed: replayed, NotDead: notDead})
 }
 
 // deadFilter is the store's filter for the ids, or the topic and window,
@@ -188,12 +202,29 @@ func (s *Server) purge(w http.ResponseWriter, r *http.Request) {
 func (s *Server) purgeDead(w http.ResponseWriter, r *http.Request, f store.DeadFilter, dryRun bool) {
 	ctx, cancel := s.storeContext(r)
 	defer cancel()
+	notDead, err := s.notDead(ctx, f)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	matched, purged, err := s.client.Purge(ctx, f, store.DeadOptions{DryRun: dryRun})
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, PurgeResult{Matched: matched, Purged: purged})
+	writeJSON(w, http.StatusOK, PurgeResult{Matched: matched, Purged: purged, NotDead: notDead})
+}
+
+// notDead names the ids f gives that are not dead, for an operator who
+// mistyped one: a filter the client refuses is left for the replay or
+// purge to refuse.
+func (s *Server) notDead(ctx context.Context, f store.DeadFilter) ([]client.IDState, error) {
+	states, err := s.client.NotDead(ctx, f)
+	var fe *notify.FieldError
+	if errors.As(err, &fe) {
+		return nil, nil
+	}
+	return states, err
 }
 
 // queryTime reads an RFC 3339 time parameter; absent is the zero time.

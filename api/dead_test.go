@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/api"
+	"github.com/heraldhq/herald/client"
 	"github.com/heraldhq/herald/notify"
 )
 
@@ -166,6 +167,23 @@ func TestDeadLetters(t *testing.T) {
 		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "dry_run", "DELETE", "/v1/dead?topic=single&dry_run=maybe", nil)
 		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "since", "DELETE", "/v1/dead?topic=single&since=now", nil)
 		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "reset_attempts", "DELETE", "/v1/dead?topic=single&reset_attempts=1", nil)
+	})
+	t.Run("NamesIdsNotDead", func(t *testing.T) {
+		// An id mistyped, or not dead, is named with its state, where the
+		// answer said only how many matched.
+		b.kill(t, "nd", 2)
+		type answer struct {
+			Matched  int              `json:"matched"`
+			Replayed int              `json:"replayed"`
+			Purged   int              `json:"purged"`
+			NotDead  []client.IDState `json:"not_dead"`
+		}
+		got := must[answer](t, b, http.StatusOK, "POST", "/v1/dead/replay", map[string]any{"ids": []string{"nd0", "nd0x"}})
+		require.Equal(t, answer{Matched: 1, Replayed: 1, NotDead: []client.IDState{{ID: "nd0x", State: client.StateUnknown}}}, got)
+		got = must[answer](t, b, http.StatusOK, "DELETE", "/v1/dead?ids=nd0,nd1", nil)
+		require.Equal(t, answer{Matched: 1, Purged: 1, NotDead: []client.IDState{{ID: "nd0", State: "scheduled"}}}, got)
+		all := must[map[string]any](t, b, http.StatusOK, "POST", "/v1/dead/replay", map[string]any{"topic": "single", "dry_run": true})
+		require.NotContains(t, all, "not_dead", "a topic names no ids")
 	})
 }
 

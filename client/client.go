@@ -41,6 +41,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/heraldhq/herald/endpoint"
@@ -331,6 +332,51 @@ func (c *Client) Purge(ctx context.Context, f store.DeadFilter, opts store.DeadO
 	matched, purged, err = c.store.Purge(ctx, f, opts)
 	c.storeError("purge", err)
 	return matched, purged, err
+}
+
+// IDState is an id a replay or purge named that is not dead, and its
+// state: a notify.State, or StateUnknown for an id with no record.
+type IDState struct {
+	ID    string `json:"id"`
+	State string `json:"state"`
+}
+
+// StateUnknown is IDState's state of an id with no record: never enqueued,
+// in another namespace, or deleted after its retention.
+const StateUnknown = "unknown"
+
+// NotDead returns the ids f names that are not dead, with their states, in
+// the order given: what a replay or purge of f would leave alone, which an
+// operator who mistyped an id needs to hear. It counts f's dead ones first
+// (a dry run) and looks the ids up one by one only when that comes up
+// short; nil when f names no ids or every one is dead.
+func (c *Client) NotDead(ctx context.Context, f store.DeadFilter) ([]IDState, error) {
+	ids := slices.Compact(slices.Sorted(slices.Values(f.IDs)))
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	dead, _, err := c.Replay(ctx, store.DeadFilter{IDs: ids}, store.DeadOptions{DryRun: true})
+	if err != nil || dead == len(ids) {
+		return nil, err
+	}
+	var out []IDState
+	seen := map[string]bool{}
+	for _, id := range f.IDs {
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		n, err := c.Get(ctx, id)
+		switch {
+		case errors.Is(err, notify.ErrNotFound):
+			out = append(out, IDState{ID: id, State: StateUnknown})
+		case err != nil:
+			return nil, err
+		case n.State != notify.StateDead:
+			out = append(out, IDState{ID: id, State: string(n.State)})
+		}
+	}
+	return out, nil
 }
 
 // checkWindow refuses a window of the time of death given with ids: it

@@ -180,3 +180,29 @@ func TestReserveArguments(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, items)
 }
+
+// TestNotDead: the ids a replay or purge names that are not dead come back
+// with their states, unknown ones as unknown, in the order given and once
+// each; none when every one is dead or none is named.
+func TestNotDead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := setup(t)
+	past, later := time.Now().Add(-time.Second), notify.Duration(time.Hour)
+	_, _, err := c.Enqueue(ctx, &notify.Request{ID: "dead-1", Topic: "appointment-reminder", SendAt: &past})
+	require.NoError(t, err)
+	_, _, err = c.Enqueue(ctx, &notify.Request{ID: "live-1", Topic: "appointment-reminder", Delay: &later})
+	require.NoError(t, err)
+	got, err := c.Reserve(ctx, "appointment-reminder", 10, time.Second)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.NoError(t, c.Nack(ctx, got[0].ID, got[0].Receipt, notify.Permanent(errors.New("gone"))))
+	states, err := c.NotDead(ctx, store.DeadFilter{IDs: []string{"nope", "dead-1", "live-1", "nope"}})
+	require.NoError(t, err)
+	require.Equal(t, []client.IDState{{ID: "nope", State: client.StateUnknown}, {ID: "live-1", State: "scheduled"}}, states)
+	for _, f := range []store.DeadFilter{{IDs: []string{"dead-1"}}, {Topic: "appointment-reminder"}} {
+		states, err = c.NotDead(ctx, f)
+		require.NoError(t, err)
+		require.Empty(t, states)
+	}
+}

@@ -105,37 +105,23 @@ func (c *app) onDead(cmd *cobra.Command, f *deadFilterFlags, verb string, do fun
 
 // notDeadError returns an error naming, with their states, the ids of f
 // that are not dead: nil when every one is, or the error of looking them
-// up. A replay's dry run counts them, as it counts for a purge too, and the
-// ids are looked up one by one only when it comes up short.
+// up.
 func notDeadError(ctx context.Context, cl *client.Client, f store.DeadFilter, verb string) (notDead, err error) {
-	total := len(slices.Compact(slices.Sorted(slices.Values(f.IDs))))
-	if total == 0 {
-		return nil, nil
-	}
-	dead, _, err := cl.Replay(ctx, f, store.DeadOptions{DryRun: true})
-	if err != nil || dead == total {
+	states, err := cl.NotDead(ctx, f)
+	if err != nil {
 		return nil, err
 	}
-	var named []string
-	seen := map[string]bool{}
-	for _, id := range f.IDs {
-		if seen[id] {
-			continue
-		}
-		seen[id] = true
-		n, err := cl.Get(ctx, id)
-		switch {
-		case errors.Is(err, notify.ErrNotFound):
-			named = append(named, id+" (unknown id)")
-		case err != nil:
-			return nil, err
-		case n.State != notify.StateDead:
-			named = append(named, fmt.Sprintf("%s (%s)", id, n.State))
+	total := len(slices.Compact(slices.Sorted(slices.Values(f.IDs))))
+	named := make([]string, len(states))
+	for i, s := range states {
+		named[i] = fmt.Sprintf("%s (%s)", s.ID, s.State)
+		if s.State == client.StateUnknown {
+			named[i] = s.ID + " (unknown id)"
 		}
 	}
 	switch {
 	case len(named) == 0:
-		return nil, nil // dead by now
+		return nil, nil
 	case total == 1:
 		return fmt.Errorf("the id given is not dead, so not %s: %s", verb, named[0]), nil
 	case len(named) == 1:
