@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -138,4 +139,11 @@ func Example_reminder() {
 	// true sms 2030-04-02 06:30:00 +0000 UTC
 	// true 2030-04-02 08:30:00 +0000 UTC
 	// cancelled <nil>
+}
+
+// A program that runs a Worker routes go-redis's own messages, which an
+// outage repeats several times a second, to its logger, once, at start.
+func ExampleRouteRedisLogs() {
+	herald.RouteRedisLogs(slog.Default())
+	// Output:
 }

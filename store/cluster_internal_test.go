@@ -180,13 +180,20 @@ func moveSlot(t *testing.T, cluster *redistest.Cluster, client *redis.ClusterCli
 	}
 	for _, node := range cluster.Nodes {
 		require.Eventually(t, func() bool {
-			slots, err := clients[node.Addr].ClusterSlots(ctx).Result()
+			shards, err := clients[node.Addr].ClusterShards(ctx).Result()
 			if err != nil {
 				return false
 			}
-			for _, r := range slots {
-				if int64(r.Start) <= slot && slot <= int64(r.End) {
-					return r.Nodes[0].Addr == to
+			for _, sh := range shards {
+				for _, r := range sh.Slots {
+					if r.Start > slot || slot > r.End {
+						continue
+					}
+					for _, n := range sh.Nodes {
+						if n.Role == "master" {
+							return net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10)) == to
+						}
+					}
 				}
 			}
 			return false

@@ -133,7 +133,7 @@ func checkRedis(ctx context.Context, c redis.UniversalClient, configured bool) e
 		// Redis answers a password for a default user that has none
 		// with "ERR AUTH <password> called without any password configured".
 		if redis.IsAuthError(err) || redis.HasErrorPrefix(err, "AUTH ") {
-			return &UsageError{Err: fmt.Errorf("Redis refused to authenticate Herald: check redis.username and redis.password (HERALD_REDIS_USERNAME, HERALD_REDIS_PASSWORD): %w", err)}
+			return &UsageError{Err: fmt.Errorf("authentication refused by Redis: check redis.username and redis.password (HERALD_REDIS_USERNAME, HERALD_REDIS_PASSWORD): %w", err)}
 		}
 		return err
 	}
