@@ -141,13 +141,8 @@ const releaseTimeout = 5 * time.Second
 func (c *Client) giveBackLost(ctx context.Context, lost store.LostReservation) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
-	held, err := c.store.HeldBy(ctx, lost)
-	if err != nil {
+	if _, err := c.store.GiveBack(ctx, lost); err != nil {
 		c.storeError("reserve", err)
-		return
-	}
-	if len(held) > 0 {
-		c.release(ctx, held)
 	}
 }
 

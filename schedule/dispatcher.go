@@ -98,7 +98,7 @@ type Store interface {
 	Sweep(ctx context.Context, limit int) (deleted int, more bool, err error)
 	Subscribe(ctx context.Context) (<-chan store.Wake, <-chan struct{})
 	ClockSkew(ctx context.Context) (skew, within time.Duration, err error)
-	HeldBy(ctx context.Context, lost store.LostReservation) ([]*notify.Notification, error)
+	GiveBack(ctx context.Context, lost store.LostReservation) (int, error)
 }
 
 var _ Store = (*store.Store)(nil)
@@ -638,17 +638,14 @@ const maxLost = 64
 func (d *Dispatcher) giveBackLost(ctx context.Context, lost []store.LostReservation) []store.LostReservation {
 	var left []store.LostReservation
 	for _, l := range lost {
-		held, err := d.store.HeldBy(ctx, l)
+		given, err := d.store.GiveBack(ctx, l)
 		if err != nil {
 			left = append(left, l)
 			continue
 		}
-		for _, n := range held {
-			d.releaseAt(n, n.DueAt(d.store.Now()))
-		}
-		if len(held) > 0 {
+		if given > 0 {
 			d.log.WarnContext(ctx, "schedule: a reservation's answer was lost; gave back what it had reserved, unattempted",
-				"queue", l.Queue, "notifications", len(held))
+				"queue", l.Queue, "notifications", given)
 		}
 	}
 	return left

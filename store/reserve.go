@@ -38,6 +38,11 @@ type Head struct {
 //
 // A reserved notification whose content cannot be decoded is quarantined
 // (see Quarantined) and left out, so that it cannot stop the queue.
+//
+// When no answer came back, although Redis may have run the call, the
+// error is a *ReserveError, whose Lost the caller hands to GiveBack once
+// Redis answers again. On a Cluster, what the shards whose answers were
+// lost reserved, while others' came, is given back before Reserve returns.
 func (s *Store) Reserve(ctx context.Context, queue string, shards []int, limit int) ([]*notify.Notification, []Head, error) {
 	if err := s.open(ctx); err != nil {
 		return nil, nil, err
@@ -73,8 +78,16 @@ func (s *Store) Reserve(ctx context.Context, queue string, shards []int, limit i
 	var out []*notify.Notification
 	heads := make([]Head, 0, len(quotas))
 	var firstErr error
+	// lost are the shards of the calls, on a Cluster, whose answers were
+	// lost while others' came.
+	lost := LostReservation{Queue: queue, Receipt: receipt, At: fromMS(now)}
 	for i, c := range calls {
 		v, err := c.cmd.Result()
+		if err != nil && mayHaveRun(err) {
+			for _, q := range groups[i] {
+				lost.Shards = append(lost.Shards, q.shard)
+			}
+		}
 		var replies []any
 		if err == nil {
 			replies, err = replyList(v, len(groups[i]))
@@ -118,17 +131,40 @@ func (s *Store) Reserve(ctx context.Context, queue string, shards []int, limit i
 	// Reserved notifications are returned even when another shard failed:
 	// dropping them would strand them until their ttr.
 	if firstErr != nil && len(out) == 0 {
-		return nil, nil, fmt.Errorf("reserve %s: %w", queue, firstErr)
+		err := fmt.Errorf("reserve %s: %w", queue, firstErr)
+		if len(lost.Shards) == 0 {
+			return nil, nil, err
+		}
+		return nil, nil, &ReserveError{Lost: lost, Err: err}
+	}
+	if len(lost.Shards) > 0 {
+		// The caller gets what came back; what did not goes back now.
+		s.giveBackLost(ctx, lost)
 	}
 	return out, heads, nil
+}
+
+// giveBackLostTimeout bounds how long Reserve looks for, and gives back,
+// what the calls whose answers were lost reserved.
+const giveBackLostTimeout = 2 * time.Second
+
+// giveBackLost is GiveBack for Reserve, which has had its answer: it
+// logs a failure, after which what lost reserved waits out its ttr.
+func (s *Store) giveBackLost(ctx context.Context, lost LostReservation) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveBackLostTimeout)
+	defer cancel()
+	if _, err := s.GiveBack(ctx, lost); err != nil {
+		s.cfg.Logger.WarnContext(ctx, "store: could not give back what a reservation whose answer was lost had reserved; it waits out its ttr",
+			"queue", lost.Queue, "error", err)
+	}
 }
 
 // ReserveError is a Reserve call that got no answer from Redis, which may
 // have reserved notifications for it all the same: a reply lost to a
 // timeout or a broken connection, or a context that ended while the call
 // was under way. Left alone, those notifications would wait out their ttr
-// and then count an attempt that never was; HeldBy finds them, to be given
-// back unattempted.
+// and then count an attempt that never was; GiveBack gives them back
+// unattempted.
 type ReserveError struct {
 	Lost LostReservation
 	Err  error
@@ -162,23 +198,47 @@ type LostReservation struct {
 	At      time.Time
 }
 
-// heldByPage is how many reservations of a shard HeldBy reads at a time,
+// heldByPage is how many reservations of a shard heldBy reads at a time,
 // and heldByPages how many pages it reads at most.
 const (
 	heldByPage  = 500
 	heldByPages = 20
 )
 
-// HeldBy returns the notifications that lost reserved and that are still
-// reserved by it, as Reserve would have returned them, so that the caller
-// can give them back (a release, which counts no attempt). It reads the
-// reservations of lost's shards whose deadlines are at or after lost.At, a
-// page at a time, and keeps those holding lost's receipt: a failure path,
-// which costs a read of the shards' current reservations.
-func (s *Store) HeldBy(ctx context.Context, lost LostReservation) ([]*notify.Notification, error) {
+// GiveBack gives back, unattempted and uncounted, what lost reserved and
+// still holds, due again at its due time, and returns how many. It reads
+// the reservations of lost's shards whose deadlines are at or after
+// lost.At, a page at a time, and releases those holding lost's receipt: a
+// failure path, which costs a read of the shards' current reservations.
+func (s *Store) GiveBack(ctx context.Context, lost LostReservation) (int, error) {
 	if err := s.open(ctx); err != nil {
-		return nil, err
+		return 0, err
 	}
+	held, err := s.heldBy(ctx, lost)
+	if err != nil || len(held) == 0 {
+		return 0, err
+	}
+	now := s.Now()
+	releases := make([]Finish, len(held))
+	for i, n := range held {
+		releases[i] = Finish{Notification: n, Action: notify.ActionRelease, NextAt: n.DueAt(now)}
+	}
+	errs, err := s.Finish(ctx, releases)
+	if err != nil {
+		return 0, err
+	}
+	given := 0
+	for _, e := range errs {
+		if e == nil {
+			given++
+		}
+	}
+	return given, nil
+}
+
+// heldBy returns the notifications lost reserved that are still reserved
+// by it, as Reserve would have returned them.
+func (s *Store) heldBy(ctx context.Context, lost LostReservation) ([]*notify.Notification, error) {
 	var out []*notify.Notification
 	for _, shard := range lost.Shards {
 		receipt := lost.Receipt + strconv.Itoa(shard)

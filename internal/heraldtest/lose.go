@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -14,10 +15,13 @@ import (
 // the first reservation that took something: Redis runs it and the caller
 // gets a read timeout, or, with UntilDone, waits until its context ends
 // and gets that error, as a dispatcher stopped or a consumer hanging up
-// while the answer is on its way.
+// while the answer is on its way. With Only set, it loses the answer of
+// that reservation's script calls that name a key holding Only (a shard's
+// "{3}:") and no other, as a Cluster node that stalls while others answer.
 type LoseReservation struct {
 	Armed, Lost atomic.Bool
 	UntilDone   bool
+	Only        string
 }
 
 // DialHook implements redis.Hook.
@@ -34,34 +38,37 @@ func (h *LoseReservation) ProcessPipelineHook(next redis.ProcessPipelineHook) re
 		if !h.Armed.Load() || h.Lost.Load() {
 			return err
 		}
+		lose := func(c redis.Cmder) bool { return h.Only == "" || names(c, h.Only) }
+		if !slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return lose(c) && tookSome(c) }) || !h.Lost.CompareAndSwap(false, true) {
+			return err
+		}
+		var lost error = &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
+		if h.UntilDone {
+			<-ctx.Done()
+			lost = ctx.Err()
+		}
 		for _, c := range cmds {
-			if tookSome(c) && h.Lost.CompareAndSwap(false, true) {
-				var lost error = &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
-				if h.UntilDone {
-					<-ctx.Done()
-					lost = ctx.Err()
-				}
-				for _, c := range cmds {
-					c.SetErr(lost)
-				}
-				return lost
+			if lose(c) {
+				c.SetErr(lost)
 			}
 		}
-		return err
+		return lost
 	}
+}
+
+// names reports whether one of c's arguments holds part.
+func names(c redis.Cmder, part string) bool {
+	return slices.ContainsFunc(c.Args(), func(a any) bool {
+		s, ok := a.(string)
+		return ok && strings.Contains(s, part)
+	})
 }
 
 // tookSome reports whether c is a reservation that reserved something: a
 // script over a ready list whose answer names ids.
 func tookSome(c redis.Cmder) bool {
-	isReserve := false
-	for _, a := range c.Args() {
-		if s, ok := a.(string); ok && strings.Contains(s, ":ready:") {
-			isReserve = true
-		}
-	}
 	cmd, ok := c.(interface{ Val() any }) // the store wraps its *redis.Cmd
-	if !isReserve || !ok || c.Err() != nil {
+	if !names(c, ":ready:") || !ok || c.Err() != nil {
 		return false
 	}
 	shards, _ := cmd.Val().([]any)
