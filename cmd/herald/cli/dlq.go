@@ -86,31 +86,27 @@ func (f *deadFilterFlags) filter(now time.Time) (store.DeadFilter, error) {
 }
 
 // onDead runs do, a replay or a purge (verb), on the dead notifications f
-// selects. A bad filter is a usage error. Ids that are not dead fail the
+// selects, handing it the ids given that are not dead, for its --json
+// answer. A bad filter is a usage error. Ids that are not dead fail the
 // command, named, once do has run on those that are: an operator who
 // mistyped one would otherwise take "1 matched" for all of them.
-func (c *app) onDead(cmd *cobra.Command, f *deadFilterFlags, verb string, do func(cl *client.Client, filter store.DeadFilter) error) error {
+func (c *app) onDead(cmd *cobra.Command, f *deadFilterFlags, verb string, do func(cl *client.Client, filter store.DeadFilter, notDead []client.IDState) error) error {
 	filter, err := f.filter(time.Now())
 	if err != nil {
 		return err
 	}
 	return c.withClient(cmd, false, func(cl *client.Client) error {
-		notDead, err := notDeadError(cmd.Context(), cl, filter, verb)
+		states, err := cl.NotDead(cmd.Context(), filter)
 		if err != nil {
 			return err
 		}
-		return cmp.Or(do(cl, filter), notDead)
+		return cmp.Or(do(cl, filter, states), notDeadError(filter, states, verb))
 	})
 }
 
-// notDeadError returns an error naming, with their states, the ids of f
-// that are not dead: nil when every one is, or the error of looking them
-// up.
-func notDeadError(ctx context.Context, cl *client.Client, f store.DeadFilter, verb string) (notDead, err error) {
-	states, err := cl.NotDead(ctx, f)
-	if err != nil {
-		return nil, err
-	}
+// notDeadError returns an error naming the ids of f that are not dead, with
+// their states: nil when every one is.
+func notDeadError(f store.DeadFilter, states []client.IDState, verb string) error {
 	total := len(slices.Compact(slices.Sorted(slices.Values(f.IDs))))
 	named := make([]string, len(states))
 	for i, s := range states {
@@ -121,13 +117,13 @@ func notDeadError(ctx context.Context, cl *client.Client, f store.DeadFilter, ve
 	}
 	switch {
 	case len(named) == 0:
-		return nil, nil
+		return nil
 	case total == 1:
-		return fmt.Errorf("the id given is not dead, so not %s: %s", verb, named[0]), nil
+		return fmt.Errorf("the id given is not dead, so not %s: %s", verb, named[0])
 	case len(named) == 1:
-		return fmt.Errorf("1 of the %d ids given is not dead, so not %s: %s", total, verb, named[0]), nil
+		return fmt.Errorf("1 of the %d ids given is not dead, so not %s: %s", total, verb, named[0])
 	}
-	return fmt.Errorf("%d of the %d ids given are not dead, so not %s: %s", len(named), total, verb, strings.Join(named, ", ")), nil
+	return fmt.Errorf("%d of the %d ids given are not dead, so not %s: %s", len(named), total, verb, strings.Join(named, ", "))
 }
 
 // deadOutcome prints the outcome of a replay or purge (verb) that matched
@@ -274,8 +270,8 @@ running it again replays what is dead by then.`,
   herald dlq replay --topic order-notify --since 2026-03-01T00:00:00Z --dry-run`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return c.onDead(cmd, &f, "replayed", func(cl *client.Client, filter store.DeadFilter) error {
-				var r api.ReplayResult
+			return c.onDead(cmd, &f, "replayed", func(cl *client.Client, filter store.DeadFilter, notDead []client.IDState) error {
+				r := api.ReplayResult{NotDead: notDead}
 				var err error
 				r.Matched, r.Replayed, err = c.replay(cmd.Context(), cl, filter, reset, dryRun, !asJSON)
 				return c.deadOutcome(asJSON, dryRun, "replayed", r, r.Matched, r.Replayed, err)
@@ -324,8 +320,8 @@ purge that fails part way prints how many it purged before its error.`,
 		Example: "  herald dlq purge --topic order-notify --until 720h --dry-run\n  herald dlq purge --ids order-1001",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return c.onDead(cmd, &f, "purged", func(cl *client.Client, filter store.DeadFilter) error {
-				var r api.PurgeResult
+			return c.onDead(cmd, &f, "purged", func(cl *client.Client, filter store.DeadFilter, notDead []client.IDState) error {
+				r := api.PurgeResult{NotDead: notDead}
 				var err error
 				r.Matched, r.Purged, err = cl.Purge(cmd.Context(), filter, store.DeadOptions{DryRun: dryRun})
 				return c.deadOutcome(asJSON, dryRun, "purged", r, r.Matched, r.Purged, err)

@@ -121,7 +121,7 @@ func TestDLQ(t *testing.T) {
 
 		r = e.run(t, "dlq", "replay", "--ids", "d1", "--json")
 		require.Equal(t, 1, r.code(), r.err)
-		require.JSONEq(t, `{"matched": 0, "replayed": 0}`, r.out)
+		require.JSONEq(t, `{"matched": 0, "replayed": 0, "not_dead": [{"id": "d1", "state": "scheduled"}]}`, r.out, "as the API answers")
 		require.EqualError(t, r.err, "the id given is not dead, so not replayed: d1 (scheduled)")
 
 		r = e.run(t, "dlq", "purge", "--ids", "d2,d2,d3x")
