@@ -110,9 +110,6 @@ func (c *Client) reserveDue(ctx context.Context, queue string, limit int) (items
 	items, after, err := c.store.Reserve(ctx, queue, due, limit)
 	if err != nil {
 		c.storeError("reserve", err)
-		if re := (*store.ReserveError)(nil); errors.As(err, &re) {
-			c.giveBackLost(ctx, re.Lost)
-		}
 		return nil, time.Time{}, err
 	}
 	// The store answers shard by shard; a consumer works through the list
@@ -134,18 +131,6 @@ const releaseTimeout = 5 * time.Second
 // release gives back reserved notifications whose attempts never started:
 // each is due again when it was, keeps its place and counts no attempt.
 // ctx may have ended: the release outlives it, up to releaseTimeout.
-// giveBackLost gives back what lost reserved, whose answer never came (a
-// read timeout, a consumer hanging up while it was on its way): no consumer
-// has it, and left alone it would wait out its ttr and count an attempt
-// never made. If Redis cannot be asked now, that is what happens.
-func (c *Client) giveBackLost(ctx context.Context, lost store.LostReservation) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-	defer cancel()
-	if _, err := c.store.GiveBack(ctx, lost); err != nil {
-		c.storeError("reserve", err)
-	}
-}
-
 func (c *Client) release(ctx context.Context, items []*notify.Notification) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()

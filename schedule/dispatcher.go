@@ -40,10 +40,11 @@
 // context can outlive its reservation: the dispatcher running it then holds
 // back the retry the reaper made due until the sender returns, and warns
 // that its outcome is dropped, but another dispatcher cannot know of it, so
-// senders must heed their context. A reservation whose answer was lost (a
-// read timeout, a broken connection) is looked for by its receipt once
-// Redis answers again, and what it reserved is given back unattempted,
-// rather than left to wait out its ttr and count an attempt never made.
+// senders must heed their context. What a reservation whose answer was
+// lost (a read timeout, a broken connection, a Stop) reserved is given back
+// unattempted, by the store at once or, when Redis does not answer, by the
+// dispatcher once it does, rather than left to wait out its ttr and count
+// an attempt never made.
 package schedule
 
 import (
@@ -563,21 +564,11 @@ func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan
 			items, hs, err := d.store.Reserve(ctx, queue, ask, got)
 			d.capacity.give(got - len(items))
 			if err != nil {
-				re := (*store.ReserveError)(nil)
-				if errors.As(err, &re) {
-					lost = append(lost[max(len(lost)-maxLost+1, 0):], re.Lost)
-				}
 				if ctx.Err() != nil {
-					// Stopping: the reservation under way may have reserved
-					// for no one. Its notifications go back now, while the
-					// finisher still takes releases, rather than wait out
-					// their ttr.
-					if re != nil {
-						stopping, cancel := context.WithTimeout(context.WithoutCancel(ctx), lostGiveBackTimeout)
-						d.giveBackLost(stopping, lost)
-						cancel()
-					}
 					return
+				}
+				if re := (*store.ReserveError)(nil); errors.As(err, &re) {
+					lost = append(lost[max(len(lost)-maxLost+1, 0):], re.Lost)
 				}
 				failures++
 				wait := d.retryDelay(failures)
@@ -621,20 +612,17 @@ func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan
 	}
 }
 
-// lostGiveBackTimeout bounds how long a stopping reserve loop looks for
-// what its last reservation reserved.
-const lostGiveBackTimeout = 2 * time.Second
-
 // maxLost bounds the lost reservations a reserve loop keeps to give back:
 // in a long outage the oldest have since been reaped, or never reached
 // Redis.
 const maxLost = 64
 
 // giveBackLost gives back, unattempted, what the reservations in lost
-// reserved and still hold: their answers never came, so no worker has
-// them, and left alone each would wait out its ttr and then count an
-// attempt that never was, the last of its backoff array sending it to the
-// dead letters unsent. It returns those it could not look at.
+// reserved and still hold, which Reserve could not give back when their
+// answers were lost: no worker has them, and left alone each would wait
+// out its ttr and then count an attempt that never was, the last of its
+// backoff array sending it to the dead letters unsent. It returns those it
+// could not look at.
 func (d *Dispatcher) giveBackLost(ctx context.Context, lost []store.LostReservation) []store.LostReservation {
 	var left []store.LostReservation
 	for _, l := range lost {

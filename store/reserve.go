@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"strconv"
 	"time"
@@ -39,10 +38,11 @@ type Head struct {
 // A reserved notification whose content cannot be decoded is quarantined
 // (see Quarantined) and left out, so that it cannot stop the queue.
 //
-// When no answer came back, although Redis may have run the call, the
-// error is a *ReserveError, whose Lost the caller hands to GiveBack once
-// Redis answers again. On a Cluster, what the shards whose answers were
-// lost reserved, while others' came, is given back before Reserve returns.
+// What a call whose answer was lost, although Redis may have run it,
+// reserved is given back before Reserve returns, whatever ctx (on a
+// Cluster, also where other shards' answers came). When that fails too,
+// the error is a *ReserveError, whose Lost the caller hands to GiveBack
+// once Redis answers again.
 func (s *Store) Reserve(ctx context.Context, queue string, shards []int, limit int) ([]*notify.Notification, []Head, error) {
 	if err := s.open(ctx); err != nil {
 		return nil, nil, err
@@ -68,19 +68,17 @@ func (s *Store) Reserve(ctx context.Context, queue string, shards []int, limit i
 		}
 		calls[i] = &scriptCall{script: reserveScript, keys: keyList, args: args}
 	}
+	// lost names the shards of the calls whose answers were lost.
+	lost := LostReservation{Queue: queue, Receipt: receipt, At: fromMS(now)}
 	if err := s.runScripts(ctx, calls); err != nil {
-		err = fmt.Errorf("reserve %s: %w", queue, err)
-		if !mayHaveRun(err) {
-			return nil, nil, err
+		if mayHaveRun(err) {
+			lost.Shards = slices.Clone(shards)
 		}
-		return nil, nil, &ReserveError{Lost: LostReservation{Queue: queue, Shards: slices.Clone(shards), Receipt: receipt, At: fromMS(now)}, Err: err}
+		return nil, nil, s.unanswered(ctx, lost, fmt.Errorf("reserve %s: %w", queue, err))
 	}
 	var out []*notify.Notification
 	heads := make([]Head, 0, len(quotas))
 	var firstErr error
-	// lost are the shards of the calls, on a Cluster, whose answers were
-	// lost while others' came.
-	lost := LostReservation{Queue: queue, Receipt: receipt, At: fromMS(now)}
 	for i, c := range calls {
 		v, err := c.cmd.Result()
 		if err != nil && mayHaveRun(err) {
@@ -131,40 +129,48 @@ func (s *Store) Reserve(ctx context.Context, queue string, shards []int, limit i
 	// Reserved notifications are returned even when another shard failed:
 	// dropping them would strand them until their ttr.
 	if firstErr != nil && len(out) == 0 {
-		err := fmt.Errorf("reserve %s: %w", queue, firstErr)
-		if len(lost.Shards) == 0 {
-			return nil, nil, err
-		}
-		return nil, nil, &ReserveError{Lost: lost, Err: err}
+		return nil, nil, s.unanswered(ctx, lost, fmt.Errorf("reserve %s: %w", queue, firstErr))
 	}
-	if len(lost.Shards) > 0 {
-		// The caller gets what came back; what did not goes back now.
-		s.giveBackLost(ctx, lost)
-	}
+	// The caller gets what came back; what did not goes back now, or, on
+	// failure, waits out its ttr: the caller has an answer to work on.
+	_ = s.unanswered(ctx, lost, nil)
 	return out, heads, nil
 }
 
-// giveBackLostTimeout bounds how long Reserve looks for, and gives back,
-// what the calls whose answers were lost reserved.
-const giveBackLostTimeout = 2 * time.Second
+// giveBackTimeout bounds how long Reserve tries to give back what the calls
+// whose answers were lost reserved, whatever the caller's context: one
+// that ended (a dispatcher stopping, a consumer hanging up) is why some
+// were lost.
+const giveBackTimeout = 2 * time.Second
 
-// giveBackLost is GiveBack for Reserve, which has had its answer: it
-// logs a failure, after which what lost reserved waits out its ttr.
-func (s *Store) giveBackLost(ctx context.Context, lost LostReservation) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveBackLostTimeout)
-	defer cancel()
-	if _, err := s.GiveBack(ctx, lost); err != nil {
-		s.cfg.Logger.WarnContext(ctx, "store: could not give back what a reservation whose answer was lost had reserved; it waits out its ttr",
-			"queue", lost.Queue, "error", err)
+// unanswered gives back at once what lost reserved, if anything, and
+// returns err, the failed Reserve's error: as a *ReserveError naming lost
+// when that could not be done, for the caller to GiveBack once Redis
+// answers again.
+func (s *Store) unanswered(ctx context.Context, lost LostReservation, err error) error {
+	if len(lost.Shards) == 0 {
+		return err
 	}
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveBackTimeout)
+	defer cancel()
+	_, gerr := s.GiveBack(gctx, lost)
+	switch {
+	case gerr == nil:
+		return err
+	case err == nil:
+		s.cfg.Logger.WarnContext(ctx, "store: could not give back what a reservation whose answer was lost had reserved; it waits out its ttr",
+			"queue", lost.Queue, "error", gerr)
+		return nil
+	}
+	return &ReserveError{Lost: lost, Err: err}
 }
 
 // ReserveError is a Reserve call that got no answer from Redis, which may
-// have reserved notifications for it all the same: a reply lost to a
+// have reserved notifications for it all the same (a reply lost to a
 // timeout or a broken connection, or a context that ended while the call
-// was under way. Left alone, those notifications would wait out their ttr
-// and then count an attempt that never was; GiveBack gives them back
-// unattempted.
+// was under way), and that could not give them back at once. Left alone,
+// they would wait out their ttr and then count an attempt that never was;
+// GiveBack gives them back unattempted once Redis answers again.
 type ReserveError struct {
 	Lost LostReservation
 	Err  error
@@ -175,17 +181,11 @@ func (e *ReserveError) Unwrap() error { return e.Err }
 
 // mayHaveRun reports whether a call that failed with err may have run in
 // Redis all the same: not when no connection could be had (a refused
-// dial, an exhausted pool) or Redis refused it with an error reply.
+// dial, an exhausted pool) or Redis refused it with an error reply (a
+// redirect among them).
 func mayHaveRun(err error) bool {
-	var op *net.OpError
 	var reply redis.Error
-	switch {
-	case errors.As(err, &op) && op.Op == "dial", errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrClosed):
-		return false
-	case errors.As(err, &reply):
-		return false
-	}
-	return true
+	return !misrouted(err) && !errors.Is(err, redis.ErrPoolTimeout) && !errors.Is(err, redis.ErrClosed) && !errors.As(err, &reply)
 }
 
 // LostReservation names a Reserve call whose answer was lost.

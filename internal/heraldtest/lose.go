@@ -18,22 +18,48 @@ import (
 // while the answer is on its way. With Only set, it loses the answer of
 // that reservation's script calls that name a key holding Only (a shard's
 // "{3}:") and no other, as a Cluster node that stalls while others answer.
+// With ThenDown, Down is set as the answer is lost: while it is, every
+// command fails unsent, as in an outage that goes on after the stall, and
+// Refused counts the give-backs refused (a ZRANGEBYSCORE of its own, as
+// store.GiveBack's first read is; the reaper's are pipelined).
 type LoseReservation struct {
-	Armed, Lost atomic.Bool
-	UntilDone   bool
-	Only        string
+	Armed, Lost, Down atomic.Bool
+	Refused           atomic.Int64
+	UntilDone         bool
+	ThenDown          bool
+	Only              string
 }
+
+// errDown is what a command gets while Down is set: never sent.
+var errDown = &net.OpError{Op: "dial", Net: "tcp", Err: os.ErrDeadlineExceeded}
 
 // DialHook implements redis.Hook.
 func (*LoseReservation) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 // ProcessHook implements redis.Hook.
-func (*LoseReservation) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *LoseReservation) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.Down.Load() {
+			if cmd.Name() == "zrangebyscore" {
+				h.Refused.Add(1)
+			}
+			cmd.SetErr(errDown)
+			return errDown
+		}
+		return next(ctx, cmd)
+	}
+}
 
 // ProcessPipelineHook implements redis.Hook: the store sends its scripts
 // in pipelines.
 func (h *LoseReservation) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.Down.Load() {
+			for _, c := range cmds {
+				c.SetErr(errDown)
+			}
+			return errDown
+		}
 		err := next(ctx, cmds)
 		if !h.Armed.Load() || h.Lost.Load() {
 			return err
@@ -52,6 +78,7 @@ func (h *LoseReservation) ProcessPipelineHook(next redis.ProcessPipelineHook) re
 				c.SetErr(lost)
 			}
 		}
+		h.Down.Store(h.ThenDown)
 		return lost
 	}
 }
