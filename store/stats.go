@@ -376,27 +376,42 @@ func (s *Store) readyCounts(ctx context.Context, shard int, queue string) (map[s
 // consumers are, which no attempt's lateness shows while nothing is
 // attempted. It reads the head of every shard's due set and the first
 // oldestDueLook entries of its ready list in one pipeline, then the
-// records of those entries, whose due times the list does not hold, up to
-// the first one still scheduled: an entry can be a hint gone stale, its
-// notification cancelled or moved since it was listed.
+// records of those entries, whose due times the list does not hold, in
+// another, and takes the first one still scheduled: an entry can be a hint
+// gone stale, its notification cancelled or moved since it was listed.
 func (s *Store) OldestDue(ctx context.Context, queues []string) (map[string]time.Time, error) {
 	if err := s.open(ctx); err != nil {
 		return nil, err
 	}
 	type head struct {
-		queue string
-		due   *redis.ZSliceCmd
-		ready *redis.StringSliceCmd
+		queue            string
+		shard            int
+		due              *redis.ZSliceCmd
+		ready            *redis.StringSliceCmd
+		contents, states *redis.SliceCmd
 	}
 	heads := make([]head, 0, len(queues)*s.keys.shards)
 	pipe := s.client.Pipeline()
 	for _, q := range queues {
 		for shard := range s.keys.shards {
-			heads = append(heads, head{q, pipe.ZRangeWithScores(ctx, s.keys.due(shard, q), 0, 0), pipe.LRange(ctx, s.keys.ready(shard, q), 0, oldestDueLook-1)})
+			heads = append(heads, head{queue: q, shard: shard,
+				due: pipe.ZRangeWithScores(ctx, s.keys.due(shard, q), 0, 0), ready: pipe.LRange(ctx, s.keys.ready(shard, q), 0, oldestDueLook-1)})
 		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, fmt.Errorf("read the heads of the queues: %w", err)
+	}
+	// The records the ready lists' first entries name, in one more round
+	// trip: their due times are in them.
+	pipe = s.client.Pipeline()
+	for i := range heads {
+		if ids := heads[i].ready.Val(); len(ids) > 0 {
+			heads[i].contents = pipe.HMGet(ctx, s.keys.job(heads[i].shard), ids...)
+			heads[i].states = pipe.HMGet(ctx, s.keys.state(heads[i].shard), ids...)
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("read the heads of the ready lists: %w", err)
 	}
 	now := s.Now()
 	out := make(map[string]time.Time, len(queues))
@@ -412,15 +427,11 @@ func (s *Store) OldestDue(ctx context.Context, queues []string) (map[string]time
 		if zs := h.due.Val(); len(zs) > 0 {
 			due(h.queue, fromMS(int64(zs[0].Score)))
 		}
-		for _, id := range h.ready.Val() {
-			n, err := s.Get(ctx, id)
-			if errors.Is(err, notify.ErrNotFound) {
-				continue
-			}
-			if err != nil {
-				return nil, err
-			}
-			if n.State == notify.StateScheduled && n.NextAttemptAt != nil && !n.NextAttemptAt.After(now) {
+		for i, id := range h.ready.Val() {
+			content, _ := h.contents.Val()[i].(string)
+			state, _ := h.states.Val()[i].(string)
+			n, _, err := decode(id, content, state)
+			if err == nil && n.State == notify.StateScheduled && n.NextAttemptAt != nil && !n.NextAttemptAt.After(now) {
 				due(h.queue, *n.NextAttemptAt)
 				break
 			}
