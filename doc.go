@@ -38,8 +38,9 @@
 //		herald.Target("+14155550100"), herald.SendAt(newTime.Add(-30*time.Minute)), herald.Replace())
 //	n, err := c.Cancel(ctx, "appt-42")
 //
-// Cancel does not stop an attempt under way; a notification reserved but
-// not yet started by a dispatcher is not attempted. The reminder example
+// Cancel does not stop an attempt under way, which is recorded in the
+// history when it ends; a notification reserved but not yet started by a
+// dispatcher is not attempted. The reminder example
 // shows the whole course.
 //
 // # Handle

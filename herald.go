@@ -453,8 +453,9 @@ func (c *Client) Get(ctx context.Context, id string) (*Notification, error) {
 // is ErrNotFound for an unknown id and ErrFinished once it succeeded or is
 // dead. Cancelling a cancelled one returns it unchanged. A reserved one
 // (StateReserved) may be in its attempt already: that attempt is not
-// stopped, and may still deliver; one a dispatcher reserved ahead of its
-// busy workers, and has not started, is not attempted.
+// stopped, and may still deliver; when it ends it is recorded in the
+// history, and the notification stays cancelled. One a dispatcher reserved
+// ahead of its busy workers, and has not started, is not attempted.
 func (c *Client) Cancel(ctx context.Context, id string) (*Notification, error) {
 	return c.client.Cancel(ctx, id)
 }

@@ -313,6 +313,27 @@ func TestAckNack(t *testing.T) {
 		b.requireError(t, http.StatusConflict, api.CodeStaleReceipt, "", "POST", "/v1/notifications/once/nack",
 			map[string]string{"receipt": n.Receipt})
 	})
+	t.Run("AckAfterCancelIsRecorded", func(t *testing.T) {
+		// The job ran while its notification was cancelled: the worker
+		// hears that the reservation ended, and the history shows the
+		// attempt it made; the notification stays cancelled.
+		must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications", map[string]any{"id": "called-off", "topic": "jobs"})
+		n := reserveOne(t, "jobs")
+		must[notify.Notification](t, b, http.StatusOK, "DELETE", "/v1/notifications/called-off", nil)
+		e := b.requireError(t, http.StatusConflict, api.CodeStaleReceipt, "", "POST", "/v1/notifications/called-off/ack",
+			map[string]string{"receipt": n.Receipt})
+		require.Contains(t, e.Message, "cancelled during the attempt")
+		rec := must[notify.Notification](t, b, http.StatusOK, "GET", "/v1/notifications/called-off", nil)
+		require.Equal(t, notify.StateCancelled, rec.State)
+		require.Empty(t, rec.Deadline, "the reservation ended with the cancel")
+		require.Equal(t, 1, rec.Attempts)
+		require.Len(t, rec.History, 1)
+		require.Equal(t, notify.OutcomeSuccess, rec.History[0].Outcome)
+		b.requireError(t, http.StatusConflict, api.CodeStaleReceipt, "", "POST", "/v1/notifications/called-off/nack",
+			map[string]string{"receipt": n.Receipt})
+		rec = must[notify.Notification](t, b, http.StatusOK, "GET", "/v1/notifications/called-off", nil)
+		require.Len(t, rec.History, 1, "recorded once")
+	})
 	t.Run("NackPermanentGoesStraightToTheDeadLetters", func(t *testing.T) {
 		// A consumer that cannot read a payload knows no retry will help.
 		must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications", map[string]any{"id": "poison", "topic": "jobs"})

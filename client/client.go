@@ -287,9 +287,11 @@ func (c *Client) heldByPause(ctx context.Context, n *notify.Notification) bool {
 // record; a cancelled one is returned unchanged. It is notify.ErrNotFound
 // for an unknown id and notify.ErrFinished once the notification has
 // succeeded or is dead. A reserved one may be in its attempt already: that
-// attempt is not stopped, and may still deliver; a consumer's ack or nack
-// of it is then notify.ErrStaleReceipt. One a dispatcher reserved ahead of
-// its busy workers, and has not started, is not attempted.
+// attempt is not stopped, and may still deliver; when it ends it is
+// recorded in the history and the notification stays cancelled (a
+// consumer's ack or nack of it is notify.ErrCancelledMeanwhile, an
+// ErrStaleReceipt). One a dispatcher reserved ahead of its busy workers,
+// and has not started, is not attempted.
 func (c *Client) Cancel(ctx context.Context, id string) (*notify.Notification, error) {
 	n, err := c.store.Cancel(ctx, id)
 	if err != nil {

@@ -94,10 +94,14 @@ func (c *Client) checkResumable(ctx context.Context, kind, pausedAs, name string
 
 // shown readies a stored record for the caller: the receipt of a reserved
 // notification is left out, as only the consumer that reserved it holds it,
-// and one parked by a pause shows as paused, with no next attempt time,
-// rather than with its parking time (which JSON cannot hold).
+// as is the reservation a cancel ended while its attempt ran, and one
+// parked by a pause shows as paused, with no next attempt time, rather than
+// with its parking time (which JSON cannot hold).
 func shown(n *notify.Notification) {
 	n.Receipt = ""
+	if n.State != notify.StateReserved {
+		n.Deadline = nil
+	}
 	if store.Parked(n) {
 		n.Paused, n.NextAttemptAt = true, nil
 	}

@@ -178,7 +178,9 @@ func (c *Client) finish(ctx context.Context, id, receipt string, cause error) er
 		c.storeError("finish", err)
 		return err
 	}
-	if n.State != notify.StateReserved || n.Receipt != receipt {
+	// A notification cancelled during this attempt keeps the receipt until
+	// the attempt is recorded (notify.ErrCancelledMeanwhile).
+	if (n.State != notify.StateReserved && n.State != notify.StateCancelled) || n.Receipt != receipt {
 		return notify.ErrStaleReceipt
 	}
 	p := c.cfg.PoliciesFunc().PolicyFor(n)
@@ -195,7 +197,9 @@ func (c *Client) finish(ctx context.Context, id, receipt string, cause error) er
 		c.storeError("finish", err)
 		return err
 	}
-	if errs[0] != nil {
+	if errors.Is(errs[0], notify.ErrCancelledMeanwhile) {
+		f.Action = notify.ActionCancelled
+	} else if errs[0] != nil {
 		return errs[0]
 	}
 	var lateness time.Duration
@@ -206,7 +210,7 @@ func (c *Client) finish(ctx context.Context, id, receipt string, cause error) er
 	if c.cfg.Tracer != nil {
 		c.cfg.Tracer.AttemptRecorded(ctx, &f)
 	}
-	return nil
+	return errs[0]
 }
 
 // hub shares one wake-up subscription among the waiting Reserve calls of a

@@ -80,6 +80,8 @@ func (t *timeline) AttemptFinished(n *notify.Notification, a notify.Attempt, act
 			why = "a permanent failure"
 		}
 		t.line(a.StartedAt, "%sfailed, %s; DEAD: %s", head, reason, why)
+	case notify.ActionCancelled:
+		t.line(a.StartedAt, "%s%s, as the notification was cancelled", head, a.Outcome)
 	default:
 		t.line(a.StartedAt, "%s%s", head, a.Outcome)
 	}

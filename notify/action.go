@@ -19,6 +19,11 @@ const (
 	// ActionRelease gives the reservation back without counting an attempt
 	// (a dispatcher shutting down).
 	ActionRelease Action = "release"
+	// ActionCancelled records an attempt that ended after its notification
+	// was cancelled: the attempt goes into the history and the notification
+	// stays cancelled. The store finishes such an attempt so, whatever
+	// action its caller decided.
+	ActionCancelled Action = "cancelled"
 )
 
 // ErrTTRExpired is the error recorded for an attempt whose reservation ran

@@ -41,6 +41,12 @@ var (
 	// holds the reservation: it expired, or the notification was cancelled.
 	ErrStaleReceipt = errors.New("reservation receipt is stale")
 
+	// ErrCancelledMeanwhile answers the finish of an attempt whose
+	// notification was cancelled while it ran: the attempt is recorded in
+	// the history, and the notification stays cancelled. The cancel ended
+	// the reservation, so it is an ErrStaleReceipt too.
+	ErrCancelledMeanwhile = fmt.Errorf("%w: the notification was cancelled during the attempt, which is recorded in its history", ErrStaleReceipt)
+
 	// ErrNotReplicated means a write reached the Redis master but not as
 	// many replicas as redis.wait_replicas asks within redis.wait_timeout:
 	// it may not survive the master's loss, so it is not reported done.

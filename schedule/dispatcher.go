@@ -109,9 +109,10 @@ var _ Store = (*store.Store)(nil)
 type Observer interface {
 	// AttemptFinished reports an attempt whose outcome the store recorded,
 	// what was done with the notification, and how late the attempt started
-	// (start minus due time). An attempt whose outcome could not be
-	// recorded (its notification was cancelled meanwhile, or its
-	// reservation was taken over) is not reported.
+	// (start minus due time): notify.ActionCancelled for one whose
+	// notification was cancelled while it ran, which stays cancelled. An
+	// attempt whose outcome could not be recorded (its reservation was
+	// taken over) is not reported.
 	AttemptFinished(n *notify.Notification, a notify.Attempt, action notify.Action, lateness time.Duration)
 	// StoreError reports a failed store call ("reserve", "finish", "reap",
 	// "sweep").
@@ -1021,6 +1022,8 @@ func (d *Dispatcher) finishBatch(batch []pendingFinish, failing, unreplicated *f
 			failing.ok(ctx)
 			for i, e := range errs {
 				switch {
+				case errors.Is(e, notify.ErrCancelledMeanwhile) && batch[i].report:
+					d.cfg.Observer.AttemptFinished(items[i].Notification, items[i].Attempt, notify.ActionCancelled, batch[i].lateness)
 				case errors.Is(e, notify.ErrStaleReceipt) && d.overran(&items[i]):
 					// Not the dispatcher's doing, and only the log can tell
 					// whose it is: the history shows an expired reservation,

@@ -269,7 +269,11 @@ func TestTTRExpiryCountsAsFailedAttempt(t *testing.T) {
 		"the retry starts only after the ttr ran out")
 }
 
-func TestCancelWhileReservedIsNotResurrected(t *testing.T) {
+// TestCancelDuringAnAttempt: an attempt under way when its notification is
+// cancelled goes on, as a cancel says; when it ends, it is recorded in the
+// history, so that a reminder that went out after all shows there, and the
+// notification stays cancelled.
+func TestCancelDuringAnAttempt(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	started := make(chan struct{})
@@ -287,14 +291,22 @@ func TestCancelWhileReservedIsNotResurrected(t *testing.T) {
 	_, err := b.store.Cancel(context.Background(), "n1")
 	require.NoError(t, err)
 	close(cancelled)
-	// The late success is recorded as stale; wait until the dispatcher is
-	// idle by delivering a second notification after it.
+	var got *notify.Notification
+	require.Eventually(t, func() bool {
+		got, err = b.store.Get(context.Background(), "n1")
+		return err == nil && len(got.History) > 0
+	}, 15*time.Second, 5*time.Millisecond, "the attempt that went on after the cancel is not in the history")
+	require.Equal(t, notify.StateCancelled, got.State, "not resurrected")
+	require.Equal(t, 1, got.Attempts)
+	require.Len(t, got.History, 1)
+	require.Equal(t, notify.OutcomeSuccess, got.History[0].Outcome)
+	require.Equal(t, 1, rec.attempts("n1"))
+	// Recorded once: a later finish of the same reservation is stale.
 	b.enqueue(t, "n2", ms(0), 0)
 	b.waitState(t, "n2", notify.StateSucceeded)
-	got, err := b.store.Get(context.Background(), "n1")
+	got, err = b.store.Get(context.Background(), "n1")
 	require.NoError(t, err)
-	require.Equal(t, notify.StateCancelled, got.State)
-	require.Empty(t, got.History)
+	require.Len(t, got.History, 1)
 }
 
 // TestCancelWinsOverReservedAhead: a notification reserved ahead of a busy
@@ -400,8 +412,9 @@ func (o *observed) actions(id string) []notify.Action {
 }
 
 // An attempt reaches the metrics only once its finish is recorded: one
-// whose notification was cancelled meanwhile, or whose reservation the
-// reaper took over, is counted once at most, by whoever recorded it.
+// whose notification was cancelled meanwhile is counted once, as
+// cancelled, and one whose reservation the reaper took over once at most,
+// by whoever recorded it.
 func TestObserverCountsRecordedAttemptsOnly(t *testing.T) {
 	t.Parallel()
 
@@ -426,7 +439,7 @@ func TestObserverCountsRecordedAttemptsOnly(t *testing.T) {
 		b.enqueue(t, "n2", ms(0), 0)
 		b.waitState(t, "n2", notify.StateSucceeded)
 		d.Stop() // every outcome is recorded, or refused, by now
-		require.Empty(t, obs.actions("n1"), "the cancelled notification's late success is not counted")
+		require.Equal(t, []notify.Action{notify.ActionCancelled}, obs.actions("n1"), "the attempt that went on after the cancel is counted once, as cancelled")
 		require.Equal(t, []notify.Action{notify.ActionAck}, obs.actions("n2"))
 	})
 

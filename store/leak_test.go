@@ -26,7 +26,7 @@ import (
 
 // TestNothingLeftBehind drives notifications through every way a life can
 // end (succeeded, dead then purged, cancelled while scheduled, due and
-// reserved, replayed then succeeded, replaced, released, reaped and
+// reserved (its attempt recorded after), replayed then succeeded, replaced, released, reaped and
 // retried, imported dead), with and without order keys, in pull and push
 // queues and to an endpoint with limits and health; once retention has
 // passed and the sweep has run, the namespace holds no trace of any of
@@ -134,6 +134,9 @@ func TestNothingLeftBehind(t *testing.T) {
 			finish("dead-ep", notify.ActionDead)
 			_, err = b.store.Cancel(ctx, "cancel-reserved")
 			require.NoError(t, err)
+			errs, err := b.store.Finish(ctx, []store.Finish{b.finish(notify.ActionAck, held["cancel-reserved"], time.Time{})})
+			require.NoError(t, err)
+			require.ErrorIs(t, errs[0], notify.ErrCancelledMeanwhile, "its attempt is recorded")
 			delete(held, "cancel-reserved")
 			finish("replay", notify.ActionDead)
 			finish("replace", notify.ActionAck)

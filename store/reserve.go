@@ -362,7 +362,9 @@ func (s *Store) Heads(ctx context.Context, queue string) ([]Head, error) {
 type Finish struct {
 	// Notification is the reserved notification as Reserve, Expired or
 	// GetState returned it: its ID, Receipt, Topic, NextAttemptAt (the due
-	// time of this attempt) and Version are used.
+	// time of this attempt) and Version are used. GetState's answer for a
+	// notification cancelled while the attempt ran will do as well: it
+	// still holds the receipt, and the attempt is recorded (ActionCancelled).
 	Notification *notify.Notification
 	Action       notify.Action
 	// NextAt is when the next attempt is due, for notify.ActionRetry and
@@ -376,9 +378,11 @@ type Finish struct {
 
 // Finish ends a batch of attempts in one pipeline: one script on a single
 // Redis, one per shard on a Cluster.
-// The result holds one error per item: nil, or notify.ErrStaleReceipt when
-// the receipt no longer holds the reservation (it expired and was taken
-// over, or the notification was cancelled). The returned error is for a
+// The result holds one error per item: nil; notify.ErrCancelledMeanwhile
+// when the notification was cancelled while the attempt ran, which is then
+// recorded in its history as it ended (the notification stays cancelled);
+// or notify.ErrStaleReceipt when the receipt no longer holds the
+// reservation (it expired and was taken over). The returned error is for a
 // failure to reach Redis; the caller may retry the whole batch, as a finish
 // that already applied answers ErrStaleReceipt the second time. With
 // Config.WaitReplicas, notify.ErrNotReplicated comes with the per-item
@@ -435,6 +439,9 @@ func (s *Store) Finish(ctx context.Context, items []Finish) ([]error, error) {
 			case err != nil:
 				errs[i] = fmt.Errorf("finish: %w", err)
 				failed = errs[i]
+			case codes[j] == codeOK && prepared[i].action == notify.ActionCancelled:
+				errs[i] = notify.ErrCancelledMeanwhile
+				acted = acted || prepared[i].outcome != ""
 			case codes[j] == codeOK:
 				acted = acted || items[i].Action != notify.ActionRelease
 			case codes[j] == codeStale:
@@ -449,17 +456,72 @@ func (s *Store) Finish(ctx context.Context, items []Finish) ([]error, error) {
 			s.setActivityExpiry(s.counters(batches[c][0].shard), minute)
 		}
 	}
+	if failed == nil {
+		s.finishCancelled(ctx, items, prepared, errs)
+	}
 	// A shard that could not be reached fails the whole call so the caller
 	// retries; items that did apply answer ErrStaleReceipt next time.
 	return errs, failed
+}
+
+// finishCancelled records the attempts that a batch found stale because
+// their notifications were cancelled while they ran, as the attempts
+// ended, and sets their errors to notify.ErrCancelledMeanwhile: a reminder
+// that went out after all shows in its history. It reads the stale items'
+// records, a round trip that only a stale finish costs; where that read
+// fails, they stay stale and unrecorded, as a reaped attempt's outcome is.
+func (s *Store) finishCancelled(ctx context.Context, items []Finish, prepared []finishItem, errs []error) {
+	var stale []int
+	for i, e := range errs {
+		if e == notify.ErrStaleReceipt && prepared[i].action != notify.ActionCancelled && items[i].Attempt.Outcome != "" {
+			stale = append(stale, i)
+		}
+	}
+	if len(stale) == 0 {
+		return
+	}
+	ids := make([]string, len(stale))
+	for j, i := range stale {
+		ids[j] = items[i].Notification.ID
+	}
+	got, err := s.getMany(ctx, ids, false)
+	if err != nil {
+		return
+	}
+	var again []Finish
+	var at []int
+	for j, i := range stale {
+		if n := got[j]; n != nil && n.State == notify.StateCancelled && n.Receipt == items[i].Notification.Receipt {
+			f := items[i]
+			f.Notification = n
+			again = append(again, f)
+			at = append(at, i)
+		}
+	}
+	if len(again) == 0 {
+		return
+	}
+	res, err := s.Finish(ctx, again)
+	if err != nil {
+		return
+	}
+	for j, i := range at {
+		errs[i] = res[j]
+	}
 }
 
 // finishItem is one Finish on its way into a script: the state line it
 // replaces and the one it writes, both whole, so that the script parses
 // neither.
 type finishItem struct {
-	f    *Finish
-	line string
+	f *Finish
+	// action is what the script does: f's, or notify.ActionCancelled for
+	// a notification cancelled while its attempt ran.
+	action notify.Action
+	// outcome is what the attempt counts as in the activity hash: "ok",
+	// "fail", or "" for none.
+	outcome string
+	line    string
 	// histField and entry are the history entry to write, if any.
 	histField string
 	entry     []byte
@@ -486,7 +548,20 @@ func (it *finishItem) prepare(f *Finish, now time.Time) error {
 		return fmt.Errorf("finish %s: unknown action %q", n.ID, f.Action)
 	}
 	st, err := parseState(n.Version)
-	if err != nil || st.state != notify.StateReserved || st.receipt != n.Receipt {
+	if err != nil || st.receipt == "" || st.receipt != n.Receipt {
+		return notify.ErrStaleReceipt
+	}
+	it.action = f.Action
+	switch st.state {
+	case notify.StateReserved:
+	case notify.StateCancelled:
+		// Cancelled while this reservation held it: the attempt went on,
+		// and is recorded if it started.
+		if f.Attempt.Outcome == "" {
+			return notify.ErrStaleReceipt
+		}
+		it.action = notify.ActionCancelled
+	default:
 		return notify.ErrStaleReceipt
 	}
 	if f.Attempt.Outcome != "" {
@@ -499,7 +574,24 @@ func (it *finishItem) prepare(f *Finish, now time.Time) error {
 			it.bucket = latencyBucket(f.Attempt.StartedAt.Sub(*n.NextAttemptAt))
 		}
 	}
-	st.receipt, st.deadline, st.next, st.updated = "", -1, -1, ms(now)
+	if f.Action != notify.ActionRelease {
+		st.attempts++
+	}
+	switch {
+	case f.Action == notify.ActionRelease:
+	case f.Action == notify.ActionAck:
+		it.outcome = "ok"
+	default:
+		it.outcome = "fail"
+	}
+	st.receipt, st.deadline = "", -1
+	if it.action == notify.ActionCancelled {
+		// Still cancelled as of the cancel, which the sweep of its
+		// finished entry looks for.
+		it.line = st.format()
+		return nil
+	}
+	st.next, st.updated = -1, ms(now)
 	switch f.Action {
 	case notify.ActionAck:
 		st.state = notify.StateSucceeded
@@ -508,18 +600,17 @@ func (it *finishItem) prepare(f *Finish, now time.Time) error {
 	default:
 		st.state, st.next = notify.StateScheduled, it.next
 	}
-	if f.Action != notify.ActionRelease {
-		st.attempts++
-	}
 	it.line = st.format()
 	return nil
 }
 
 // counterGroup names an item's action and what it adds to the counters:
-// items of one topic, endpoint, action and lateness bucket add alike.
+// items of one topic, endpoint, action, outcome and lateness bucket add
+// alike.
 type counterGroup struct {
 	topic, endpoint string
 	action          notify.Action
+	outcome         string
 	bucket          int
 }
 
@@ -528,28 +619,32 @@ type counterGroup struct {
 // for its endpoint as well as for its topic.
 func (g counterGroup) fields() (stats, act []any) {
 	t := g.topic
-	stats = []any{t + ":reserved", -1}
-	var outcome string
 	switch g.action {
 	case notify.ActionAck:
-		stats = append(stats, t+":succeeded_total", 1)
-		outcome = "ok"
+		stats = []any{t + ":reserved", -1, t + ":succeeded_total", 1}
 	case notify.ActionRetry:
-		stats = append(stats, t+":scheduled", 1, t+":failed_attempts_total", 1)
-		outcome = "fail"
+		stats = []any{t + ":reserved", -1, t + ":scheduled", 1, t + ":failed_attempts_total", 1}
 	case notify.ActionDead:
-		stats = append(stats, t+":failed_attempts_total", 1, t+":dead", 1)
-		outcome = "fail"
+		stats = []any{t + ":reserved", -1, t + ":failed_attempts_total", 1, t + ":dead", 1}
 	case notify.ActionRelease:
 		// Given back before it started: no attempt.
-		return append(stats, t+":scheduled", 1), nil
+		return []any{t + ":reserved", -1, t + ":scheduled", 1}, nil
+	case notify.ActionCancelled:
+		// The cancel counted the notification out of the reserved ones:
+		// only a failed attempt counts, as an attempt.
+		switch g.outcome {
+		case "":
+			return nil, nil
+		case "fail":
+			stats = []any{t + ":failed_attempts_total", 1}
+		}
 	}
 	whos := []string{t}
 	if g.endpoint != "" {
 		whos = append(whos, endpointActivity+g.endpoint)
 	}
 	for _, who := range whos {
-		act = append(act, who+"|"+outcome, 1)
+		act = append(act, who+"|"+g.outcome, 1)
 		if g.bucket >= 0 {
 			act = append(act, who+"|lat|"+strconv.Itoa(g.bucket), 1)
 		}
@@ -587,14 +682,14 @@ func (s *Store) finishCall(groups []shardItems, items []finishItem, now time.Tim
 			n := it.f.Notification
 			number++
 			key, next := 0, ""
-			switch it.f.Action {
+			switch it.action {
 			case notify.ActionRetry, notify.ActionRelease:
 				key = dues.of(k.due(g.shard, queueOf(n.Channel, n.Topic)))
 				next = strconv.FormatInt(it.next, 10)
 			case notify.ActionDead:
 				key = deads.of(k.dead(g.shard, n.Topic))
 			}
-			cg := counterGroup{topic: n.Topic, endpoint: n.Endpoint, action: it.f.Action, bucket: it.bucket}
+			cg := counterGroup{topic: n.Topic, endpoint: n.Endpoint, action: it.action, outcome: it.outcome, bucket: it.bucket}
 			c, ok := counters[cg]
 			if !ok {
 				c = len(counters) + 1

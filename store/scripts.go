@@ -717,15 +717,19 @@ return res
 
 // finishScript ends the attempts of a batch of reserved notifications,
 // grouped by shard: ack (succeeded), retry (scheduled again), dead, or
-// release (given back without counting an attempt). A call holds one
-// shard on a Cluster, any number on a single Redis.
+// release (given back without counting an attempt); or, for one cancelled
+// while its attempt ran, cancelled (the attempt recorded, nothing else
+// changed). A call holds one shard on a Cluster, any number on a single
+// Redis.
 //
 // Go computes each new state line from the line it reserved the
 // notification with, and the script swaps one for the other only if the
 // stored line is still that one: a line names its reservation (receipt,
 // deadline), so any change since, a reap or a cancel, makes the finish
-// stale. The script parses no line, and each item names a group that says
-// its action and what it counts, so that an item costs few arguments.
+// stale. A cancelled item's line is the cancelled one, which still holds
+// the receipt until its attempt is recorded. The script parses no line,
+// and each item names a group that says its action and what it counts, so
+// that an item costs few arguments.
 //
 //	KEYS[1]      stats HASH that counts the moves
 //	KEYS[2]      act HASH of this minute
@@ -744,9 +748,10 @@ return res
 //	ARGV[8]      number of groups
 //	ARGV[9]      number of items with an order key
 //	then         2 per shard: the shard, and how many of the items are its
-//	then         per group: its action (ack, retry, dead or release), the
-//	             number of stats fields, each field and its change, then
-//	             the same for act fields: what one finished item adds
+//	then         per group: its action (ack, retry, dead, release or
+//	             cancelled), the number of stats fields, each field and its
+//	             change, then the same for act fields: what one finished
+//	             item adds
 //	then         5 per item with an order key: its number among the items,
 //	             topic, order key, and the due keys (index) of the topic's
 //	             push and pull queues in its shard, for the one waiting
@@ -774,7 +779,7 @@ local K = 2 + 7 * G
 local b0 = 9 + 2 * G
 -- Groups, by the index an item names them with: GX the action, GS and GA
 -- the ARGV index of the first stats and act field, GN and GM how many.
-local WIDTH = {ack = 5, dead = 6, retry = 7, release = 7}
+local WIDTH = {ack = 5, dead = 6, retry = 7, release = 7, cancelled = 5}
 local GX, GS, GN, GA, GM = {}, {}, {}, {}, {}
 local function fields(at)
   local nf = int_arg(ARGV[at], 0, 64)
@@ -869,7 +874,7 @@ for g = 1, G do
         deadall[nd + 1], deadall[nd + 2] = ARGV[1], id
         nd = nd + 2
         push(dead, TI[ARGV[b + 7]], ARGV[1], id)
-      else
+      elseif action ~= 'cancelled' then
         due_add(adds, K + QI[ARGV[b + 8]], ARGV[b + 7], id, shard)
       end
       local kb = keyed[i]
@@ -932,7 +937,10 @@ return codes
 //
 // A cancelled notification with an order key leaves its line: the one
 // behind it moves up, and becomes due when it was the head. A reserved one
-// is announced on the wake channel as "cancel <id> <receipt>".
+// is announced on the wake channel as "cancel <id> <receipt>", and keeps
+// its receipt and deadline in its cancelled line, so that the attempt
+// under way, which goes on, can still be recorded (finish, as
+// "cancelled").
 //
 // Returns {code, detail}: OK (cancelled now) or CANCELLED (already) with the
 // state line, FINISHED (succeeded or dead), NOT_FOUND, MOVED with the stub
@@ -981,7 +989,7 @@ if o.x ~= '' then
     release(KEYS[8], KEYS[9], KEYS[2], {{id = id, topic = topic, key = o.x, push = 3, pull = 4}}, now, adds, deltas, sts, ARGV[6])
   end
 end
-o.s, o.r, o.dl, o.na, o.ua = 'C', '', '', '', ARGV[2]
+o.s, o.na, o.ua = 'C', '', ARGV[2]
 local line = st_line(o)
 sts[#sts + 1] = id
 sts[#sts + 1] = line

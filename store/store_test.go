@@ -414,18 +414,59 @@ func TestCancel(t *testing.T) {
 		require.NoError(t, err, "cancelling twice is fine")
 	})
 
+	// The attempt under way goes on; when it ends it is recorded, once,
+	// and the notification stays cancelled, its counters as the cancel
+	// left them (setup's cleanup recounts them).
 	t.Run("ReservedThenLateAck", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, store.Config{})
+		b.enqueue(t, b.newNotification(t, "a", 0, 0, 0))
+		n := b.reserveAll(t)[0]
+		cancelled, err := b.store.Cancel(ctx, "a")
+		require.NoError(t, err)
+		b.clock.Advance(time.Second)
+		for _, action := range []notify.Action{notify.ActionRetry, notify.ActionAck, notify.ActionDead} {
+			errs, err := b.store.Finish(ctx, []store.Finish{b.finish(action, n, b.clock.Now())})
+			require.NoError(t, err)
+			if action == notify.ActionRetry {
+				require.ErrorIs(t, errs[0], notify.ErrCancelledMeanwhile)
+			} else {
+				require.ErrorIs(t, errs[0], notify.ErrStaleReceipt, "recorded once")
+				require.NotErrorIs(t, errs[0], notify.ErrCancelledMeanwhile, "recorded once")
+			}
+		}
+		rec, err := b.store.Get(ctx, "a")
+		require.NoError(t, err)
+		require.Equal(t, notify.StateCancelled, rec.State, "a late finish does not resurrect it")
+		require.Equal(t, cancelled.UpdatedAt, rec.UpdatedAt, "cancelled when it was")
+		require.Nil(t, rec.NextAttemptAt)
+		require.Equal(t, 1, rec.Attempts)
+		require.Len(t, rec.History, 1)
+		require.Equal(t, notify.OutcomeRetry, rec.History[0].Outcome)
+		require.Empty(t, b.reserveAll(t))
+		stats, err := b.store.Stats(ctx)
+		require.NoError(t, err)
+		require.Equal(t, store.TopicStats{FailedAttemptsTotal: 1}, stats["jobs"], "a failed attempt, and no move")
+	})
+
+	// A dispatcher gives back unattempted what it held for a worker when
+	// the cancel comes: nothing to record.
+	t.Run("ReservedThenGivenBack", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, store.Config{})
 		b.enqueue(t, b.newNotification(t, "a", 0, 0))
 		n := b.reserveAll(t)[0]
 		_, err := b.store.Cancel(ctx, "a")
 		require.NoError(t, err)
-		errs, err := b.store.Finish(ctx, []store.Finish{b.finish(notify.ActionAck, n, time.Time{})})
+		errs, err := b.store.Finish(ctx, []store.Finish{{Notification: n, Action: notify.ActionRelease, NextAt: b.clock.Now()}})
 		require.NoError(t, err)
 		require.ErrorIs(t, errs[0], notify.ErrStaleReceipt)
-		rec, _ := b.store.Get(ctx, "a")
-		require.Equal(t, notify.StateCancelled, rec.State, "a late ack does not resurrect it")
+		require.NotErrorIs(t, errs[0], notify.ErrCancelledMeanwhile)
+		rec, err := b.store.Get(ctx, "a")
+		require.NoError(t, err)
+		require.Equal(t, notify.StateCancelled, rec.State)
+		require.Zero(t, rec.Attempts)
+		require.Empty(t, rec.History)
 	})
 
 	t.Run("FinishedAndUnknown", func(t *testing.T) {
