@@ -524,6 +524,11 @@ type WorkerConfig struct {
 	// same, since each one's sweeps delete the finished records past its
 	// own. Default 7 days; -1 keeps them for ever.
 	Retention time.Duration
+	// ShutdownTimeout is how long Stop waits for running attempts before
+	// it ends their contexts and gives their jobs back, due again at once
+	// and not counted as attempts: give it the longest a handler should be
+	// let finish, within what the process is given to stop. Default 10s.
+	ShutdownTimeout time.Duration
 	// Logger defaults to a warn-level text handler on stderr. go-redis's
 	// own messages go elsewhere: see RouteRedisLogs.
 	Logger *slog.Logger
@@ -643,8 +648,9 @@ func (w *Worker) Start(ctx context.Context) error {
 			FileFunc: func() map[string]endpoint.Endpoint { return set.Endpoints },
 			Source:   st,
 		}),
-		Concurrency: w.cfg.Concurrency,
-		Logger:      w.log,
+		Concurrency:     w.cfg.Concurrency,
+		ShutdownTimeout: w.cfg.ShutdownTimeout,
+		Logger:          w.log,
 	})
 	if err != nil {
 		return fmt.Errorf("herald: %w", err)
@@ -675,8 +681,9 @@ func settleShards(ctx context.Context, st *store.Store) error {
 	return nil
 }
 
-// Stop stops reserving, waits for running attempts (up to 10s, then gives
-// them back unpenalised), records every outcome and returns. A handler that
+// Stop stops reserving, waits for running attempts (up to
+// WorkerConfig.ShutdownTimeout, then gives them back unpenalised), records
+// every outcome and returns. A handler that
 // ignores its cancelled context for a further second is left running: its
 // job stays reserved until its Deadline and is then retried, and what it
 // returns is not recorded. Stop before Start, or a second Stop, does

@@ -126,6 +126,40 @@ func TestWorkerLifecycle(t *testing.T) {
 	}
 }
 
+// TestWorkerShutdownTimeout: Stop waits for a running handler as long as
+// ShutdownTimeout says, then ends its context and gives its job back, due
+// again and not counted, where it waited a fixed 10s.
+func TestWorkerShutdownTimeout(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb, ns, c := connect(t, nil)
+	w, err := herald.NewWorker(rdb, &herald.WorkerConfig{Namespace: ns, ShutdownTimeout: 50 * time.Millisecond})
+	require.NoError(t, err)
+	started := make(chan struct{})
+	w.HandleFunc("jobs", func(ctx context.Context, _ *herald.Job) error {
+		close(started)
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	require.NoError(t, w.Start(ctx))
+	_, err = c.Enqueue(ctx, "jobs", nil, herald.ID("long"))
+	require.NoError(t, err)
+	received(t, started, "the job")
+	stopped := time.Now()
+	w.Stop()
+	require.Less(t, time.Since(stopped), 5*time.Second, "Stop waited past its ShutdownTimeout")
+	n, err := c.Get(ctx, "long")
+	require.NoError(t, err)
+	require.Equal(t, herald.StateScheduled, n.State, "given back")
+	require.Zero(t, n.Attempts, "not counted")
+	require.Equal(t, "released", string(n.History[0].Outcome))
+
+	w, err = herald.NewWorker(rdb, &herald.WorkerConfig{Namespace: ns, ShutdownTimeout: -time.Second})
+	require.NoError(t, err)
+	w.HandleFunc("jobs", func(context.Context, *herald.Job) error { return nil })
+	require.ErrorContains(t, w.Start(ctx), "ShutdownTimeout must not be negative")
+}
+
 // TestJobFields: a handler's Job carries the notification's id, topic,
 // headers and the 0-based index of the attempt; Deadline is the end of the
 // reservation (start + ttr), and the handler's context ends at the

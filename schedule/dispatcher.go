@@ -237,6 +237,8 @@ func (c *Config) validate() error {
 		return errors.New("schedule: give at least one sender or handler")
 	case c.Concurrency < 1 || c.Batch < 1:
 		return errors.New("schedule: concurrency and batch must be positive")
+	case c.ShutdownTimeout < 0:
+		return errors.New("schedule: ShutdownTimeout must not be negative")
 	}
 	for topic := range c.Handlers {
 		if !notify.ValidTopic(topic) {
