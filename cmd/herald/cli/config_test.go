@@ -122,10 +122,13 @@ log:
 	})
 
 	t.Run("EmptyListFromEnv", func(t *testing.T) {
-		t.Setenv("HERALD_REDIS_ADDRS", "")
-		cfg, err := load(t, writeConfig(t, fileYAML))
-		require.NoError(t, err)
-		require.Empty(t, cfg.Redis.Addrs, "empty: the embedded Redis")
+		// "[]" as the file and the README write it.
+		for _, value := range []string{"", "[]", " [] "} {
+			t.Setenv("HERALD_REDIS_ADDRS", value)
+			cfg, err := load(t, writeConfig(t, fileYAML))
+			require.NoError(t, err, "HERALD_REDIS_ADDRS=%q", value)
+			require.Empty(t, cfg.Redis.Addrs, "HERALD_REDIS_ADDRS=%q: the embedded Redis", value)
+		}
 	})
 
 	t.Run("UnknownVariable", func(t *testing.T) {

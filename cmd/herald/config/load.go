@@ -144,9 +144,14 @@ func hideSecrets(err error) error {
 var indexRe = regexp.MustCompile(`\[\d+\]`)
 
 // splitList reads a list from one environment variable: comma-separated,
-// spaces around items ignored, empty meaning an empty list.
+// spaces around items ignored, empty or "[]" meaning an empty list. "[]" is
+// how the file and the documentation write the empty redis.addrs that runs
+// the embedded Redis, so an operator copying it must not get the list ["[]"].
 func splitList(s string) []string {
 	out := []string{}
+	if strings.TrimSpace(s) == "[]" {
+		return out
+	}
 	for item := range strings.SplitSeq(s, ",") {
 		if item = strings.TrimSpace(item); item != "" {
 			out = append(out, item)
