@@ -85,6 +85,8 @@ func TestDeadLetters(t *testing.T) {
 		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "topic", "GET", "/v1/dead?topic=NO", nil)
 		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "cursor", "GET", "/v1/dead?cursor=garbage", nil)
 		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "topics", "GET", "/v1/dead?topics=single", nil)
+		// A purge of the first topic alone would not be what was asked.
+		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "topic", "DELETE", "/v1/dead?topic=single&topic=jobs&dry_run=true", nil)
 	})
 	t.Run("ReplayByIDs", func(t *testing.T) {
 		dry := must[counts](t, b, http.StatusOK, "POST", "/v1/dead/replay", map[string]any{"ids": []string{"d0", "d1", "nope"}, "dry_run": true})

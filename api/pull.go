@@ -169,14 +169,23 @@ func (s *Server) nack(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// repeatable are the query parameters that may be given more than once:
+// each adds to the list.
+var repeatable = []string{"ids"}
+
 // query returns r's query parameters and refuses any not in allowed, so
 // that a misspelt filter is an error rather than a silently wider operation
-// (a purge of more than was meant).
+// (a purge of more than was meant), and any but the repeatable given twice,
+// which would otherwise take the first and drop the other unseen
+// (?max=1&max=50 reserving one).
 func query(r *http.Request, allowed ...string) (url.Values, error) {
 	q := r.URL.Query()
 	for _, k := range slices.Sorted(maps.Keys(q)) {
-		if !slices.Contains(allowed, k) {
+		switch {
+		case !slices.Contains(allowed, k):
 			return nil, notify.Errorf(k, "is not a known query parameter")
+		case len(q[k]) > 1 && !slices.Contains(repeatable, k):
+			return nil, notify.Errorf(k, "is given %d times; give it once", len(q[k]))
 		}
 	}
 	return q, nil

@@ -33,6 +33,10 @@ func TestReserveArguments(t *testing.T) {
 		{"MaxNotANumber", "/v1/topics/jobs/reserve?max=all", "max"},
 		{"BadWait", "/v1/topics/jobs/reserve?wait=forever", "wait"},
 		{"UnknownParameter", "/v1/topics/jobs/reserve?limit=5", "limit"},
+		// Which one counts would be a guess: a worker that builds its
+		// query from two places means one of them.
+		{"MaxTwice", "/v1/topics/jobs/reserve?max=1&max=50", "max"},
+		{"WaitTwice", "/v1/topics/jobs/reserve?wait=0s&wait=20s", "wait"},
 		{"BadTopic", "/v1/topics/Jobs!/reserve", "topic"},
 	}
 	for _, tt := range tests {
