@@ -327,27 +327,43 @@ const redacted = "[redacted]"
 // receiver's credentials, which the API's answers never show.
 var credentialHeaders = notify.CredentialHeaders()
 
-// minCredential is the shortest part of a credential hidden on its own: a
-// cookie's "en" would garble every word it is part of.
+// minCredential is the shortest part of a credential hidden on its own
+// when it need not be secret (a user name, a cookie's value): a cookie's
+// "en" would garble every word it is part of. A password is hidden
+// whatever its length.
 const minCredential = 8
 
 // credentialsOf returns what req carries that is secret: the values of its
-// credential headers, the credentials after an Authorization scheme, each
-// cookie's value, and its URL's user, password and the Basic token they
-// make, longest first so that a whole value is hidden before its parts.
+// credential headers, the credentials after an Authorization scheme and,
+// for Basic, the user and password they encode, each cookie's value, and
+// its URL's user, password and the Basic token they make, longest first so
+// that a whole value is hidden before its parts.
 func credentialsOf(req *Request) []string {
-	var out []string
+	var out, passwords []string
 	for _, name := range credentialHeaders {
 		for _, v := range req.Header.Values(name) {
 			out = append(out, v)
-			if _, cred, ok := strings.Cut(v, " "); ok && name != "Cookie" {
-				out = append(out, strings.TrimSpace(cred))
-			}
 			if name == "Cookie" {
 				for pair := range strings.SplitSeq(v, ";") {
 					if _, value, ok := strings.Cut(pair, "="); ok {
 						out = append(out, strings.TrimSpace(value))
 					}
+				}
+				continue
+			}
+			scheme, cred, ok := strings.Cut(v, " ")
+			if !ok {
+				continue
+			}
+			cred = strings.TrimSpace(cred)
+			out = append(out, cred)
+			// A receiver that refuses Basic credentials may quote them as
+			// it decoded them.
+			if strings.EqualFold(scheme, "Basic") {
+				if b, err := base64.StdEncoding.DecodeString(cred); err == nil {
+					user, password, _ := strings.Cut(string(b), ":")
+					out = append(out, string(b), user)
+					passwords = append(passwords, password)
 				}
 			}
 		}
@@ -356,11 +372,12 @@ func credentialsOf(req *Request) []string {
 	if strings.Contains(req.URL, "@") {
 		if u, err := url.Parse(req.URL); err == nil && u.User != nil {
 			password, _ := u.User.Password()
-			out = append(out, u.User.Username(), password,
-				base64.StdEncoding.EncodeToString([]byte(u.User.Username()+":"+password)))
+			out = append(out, u.User.Username(), base64.StdEncoding.EncodeToString([]byte(u.User.Username()+":"+password)))
+			passwords = append(passwords, password)
 		}
 	}
 	out = slices.DeleteFunc(out, func(c string) bool { return len(c) < minCredential })
+	out = append(out, slices.DeleteFunc(passwords, func(p string) bool { return p == "" })...)
 	slices.SortFunc(out, func(a, b string) int { return len(b) - len(a) })
 	return out
 }

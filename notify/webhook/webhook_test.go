@@ -447,6 +447,48 @@ func TestSendHistoryHidesEchoedCredentials(t *testing.T) {
 	}
 }
 
+// TestSendHistoryHidesDecodedPasswords posts to a receiver that answers
+// 401 quoting the user and password it decoded from the request's Basic
+// credentials, as a login page in debug mode does: whether they came from
+// the notification's Authorization header or from its target URL, and
+// however short the password, the history shows "[redacted]" in its place.
+func TestSendHistoryHidesDecodedPasswords(t *testing.T) {
+	t.Parallel()
+
+	rec := httpsendtest.NewReceiver(t, "tcp4", func(w http.ResponseWriter, r *http.Request) {
+		user, password, _ := r.BasicAuth()
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = io.WriteString(w, "no account "+user+" with password "+password)
+	})
+	sender := newSender(t, Config{Common: httpsend.Common{HTTP: loopback}})
+	const user = "merchant-42"
+	// Each password, and whether it goes in the notification's own
+	// Authorization header rather than in the target URL.
+	for name, tt := range map[string]struct {
+		password string
+		header   bool
+	}{
+		"AuthorizationHeader":              {password: "s3cret-passw0rd", header: true},
+		"AuthorizationHeaderShortPassword": {password: "pw12", header: true},
+		"URLShortPassword":                 {password: "pw12"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			n := notification("http://" + user + ":" + tt.password + "@" + rec.Addr() + "/hook")
+			if tt.header {
+				n = notification(rec.URL() + "/hook")
+				n.Headers["Authorization"] = "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+tt.password))
+			}
+			resp, err := sender.Send(context.Background(), n)
+			require.Equal(t, permanent, classify(err), "error: %v", err)
+			for _, recorded := range []string{err.Error(), resp.Body} {
+				require.Contains(t, recorded, "with password [redacted]")
+				require.NotContains(t, recorded, tt.password)
+			}
+		})
+	}
+}
+
 func TestSendSuccessBody(t *testing.T) {
 	t.Parallel()
 
