@@ -180,6 +180,66 @@ func TestReserveEndsWhenTheConsumerLeaves(t *testing.T) {
 	require.Equal(t, "after", res.Notifications[0].ID)
 }
 
+// pausedReadHook tells, once armed, when the paused topics are first read:
+// a reservation of a paused topic has looked, found it paused, and waits.
+type pausedReadHook struct {
+	armed atomic.Bool
+	read  chan struct{}
+}
+
+func (h *pausedReadHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *pausedReadHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *pausedReadHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if args := cmd.Args(); cmd.Name() == "hgetall" && len(args) == 2 && strings.HasSuffix(fmt.Sprint(args[1]), ":paused") &&
+			h.armed.CompareAndSwap(true, false) {
+			close(h.read)
+		}
+		return err
+	}
+}
+
+// TestReserveWakesOnResume: a consumer waiting on a paused topic gets what
+// came due meanwhile as soon as the topic is resumed, as the README says,
+// not at its next look up to a second later.
+func TestReserveWakesOnResume(t *testing.T) {
+	t.Parallel()
+	hook := &pausedReadHook{read: make(chan struct{})}
+	rdb := redis.NewClient(sharedServer(t).Options())
+	rdb.AddHook(hook)
+	t.Cleanup(func() { _ = rdb.Close() })
+	b := setupOn(t, rdb, api.Config{})
+	must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications", map[string]any{"id": "held", "topic": "jobs"})
+	must[map[string]any](t, b, http.StatusOK, "POST", "/v1/topics/jobs/pause", nil)
+
+	hook.armed.Store(true)
+	type answer struct {
+		res reserved
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		res, err := expect[reserved](b, http.StatusOK, "POST", "/v1/topics/jobs/reserve?wait=10s", nil)
+		done <- answer{res, err}
+	}()
+	select {
+	case <-hook.read:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the reservation never looked at what is paused")
+	}
+	resumed := time.Now()
+	must[map[string]any](t, b, http.StatusOK, "POST", "/v1/topics/jobs/resume", nil)
+	a := <-done
+	require.NoError(t, a.err)
+	require.Len(t, a.res.Notifications, 1)
+	require.Equal(t, "held", a.res.Notifications[0].ID)
+	require.Less(t, time.Since(resumed), 500*time.Millisecond, "the waiting consumer heard of the resume")
+}
+
 // TestReserveEarliestFirst: a reservation lists its notifications in the
 // order they came due, as documented, whichever shards they live in.
 func TestReserveEarliestFirst(t *testing.T) {

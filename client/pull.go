@@ -264,14 +264,19 @@ func (h *hub) remove(queue string, ch chan store.Wake) {
 func (h *hub) fanOut(wakes <-chan store.Wake) {
 	defer close(h.done)
 	for w := range wakes {
-		h.mu.Lock()
-		for ch := range h.waiters[w.Queue] {
-			select {
-			case ch <- w:
-			default:
-			}
+		h.wake(w)
+	}
+}
+
+// wake passes w to the waiters of its queue.
+func (h *hub) wake(w store.Wake) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for ch := range h.waiters[w.Queue] {
+		select {
+		case ch <- w:
+		default:
 		}
-		h.mu.Unlock()
 	}
 }
 
