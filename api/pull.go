@@ -17,8 +17,9 @@ import (
 )
 
 type reserveResponse struct {
-	// Notifications are records with their receipt and deadline; their
-	// history is left out (it is empty).
+	// Notifications are records with their receipt and deadline. Their
+	// history is not read, to keep reservations cheap: it is empty here
+	// even for a retry.
 	Notifications []*notify.Notification `json:"notifications"`
 }
 
