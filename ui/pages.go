@@ -265,7 +265,18 @@ func (h *Handler) find(w http.ResponseWriter, r *http.Request, s *session) {
 		h.fail(w, r, s, notify.Errorf("id", "must match [A-Za-z0-9._:-]{1,128}"))
 		return
 	}
-	http.Redirect(w, r, Prefix+"notifications/"+url.PathEscape(id), http.StatusSeeOther)
+	http.Redirect(w, r, notificationURL(id), http.StatusSeeOther)
+}
+
+// notificationURL is the page of notification id. The ids "." and ".." are
+// spelt %2E, or a browser would take them for dot segments and open the
+// overview instead.
+func notificationURL(id string) string {
+	segment := url.PathEscape(id)
+	if segment == "." || segment == ".." {
+		segment = strings.ReplaceAll(segment, ".", "%2E")
+	}
+	return Prefix + "notifications/" + segment
 }
 
 type notificationData struct {
@@ -594,7 +605,7 @@ func (h *Handler) act(w http.ResponseWriter, r *http.Request, s *session, action
 	d.Done = &done
 	d.Back = Prefix + "dead?" + (&deadQuery{Topic: f.Topic, Since: f.Since, Until: f.Until}).values().Encode()
 	if len(f.IDs) == 1 {
-		d.Back = Prefix + "notifications/" + url.PathEscape(f.IDs[0])
+		d.Back = notificationURL(f.IDs[0])
 	}
 	h.render(w, r, http.StatusOK, "confirm", s, &d)
 }

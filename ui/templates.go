@@ -40,9 +40,10 @@ var funcs = template.FuncMap{
 		}
 		return strings.ToUpper(s[:1]) + s[1:]
 	},
-	"join":   func(s []string) string { return strings.Join(s, ",") },
-	"rowURL": rowURL,
-	"asset":  assetURL,
+	"join":            func(s []string) string { return strings.Join(s, ",") },
+	"rowURL":          rowURL,
+	"notificationURL": notificationURL,
+	"asset":           assetURL,
 	// last returns the last attempt of a history, or nil.
 	"last": func(h []notify.Attempt) *notify.Attempt {
 		if len(h) == 0 {

@@ -805,6 +805,53 @@ func TestDeadBrowserSaysWhereEachWent(t *testing.T) {
 	require.Contains(t, row(t, body, `<tr data-id="to-target">`), `<code>https://xxxxx@shop.example/notify</code>`)
 }
 
+// TestDotIDsOpen: "." and ".." are notification ids like any other, which
+// a browser would drop from a link's path as dot segments: the dead-letter
+// browser's links, the search box and a replay's way back open their pages,
+// not the overview.
+func TestDotIDsOpen(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testToken)
+	b.login(t)
+	// open follows link from the page at from as a browser does, and
+	// returns the status and body of where it leads.
+	open := func(t *testing.T, from, link string) (int, string) {
+		t.Helper()
+		base, err := url.Parse(b.server.URL + from)
+		require.NoError(t, err)
+		ref, err := url.Parse(html.UnescapeString(link))
+		require.NoError(t, err)
+		return b.get(t, base.ResolveReference(ref).RequestURI())
+	}
+	hrefRe := regexp.MustCompile(`<a href="([^"]+)">`)
+	for _, id := range []string{".", ".."} {
+		b.bury(t, id, "orders", `{}`, "gone")
+		want := "<h1>Notification <code>" + id + "</code></h1>"
+
+		_, page := b.get(t, "/ui/dead?topic=orders")
+		link := hrefRe.FindStringSubmatch(row(t, page, `<tr data-id="`+id+`">`))
+		require.NotNil(t, link, id)
+		status, body := open(t, "/ui/dead?topic=orders", link[1])
+		require.Equal(t, http.StatusOK, status, "%s: %s", id, link[1])
+		require.Contains(t, body, want, "the dead letters' link to %s", id)
+
+		res, err := b.http.Get(b.server.URL + "/ui/find?id=" + id)
+		require.NoError(t, err)
+		res.Body.Close()
+		status, body = open(t, "/ui/find", res.Header.Get("Location"))
+		require.Equal(t, http.StatusOK, status, "%s: %s", id, res.Header.Get("Location"))
+		require.Contains(t, body, want, "the search box's jump to %s", id)
+
+		_, confirm := b.get(t, "/ui/dead/confirm?action=replay&ids="+url.QueryEscape(id))
+		_, done := b.post(t, "/ui/dead/replay", url.Values{"csrf": {csrf(t, confirm)}, "ids": {id}}, b.server.URL)
+		back := regexp.MustCompile(`<a href="([^"]+)" id="back">`).FindStringSubmatch(done)
+		require.NotNil(t, back, id)
+		status, body = open(t, "/ui/dead/replay", back[1])
+		require.Equal(t, http.StatusOK, status, "%s: %s", id, back[1])
+		require.Contains(t, body, want, "the way back from replaying %s", id)
+	}
+}
+
 // hiddenRe finds the hidden fields of a page's forms: name and value.
 var hiddenRe = regexp.MustCompile(`<input type="hidden" name="([^"]+)" value="([^"]*)">`)
 
@@ -1040,9 +1087,6 @@ func TestPolicies(t *testing.T) {
 	require.Contains(t, body, `<td>refunds</td><td>webhook</td><td>default</td><td></td><td>endpoint acme-shop</td>`)
 }
 
-// park stores a webhook notification of topic orders, changed by opts, and
-// gives it back parked under kind name's pause, as a dispatcher does when it
-// reserves one whose topic or endpoint is paused.
 // TestPoliciesPageRedactsTargets: a topic's default target shows on the
 // policies page as a notification's does, its user information (the
 // receiver's credentials) replaced by xxxxx.
@@ -1061,6 +1105,9 @@ func TestPoliciesPageRedactsTargets(t *testing.T) {
 	require.Contains(t, rec.Body.String(), "<code>https://xxxxx@shop.example/notify</code>")
 }
 
+// park stores a webhook notification of topic orders, changed by opts, and
+// gives it back parked under kind name's pause, as a dispatcher does when it
+// reserves one whose topic or endpoint is paused.
 func (b *testBundle) park(t *testing.T, id, kind, name string, opts ...heraldtest.NotificationOption) {
 	t.Helper()
 	ctx := context.Background()
