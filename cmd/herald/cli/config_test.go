@@ -97,6 +97,7 @@ log:
 		t.Setenv("HERALD_RETENTION", "24h")
 		t.Setenv("HERALD_REDIS_WAIT_REPLICAS", "1")
 		t.Setenv("HERALD_REDIS_WAIT_TIMEOUT", "250ms")
+		t.Setenv("HERALD_OTEL_ENDPOINT", "otel-collector:4318")
 
 		cfg, err := load(t, path)
 		require.NoError(t, err)
@@ -112,6 +113,7 @@ log:
 		require.Equal(t, 24*time.Hour, cfg.Retention)
 		require.Equal(t, 1, cfg.Redis.WaitReplicas)
 		require.Equal(t, 250*time.Millisecond, cfg.Redis.WaitTimeout)
+		require.Equal(t, "otel-collector:4318", cfg.Otel.Endpoint)
 	})
 
 	t.Run("RetentionForeverFromEnv", func(t *testing.T) {
@@ -145,6 +147,9 @@ log:
 			{"HERALD_REDIS_TLS", "maybe", "redis.tls"},
 			{"HERALD_DISPATCHER_CONCURRENCY", "0", "dispatcher.concurrency"},
 			{"HERALD_REDIS_ADDRS", "a:1,b", "redis.addrs[1]"},
+			{"HERALD_OTEL_ENDPOINT", "otel-collector", "otel.endpoint"},
+			{"HERALD_OTEL_ENDPOINT", "grpc://otel-collector:4317", "otel.endpoint"},
+			{"HERALD_OTEL_ENDPOINT", "http://", "otel.endpoint"},
 		} {
 			t.Run(tt.env, func(t *testing.T) {
 				t.Setenv(tt.env, tt.value)

@@ -15,6 +15,7 @@ import (
 	"net"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -323,7 +324,28 @@ func (c *Config) Validate() error {
 	if err := c.Senders.SMS.validate(); err != nil {
 		return err
 	}
+	if err := c.Otel.validate(); err != nil {
+		return err
+	}
 	return c.Log.Validate()
+}
+
+// validate refuses an endpoint the exporter would take without a word and
+// then fail to send every span to, so that tracing is never off in silence.
+func (o *OtelConfig) validate() error {
+	if o.Endpoint == "" {
+		return nil
+	}
+	if strings.Contains(o.Endpoint, "://") {
+		if !notify.ValidHTTPURL(o.Endpoint) {
+			return notify.Errorf("otel.endpoint", "must be an http or https URL such as http://otel-collector:4318, or host:port for plain HTTP")
+		}
+		return nil
+	}
+	if host, port, err := net.SplitHostPort(o.Endpoint); err != nil || host == "" || port == "" {
+		return notify.Errorf("otel.endpoint", "must be host:port such as otel-collector:4318, or an http or https URL, not %q", o.Endpoint)
+	}
+	return nil
 }
 
 func (s *SMSConfig) validate() error {
