@@ -60,8 +60,10 @@ func TestServeTracing(t *testing.T) {
 	}))
 	t.Cleanup(rcv.Close)
 
-	e := newEnv(t, fmt.Sprintf("redis: {addrs: [%q]}\notel: {endpoint: %q}", server.Addr, collector.URL))
-	s := startServe(t, e.config)
+	// Credentials in the collector's URL are never logged.
+	endpoint := strings.Replace(collector.URL, "://", "://herald:collector-pw@", 1)
+	e := newEnv(t, fmt.Sprintf("redis: {addrs: [%q]}\notel: {endpoint: %q}", server.Addr, endpoint))
+	s := startServe(t, e.config, "--log-level", "info")
 	req, err := http.NewRequest(http.MethodPost, s.url+"/v1/notifications",
 		strings.NewReader(fmt.Sprintf(`{"id": "traced-1", "topic": "merchant-notify", "target": %q, "payload": {}}`, rcv.URL)))
 	require.NoError(t, err)
@@ -76,6 +78,8 @@ func TestServeTracing(t *testing.T) {
 		return n.State == notify.StateSucceeded
 	})
 	require.NoError(t, s.stop(), "a clean shutdown flushes the spans")
+	require.Contains(t, s.logs.String(), "herald: tracing")
+	require.NotContains(t, s.logs.String(), "collector-pw")
 
 	mu.Lock()
 	defer mu.Unlock()

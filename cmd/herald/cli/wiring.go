@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -197,7 +198,12 @@ func (w *wiring) startTracing(ctx context.Context) (stop func(), err error) {
 		return nil, &UsageError{Err: err}
 	}
 	w.tracer = tracing.New(&tracing.Config{TracerProvider: tp})
-	w.log.InfoContext(ctx, "herald: tracing", "otel_endpoint", w.cfg.Otel.Endpoint)
+	shown := w.cfg.Otel.Endpoint
+	if u, err := url.Parse(shown); err == nil && u.User != nil {
+		// A collector URL may carry credentials, which logs must not.
+		shown = u.Redacted()
+	}
+	w.log.InfoContext(ctx, "herald: tracing", "otel_endpoint", shown)
 	return func() {
 		flushCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
