@@ -69,6 +69,10 @@ import (
 // base64.
 const SecretPrefix = "whsec_"
 
+// minKeySize is the shortest signing key, in bytes, that New takes without
+// a warning: Standard Webhooks keys are 24 to 64 random bytes.
+const minKeySize = 24
+
 // Header names of a webhook request.
 const (
 	HeaderID        = "webhook-id"
@@ -82,7 +86,8 @@ type Config struct {
 	// Secret signs each request: "whsec_<base64>" as Standard Webhooks
 	// issues them, or any other string used as the key's bytes, but for an
 	// ed25519 key ("whsk_", "whpk_"), which is refused. Empty: no
-	// webhook-signature header (warned at construction).
+	// webhook-signature header (warned at construction). A key shorter
+	// than 24 bytes is warned of too.
 	Secret string
 	// Endpoints finds the endpoint a notification names, on every attempt:
 	// such a notification goes to the endpoint's URL, signed with the
@@ -110,10 +115,16 @@ func New(cfg *Config) (*Sender, error) {
 	if err != nil {
 		return nil, fmt.Errorf("webhook: secret: %w", err)
 	}
-	if len(key) == 0 {
+	switch log := httpsend.LoggerOrDefault(cfg.HTTP.Logger); {
+	case len(key) == 0:
 		// Endpoints sign with their own secrets; only a notification with a
 		// target of its own is signed with this one.
-		httpsend.LoggerOrDefault(cfg.HTTP.Logger).Warn("webhook: senders.webhook.secret is empty; webhooks to a target, rather than an endpoint, go out unsigned")
+		log.Warn("webhook: senders.webhook.secret is empty; webhooks to a target, rather than an endpoint, go out unsigned")
+	case len(key) < minKeySize:
+		// Anyone who sees one signed request can guess a short key
+		// offline, and then sign what they like.
+		log.Warn("webhook: senders.webhook.secret's key is shorter than the 24 to 64 random bytes of Standard Webhooks, "+
+			"which endpoints' keys must be; use whsec_$(openssl rand -base64 32)", "key_bytes", len(key))
 	}
 	base, err := httpsend.NewBase(&cfg.Common)
 	if err != nil {

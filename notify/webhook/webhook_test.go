@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"bytes"
 	"cmp"
 	"compress/gzip"
 	"context"
@@ -569,6 +570,35 @@ func TestNew(t *testing.T) {
 	s, err := New(&Config{Common: httpsend.Common{HTTP: httpsend.Config{Logger: slog.New(slog.NewTextHandler(t.Output(), nil))}}})
 	require.NoError(t, err)
 	require.Nil(t, s.hmac, "no secret: requests go out unsigned")
+}
+
+// TestNewWarnsOfAShortKey: Standard Webhooks keys are 24 to 64 random
+// bytes, as an endpoint's must be; senders.webhook.secret takes a shorter
+// one, a raw "changeme" or a whsec_ of a few bytes, which an attacker who
+// sees one signed request can guess offline, and says so at start, without
+// the secret.
+func TestNewWarnsOfAShortKey(t *testing.T) {
+	t.Parallel()
+
+	for _, tt := range []struct {
+		secret string
+		warned bool
+	}{
+		{secret: "changeme", warned: true},
+		{secret: "whsec_c2VjcmV0", warned: true},
+		{secret: testSecret},
+		{secret: "a raw secret of twenty-four"},
+	} {
+		var logs bytes.Buffer
+		_, err := New(&Config{Secret: tt.secret, Common: httpsend.Common{HTTP: httpsend.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))}}})
+		require.NoError(t, err)
+		if !tt.warned {
+			require.Empty(t, logs.String(), tt.secret)
+			continue
+		}
+		require.Contains(t, logs.String(), "24 to 64 random bytes", tt.secret)
+		require.NotContains(t, logs.String(), tt.secret)
+	}
 }
 
 // dialLog is a DialFunc that records every address the guard let through,
