@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -201,4 +202,71 @@ func TestDoErrorsHideURLCredentials(t *testing.T) {
 			}
 		})
 	}
+}
+
+// resolvingTo returns a Client's config for a test: every name resolves to
+// the next of answers (the last one once they run out), and every address
+// the guard lets through is dialled to rcv, so that nothing leaves the
+// machine; the recorder says which addresses those were.
+func resolvingTo(rcv *httpsendtest.Receiver, answers ...netip.Addr) (*Config, *httpsendtest.Dials) {
+	var mu sync.Mutex
+	dials := rcv.Dials()
+	return &Config{
+		Resolver: ResolverFunc(func(context.Context, string, string) ([]netip.Addr, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			a := answers[0]
+			if len(answers) > 1 {
+				answers = answers[1:]
+			}
+			return []netip.Addr{a}, nil
+		}),
+		DialFunc: dials.Dial,
+	}, dials
+}
+
+// TestDoRechecksEveryConnection: a name that resolves to a public address
+// when one connection is made and to the metadata address when the next
+// is (DNS rebinding) gets its second connection refused; each connection
+// goes to the very address that was checked.
+func TestDoRechecksEveryConnection(t *testing.T) {
+	t.Parallel()
+	// Connection: close, so that each request needs a connection.
+	rcv := httpsendtest.NewReceiver(t, "tcp4", httpsendtest.Answer(http.StatusOK, "success", "Connection", "close"))
+	cfg, dials := resolvingTo(rcv, netip.MustParseAddr("8.8.4.4"), netip.MustParseAddr("169.254.169.254"))
+	c, err := NewClient(cfg)
+	require.NoError(t, err)
+
+	res, err := c.Do(context.Background(), NewRequest(http.MethodPost, "http://rebinding.test/hook"))
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	_, err = c.Do(context.Background(), NewRequest(http.MethodPost, "http://rebinding.test/hook"))
+	var blocked *BlockedError
+	require.ErrorAs(t, err, &blocked)
+	require.Equal(t, "169.254.169.254", blocked.Addr.String())
+	require.Equal(t, []string{"8.8.4.4:80"}, dials.Addresses())
+	require.Len(t, rcv.Requests(), 1)
+}
+
+// TestDoIgnoresProxyEnvironment: with HTTP_PROXY and HTTPS_PROXY set, as
+// a host's environment may have them for other programs, a request still
+// goes straight to the receiver's checked address; through a proxy, the
+// guard would check the proxy's address instead of the receiver's.
+func TestDoIgnoresProxyEnvironment(t *testing.T) {
+	proxy := httpsendtest.NewReceiver(t, "tcp4", httpsendtest.Answer(http.StatusOK, "from the proxy"))
+	t.Setenv("HTTP_PROXY", proxy.URL())
+	t.Setenv("HTTPS_PROXY", proxy.URL())
+	t.Setenv("NO_PROXY", "")
+	rcv := httpsendtest.NewReceiver(t, "tcp4", httpsendtest.Answer(http.StatusOK, "success"))
+	cfg, dials := resolvingTo(rcv, netip.MustParseAddr("8.8.4.4"))
+	// Were the proxy used, its loopback address would be let through too.
+	cfg.AllowNetworks = []string{"127.0.0.0/8"}
+	c, err := NewClient(cfg)
+	require.NoError(t, err)
+
+	res, err := c.Do(context.Background(), NewRequest(http.MethodPost, "http://merchant.test/hook"))
+	require.NoError(t, err)
+	require.Equal(t, "success", string(res.Body))
+	require.Equal(t, []string{"8.8.4.4:80"}, dials.Addresses())
+	require.Empty(t, proxy.Requests())
 }

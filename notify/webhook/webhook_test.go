@@ -17,7 +17,6 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -601,29 +600,6 @@ func TestNewWarnsOfAShortKey(t *testing.T) {
 	}
 }
 
-// dialLog is a DialFunc that records every address the guard let through,
-// and sends any of them to the local receiver at to, so that nothing leaves
-// the machine.
-type dialLog struct {
-	to     string
-	mu     sync.Mutex
-	dialed []string
-}
-
-func (d *dialLog) dial(ctx context.Context, network, address string) (net.Conn, error) {
-	d.mu.Lock()
-	d.dialed = append(d.dialed, address)
-	d.mu.Unlock()
-	var dialer net.Dialer
-	return dialer.DialContext(ctx, network, d.to)
-}
-
-func (d *dialLog) addresses() []string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return append([]string(nil), d.dialed...)
-}
-
 func TestSendSSRF(t *testing.T) {
 	t.Parallel()
 
@@ -648,23 +624,23 @@ func TestSendSSRF(t *testing.T) {
 			target := tt.target(port)
 
 			t.Run("Refused", func(t *testing.T) {
-				dials := &dialLog{to: rec.Addr()}
-				sender := newSender(t, Config{Common: httpsend.Common{HTTP: httpsend.Config{DialFunc: dials.dial}}})
+				dials := rec.Dials()
+				sender := newSender(t, Config{Common: httpsend.Common{HTTP: httpsend.Config{DialFunc: dials.Dial}}})
 				_, err := sender.Send(context.Background(), notification(target))
 				require.Equal(t, permanent, classify(err), "error: %v", err)
 				var blocked *httpsend.BlockedError
 				require.ErrorAs(t, err, &blocked)
 				require.ErrorContains(t, err, tt.addr)
-				require.Empty(t, dials.addresses())
+				require.Empty(t, dials.Addresses())
 				require.Zero(t, rec.Conns())
 			})
 
 			t.Run("Allowed", func(t *testing.T) {
-				dials := &dialLog{to: rec.Addr()}
-				sender := newSender(t, Config{Common: httpsend.Common{HTTP: httpsend.Config{DialFunc: dials.dial, AllowNetworks: []string{tt.allow}}}})
+				dials := rec.Dials()
+				sender := newSender(t, Config{Common: httpsend.Common{HTTP: httpsend.Config{DialFunc: dials.Dial, AllowNetworks: []string{tt.allow}}}})
 				_, err := sender.Send(context.Background(), notification(target))
 				require.NoError(t, err)
-				require.Equal(t, []string{net.JoinHostPort(tt.addr, port)}, dials.addresses())
+				require.Equal(t, []string{net.JoinHostPort(tt.addr, port)}, dials.Addresses())
 				require.Len(t, rec.Requests(), 1)
 			})
 		})

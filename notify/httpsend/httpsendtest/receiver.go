@@ -6,6 +6,7 @@
 package httpsendtest
 
 import (
+	"context"
 	"io"
 	"net"
 	"net/http"
@@ -114,4 +115,35 @@ func HangUpOn(nth int64, h http.HandlerFunc) http.HandlerFunc {
 		}
 		h(w, r)
 	}
+}
+
+// Dials records the addresses an SSRF guard let a client dial, and
+// connects each of them to a receiver instead, so that a test can resolve
+// names to any address, public ones included, and still send nothing off
+// the machine.
+type Dials struct {
+	to string
+	mu sync.Mutex
+	// dialed holds the addresses dialled, guarded by mu.
+	dialed []string
+}
+
+// Dials returns a recorder whose Dial connects to r, whatever the address.
+func (r *Receiver) Dials() *Dials { return &Dials{to: r.Addr()} }
+
+// Dial is a client's DialFunc: it records address and connects to the
+// receiver.
+func (d *Dials) Dial(ctx context.Context, network, address string) (net.Conn, error) {
+	d.mu.Lock()
+	d.dialed = append(d.dialed, address)
+	d.mu.Unlock()
+	var dialer net.Dialer
+	return dialer.DialContext(ctx, network, d.to)
+}
+
+// Addresses returns the addresses dialled so far.
+func (d *Dials) Addresses() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]string(nil), d.dialed...)
 }
