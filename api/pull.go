@@ -124,6 +124,19 @@ type nackRequest struct {
 // recorded as a success, 409 when the receipt no longer holds the
 // reservation.
 func (s *Server) ack(w http.ResponseWriter, r *http.Request) {
+	s.withReceipt(w, r, s.client.Ack)
+}
+
+// release handles POST /v1/notifications/{id}/release: the consumer gives
+// the job back unstarted (it is shutting down, or took more than it will
+// do), due again at once with no attempt counted. 204, or 409 as for ack.
+func (s *Server) release(w http.ResponseWriter, r *http.Request) {
+	s.withReceipt(w, r, s.client.Release)
+}
+
+// withReceipt reads a body holding only a receipt and calls do with the
+// path's id and that receipt: 204 when it is done.
+func (s *Server) withReceipt(w http.ResponseWriter, r *http.Request, do func(ctx context.Context, id, receipt string) error) {
 	var req ackRequest
 	if err := readJSON(w, r, s.cfg.MaxBody, &req); err != nil {
 		s.fail(w, r, err)
@@ -131,7 +144,7 @@ func (s *Server) ack(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := s.storeContext(r)
 	defer cancel()
-	if err := s.client.Ack(ctx, r.PathValue("id"), req.Receipt); err != nil {
+	if err := do(ctx, r.PathValue("id"), req.Receipt); err != nil {
 		s.fail(w, r, err)
 		return
 	}

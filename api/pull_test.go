@@ -398,6 +398,42 @@ func TestAckNack(t *testing.T) {
 		rec = must[notify.Notification](t, b, http.StatusOK, "GET", "/v1/notifications/called-off", nil)
 		require.Len(t, rec.History, 1, "recorded once")
 	})
+	t.Run("ReleaseGivesBackUnstarted", func(t *testing.T) {
+		// A worker shutting down gives back what it has not started: due
+		// again at once for another worker, no attempt used up, nothing in
+		// the history; the receipt then holds no more.
+		must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications",
+			map[string]any{"id": "unstarted", "topic": "jobs", "backoff": []string{"0s"}})
+		n := reserveOne(t, "jobs")
+		must[any](t, b, http.StatusNoContent, "POST", "/v1/notifications/unstarted/release", map[string]string{"receipt": n.Receipt})
+		rec := must[notify.Notification](t, b, http.StatusOK, "GET", "/v1/notifications/unstarted", nil)
+		require.Equal(t, notify.StateScheduled, rec.State)
+		require.Zero(t, rec.Attempts, "its only attempt is left")
+		require.Empty(t, rec.History)
+		b.requireError(t, http.StatusConflict, api.CodeStaleReceipt, "", "POST", "/v1/notifications/unstarted/release",
+			map[string]string{"receipt": n.Receipt})
+		b.requireError(t, http.StatusConflict, api.CodeStaleReceipt, "", "POST", "/v1/notifications/unstarted/ack",
+			map[string]string{"receipt": n.Receipt})
+		again := reserveOne(t, "jobs")
+		require.Equal(t, "unstarted", again.ID, "due again at once")
+		require.Zero(t, again.Attempts)
+		must[any](t, b, http.StatusNoContent, "POST", "/v1/notifications/unstarted/ack", map[string]string{"receipt": again.Receipt})
+		rec = must[notify.Notification](t, b, http.StatusOK, "GET", "/v1/notifications/unstarted", nil)
+		require.Equal(t, notify.StateSucceeded, rec.State)
+
+		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "receipt", "POST", "/v1/notifications/unstarted/release", map[string]string{})
+		b.requireError(t, http.StatusNotFound, api.CodeNotFound, "", "POST", "/v1/notifications/nope/release", map[string]string{"receipt": "r"})
+
+		// Cancelled while held: nothing to give back, nothing to record.
+		must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications", map[string]any{"id": "dropped", "topic": "jobs"})
+		n = reserveOne(t, "jobs")
+		must[notify.Notification](t, b, http.StatusOK, "DELETE", "/v1/notifications/dropped", nil)
+		b.requireError(t, http.StatusConflict, api.CodeStaleReceipt, "", "POST", "/v1/notifications/dropped/release",
+			map[string]string{"receipt": n.Receipt})
+		rec = must[notify.Notification](t, b, http.StatusOK, "GET", "/v1/notifications/dropped", nil)
+		require.Equal(t, notify.StateCancelled, rec.State)
+		require.Empty(t, rec.History)
+	})
 	t.Run("NackPermanentGoesStraightToTheDeadLetters", func(t *testing.T) {
 		// A consumer that cannot read a payload knows no retry will help.
 		must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications", map[string]any{"id": "poison", "topic": "jobs"})

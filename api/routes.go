@@ -28,6 +28,7 @@ var routes = []route{
 	{method: http.MethodPost, path: "/v1/topics/{topic}/reserve", handle: (*Server).reserve},
 	{method: http.MethodPost, path: "/v1/notifications/{id}/ack", handle: (*Server).ack},
 	{method: http.MethodPost, path: "/v1/notifications/{id}/nack", handle: (*Server).nack},
+	{method: http.MethodPost, path: "/v1/notifications/{id}/release", handle: (*Server).release},
 	{method: http.MethodGet, path: "/v1/dead", handle: (*Server).listDead},
 	{method: http.MethodPost, path: "/v1/dead/replay", handle: (*Server).replay},
 	{method: http.MethodDelete, path: "/v1/dead", handle: (*Server).purge},

@@ -165,23 +165,55 @@ func (c *Client) Nack(ctx context.Context, id, receipt string, cause error) erro
 	return c.finish(ctx, id, receipt, cause)
 }
 
-// finish ends a consumer's attempt: nil cause acks, any other fails.
-func (c *Client) finish(ctx context.Context, id, receipt string, cause error) error {
+// Release gives back, unstarted, the notification reserved with receipt: it
+// is due again at once, counts no attempt and adds nothing to the history,
+// as a Go worker's reservations go back when it stops. It is for a consumer
+// that reserved more than it will start, such as one shutting down, whose
+// reservations would otherwise wait out their ttr and then count as failed
+// attempts. Errors are as for Ack.
+func (c *Client) Release(ctx context.Context, id, receipt string) error {
+	n, err := c.held(ctx, id, receipt, "release")
+	if err != nil {
+		return err
+	}
+	if n.State != notify.StateReserved {
+		// Cancelled: nothing was started, so nothing is left to record.
+		return notify.ErrStaleReceipt
+	}
+	errs, err := c.store.Finish(ctx, []store.Finish{{Notification: n, Action: notify.ActionRelease, NextAt: n.DueAt(c.store.Now())}})
+	if err != nil {
+		c.storeError("release", err)
+		return err
+	}
+	return errs[0]
+}
+
+// held returns the notification id as reservation receipt holds it:
+// reserved, or cancelled during the attempt, which keeps the receipt until
+// the attempt is recorded (notify.ErrCancelledMeanwhile).
+func (c *Client) held(ctx context.Context, id, receipt, op string) (*notify.Notification, error) {
 	if !notify.ValidID(id) {
-		return notify.ErrNotFound
+		return nil, notify.ErrNotFound
 	}
 	if receipt == "" {
-		return notify.Errorf("receipt", "is required")
+		return nil, notify.Errorf("receipt", "is required")
 	}
 	n, err := c.store.GetState(ctx, id)
 	if err != nil {
-		c.storeError("finish", err)
-		return err
+		c.storeError(op, err)
+		return nil, err
 	}
-	// A notification cancelled during this attempt keeps the receipt until
-	// the attempt is recorded (notify.ErrCancelledMeanwhile).
 	if (n.State != notify.StateReserved && n.State != notify.StateCancelled) || n.Receipt != receipt {
-		return notify.ErrStaleReceipt
+		return nil, notify.ErrStaleReceipt
+	}
+	return n, nil
+}
+
+// finish ends a consumer's attempt: nil cause acks, any other fails.
+func (c *Client) finish(ctx context.Context, id, receipt string, cause error) error {
+	n, err := c.held(ctx, id, receipt, "finish")
+	if err != nil {
+		return err
 	}
 	p := c.cfg.PoliciesFunc().PolicyFor(n)
 	now := c.store.Now()
