@@ -56,10 +56,20 @@ func (f *deadFilterFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.until, "until", "", "died before: an RFC 3339 time, or a duration ago")
 }
 
-// filter returns the store's filter; a bad time or id is a *UsageError.
-// The store checks the rest, as it does for the API.
+// filter returns the store's filter; a bad combination of flags, time or id
+// is a *UsageError naming the flags. The store checks the rest, as it does
+// for the API.
 func (f *deadFilterFlags) filter(now time.Time) (store.DeadFilter, error) {
 	out := store.DeadFilter{IDs: f.ids, Topic: f.topic}
+	switch {
+	case len(f.ids) == 0 && f.topic == "":
+		return out, &UsageError{Err: errors.New("give --ids, or --topic with an optional --since and --until")}
+	case len(f.ids) > 0 && f.topic != "":
+		return out, &UsageError{Err: errors.New("give --ids or --topic, not both")}
+	case len(f.ids) > 0 && (f.since != "" || f.until != ""):
+		// The store would select the ids whenever they died.
+		return out, &UsageError{Err: errors.New("--since and --until go with --topic, not --ids")}
+	}
 	for _, id := range f.ids {
 		if err := checkID(id); err != nil {
 			return out, fmt.Errorf("--ids: %w", err)
@@ -81,6 +91,9 @@ func (f *deadFilterFlags) filter(now time.Time) (store.DeadFilter, error) {
 			return out, &UsageError{Err: fmt.Errorf("--%s: %q is neither an RFC 3339 time nor a duration", t.flag, t.value)}
 		}
 		*t.dst = now.Add(-d)
+	}
+	if !out.Since.IsZero() && !out.Until.IsZero() && !out.Until.After(out.Since) {
+		return out, &UsageError{Err: fmt.Errorf("--until %s must be later than --since %s (as durations ago, --until is the shorter)", f.until, f.since)}
 	}
 	return out, nil
 }

@@ -141,10 +141,12 @@ func TestDLQ(t *testing.T) {
 			args []string
 			want string
 		}{
-			{[]string{"replay"}, "topic: give ids, or a topic"},
+			{[]string{"replay"}, "give --ids, or --topic with an optional --since and --until"},
 			{[]string{"replay", "--topic", "jobs", "--since", "yesterday"}, "--since"},
-			{[]string{"purge", "--ids", "a", "--topic", "jobs"}, "ids: give ids or a topic, not both"},
-			{[]string{"purge", "--topic", "jobs", "--since", "1h", "--until", "2h"}, "until: must be after since"},
+			{[]string{"purge", "--ids", "a", "--topic", "jobs"}, "give --ids or --topic, not both"},
+			{[]string{"purge", "--topic", "jobs", "--since", "1h", "--until", "2h"}, "--until 2h must be later than --since 1h"},
+			{[]string{"purge", "--ids", "d1", "--since", "1h"}, "--since and --until go with --topic, not --ids"},
+			{[]string{"replay", "--ids", "d1", "--until", "1h"}, "--since and --until go with --topic, not --ids"},
 			{[]string{"list", "--limit", "0"}, "--limit"},
 			{[]string{"replay", "--ids", "d1,order/1"}, `--ids: "order/1" is not a notification id`},
 			{[]string{"purge", "--ids", "d1,,d2"}, `--ids: "" is not a notification id`},
