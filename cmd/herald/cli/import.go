@@ -33,11 +33,13 @@ Herald, each under its asynq task id, with its payload (JSON as it is, other
 bytes as a base64 string), its due time and the attempts already made;
 archived tasks go to the dead-letter set with their last error. Each task type
 goes to the topic (and policy) its --map names; other types are skipped.
+Tasks name no receiver, so a webhook, poll or sms topic must name its
+endpoint or target in the policies file; a pull topic takes any task.
 A second run imports nothing twice. --move deletes each task from asynq once
 Herald holds it: stop the queue's asynq servers first.`,
 		Example: `  herald import asynq --from 10.0.0.5:6379 --queue payments --map order:notify=order-notify --dry-run
   herald import asynq --from 10.0.0.5:6379 --queue payments --state archived \
-    --map order:notify=order-notify:alipay-notify --map email:send=emails --move`,
+    --map order:notify=order-notify:alipay-notify --map invoice:render=jobs --move`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := importFlags(&cfg, state, maps); err != nil {
