@@ -19,10 +19,12 @@ func TestCredentialHeadersRedacted(t *testing.T) {
 	headers := map[string]string{
 		"Authorization": "Bearer s3cr3t-token", "Cookie": "session=s3cr3t-cookie",
 		"proxy-authorization": "Basic s3cr3t-proxy", "Set-Cookie": "a=s3cr3t-set", "X-Shop": "42",
+		"x-api-key": "s3cr3t-key", "Api-Key": "s3cr3t-key2", "X-Auth-Token": "s3cr3t-auth", "x-access-token": "s3cr3t-access",
 	}
 	want := map[string]any{
 		"Authorization": "[redacted]", "Cookie": "[redacted]", "proxy-authorization": "[redacted]",
 		"Set-Cookie": "[redacted]", "X-Shop": "42",
+		"x-api-key": "[redacted]", "Api-Key": "[redacted]", "X-Auth-Token": "[redacted]", "x-access-token": "[redacted]",
 	}
 	type record struct {
 		Headers map[string]any `json:"headers"`

@@ -327,9 +327,11 @@ func validateEndpoint(n *Notification) error {
 // CredentialHeaders returns the request headers a notification may carry
 // whose values are its receiver's credentials, sent with every attempt:
 // no answer of the API shows them, nor does the history where a receiver
-// echoed them.
+// echoed them. Besides HTTP's own, the names API keys and tokens most often
+// travel under; canonical (http.CanonicalHeaderKey) forms.
 func CredentialHeaders() []string {
-	return []string{"Authorization", "Proxy-Authorization", "Cookie", "Set-Cookie"}
+	return []string{"Authorization", "Proxy-Authorization", "Cookie", "Set-Cookie",
+		"X-Api-Key", "Api-Key", "X-Auth-Token", "X-Access-Token"}
 }
 
 // RedactedURL returns s as answers show it: the user information of a URL
