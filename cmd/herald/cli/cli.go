@@ -56,6 +56,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 
 	"github.com/spf13/cobra"
@@ -264,6 +265,12 @@ func (c *app) setup(cmd *cobra.Command, _ []string) error {
 			src.File, src.FileRequired = own, true
 		}
 		cfg, err := config.Load(src)
+		if own := cmd.Annotations[configFileAnnotation]; errors.Is(err, fs.ErrNotExist) && src.File == own {
+			// The file is the command's own, found relative to the working
+			// directory: the operator left the repository, not mistyped.
+			return &UsageError{Err: fmt.Errorf("config: %w; run herald %s from the repository root, or name a config file with --config",
+				err, cmd.Name())}
+		}
 		if err != nil {
 			return &UsageError{Err: fmt.Errorf("config: %w", err)}
 		}

@@ -104,6 +104,7 @@ func TestDemo(t *testing.T) {
 		r := run(t, []string{"demo"})
 		require.Equal(t, 2, r.code())
 		require.ErrorContains(t, r.err, "configs/demo.yaml")
+		require.ErrorContains(t, r.err, "run herald demo from the repository root, or name a config file with --config")
 	})
 }
 
