@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"encoding/json"
-	"net"
 	"strconv"
 	"testing"
 	"time"
@@ -136,67 +135,11 @@ func pullNotification(id string) *notify.Notification {
 		Backoff: []notify.Duration{0}, TTR: notify.Duration(time.Minute), SendAt: time.Now().UTC(), Digest: id}
 }
 
-// moveSlot moves the slot of key, with its keys, from its master to
-// another, as redis-cli --cluster reshard does, and waits until every
-// master agrees.
+// moveSlot moves the slot of key to another master, as redis-cli
+// --cluster reshard does.
 func moveSlot(t *testing.T, cluster *redistest.Cluster, client *redis.ClusterClient, key string) {
 	t.Helper()
-	ctx := context.Background()
-	slot, err := client.ClusterKeySlot(ctx, key).Result()
+	slot, err := client.ClusterKeySlot(context.Background(), key).Result()
 	require.NoError(t, err)
-	from, err := client.MasterForKey(ctx, key)
-	require.NoError(t, err)
-	ids := map[string]string{}
-	clients := map[string]*redis.Client{}
-	var to string
-	for _, node := range cluster.Nodes {
-		c := node.Client(t)
-		clients[node.Addr] = c
-		ids[node.Addr], err = c.ClusterMyID(ctx).Result()
-		require.NoError(t, err)
-		if node.Addr != from.Options().Addr {
-			to = node.Addr
-		}
-	}
-	src, dst := clients[from.Options().Addr], clients[to]
-	require.NoError(t, dst.Do(ctx, "cluster", "setslot", slot, "importing", ids[from.Options().Addr]).Err())
-	require.NoError(t, src.Do(ctx, "cluster", "setslot", slot, "migrating", ids[to]).Err())
-	host, port, err := net.SplitHostPort(to)
-	require.NoError(t, err)
-	for {
-		keys, err := src.ClusterGetKeysInSlot(ctx, int(slot), 100).Result()
-		require.NoError(t, err)
-		if len(keys) == 0 {
-			break
-		}
-		args := []any{"migrate", host, port, "", 0, 5000, "keys"}
-		for _, k := range keys {
-			args = append(args, k)
-		}
-		require.NoError(t, src.Do(ctx, args...).Err())
-	}
-	for _, c := range []*redis.Client{dst, src} {
-		require.NoError(t, c.Do(ctx, "cluster", "setslot", slot, "node", ids[to]).Err())
-	}
-	for _, node := range cluster.Nodes {
-		require.Eventually(t, func() bool {
-			shards, err := clients[node.Addr].ClusterShards(ctx).Result()
-			if err != nil {
-				return false
-			}
-			for _, sh := range shards {
-				for _, r := range sh.Slots {
-					if r.Start > slot || slot > r.End {
-						continue
-					}
-					for _, n := range sh.Nodes {
-						if n.Role == "master" {
-							return net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10)) == to
-						}
-					}
-				}
-			}
-			return false
-		}, 10*time.Second, 20*time.Millisecond, "node %s did not learn that slot %d moved", node.Addr, slot)
-	}
+	cluster.MoveSlot(t, int(slot), 100, 0)
 }

@@ -534,6 +534,98 @@ func (c *Cluster) Client(tb testing.TB) *redis.ClusterClient {
 	return cc
 }
 
+// MoveSlot moves slot, with its keys, from its master to another master,
+// as redis-cli --cluster reshard does: batch keys per MIGRATE, pause
+// between batches (0: none), so that a test's calls meet the slot half
+// moved, answered ASK or TRYAGAIN. It waits until every master agrees
+// where the slot is, and returns the address of its new master.
+func (c *Cluster) MoveSlot(tb testing.TB, slot, batch int, pause time.Duration) string {
+	tb.Helper()
+	ctx := context.Background()
+	ids := map[string]string{}
+	clients := map[string]*redis.Client{}
+	for _, node := range c.Nodes {
+		cl := node.Client(tb)
+		clients[node.Addr] = cl
+		id, err := cl.ClusterMyID(ctx).Result()
+		if err != nil {
+			tb.Fatalf("redistest: cluster myid of %s: %v", node.Addr, err)
+		}
+		ids[node.Addr] = id
+	}
+	from := c.slotMaster(clients[c.Nodes[0].Addr], slot)
+	if clients[from] == nil {
+		tb.Fatalf("redistest: no master serves slot %d", slot)
+	}
+	var to string
+	for _, node := range c.Nodes {
+		if node.Addr != from {
+			to = node.Addr
+			break
+		}
+	}
+	src, dst := clients[from], clients[to]
+	do := func(cl *redis.Client, args ...any) {
+		tb.Helper()
+		if err := cl.Do(ctx, args...).Err(); err != nil {
+			tb.Fatalf("redistest: move slot %d: %v: %v", slot, args, err)
+		}
+	}
+	do(dst, "cluster", "setslot", slot, "importing", ids[from])
+	do(src, "cluster", "setslot", slot, "migrating", ids[to])
+	host, port, _ := net.SplitHostPort(to)
+	for {
+		keys, err := src.ClusterGetKeysInSlot(ctx, slot, batch).Result()
+		if err != nil {
+			tb.Fatalf("redistest: keys in slot %d: %v", slot, err)
+		}
+		if len(keys) == 0 {
+			break
+		}
+		args := []any{"migrate", host, port, "", 0, 5000, "keys"}
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		do(src, args...)
+		time.Sleep(pause)
+	}
+	for _, cl := range []*redis.Client{dst, src} {
+		do(cl, "cluster", "setslot", slot, "node", ids[to])
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, node := range c.Nodes {
+		for c.slotMaster(clients[node.Addr], slot) != to {
+			if time.Now().After(deadline) {
+				tb.Fatalf("redistest: node %s did not learn within 10s that slot %d moved", node.Addr, slot)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return to
+}
+
+// slotMaster returns the address of the master of slot as the node cl
+// talks to sees it, "" when it cannot tell.
+func (c *Cluster) slotMaster(cl *redis.Client, slot int) string {
+	shards, err := cl.ClusterShards(context.Background()).Result()
+	if err != nil {
+		return ""
+	}
+	for _, sh := range shards {
+		for _, r := range sh.Slots {
+			if r.Start > int64(slot) || int64(slot) > r.End {
+				continue
+			}
+			for _, n := range sh.Nodes {
+				if n.Role == "master" {
+					return net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10))
+				}
+			}
+		}
+	}
+	return ""
+}
+
 // SentinelOptions configure the Sentinels StartSentinels starts.
 type SentinelOptions struct {
 	// MasterName is the name the Sentinels monitor the master under.
