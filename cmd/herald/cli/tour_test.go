@@ -23,7 +23,7 @@ func TestTour(t *testing.T) {
 	s := startServe(t, e.config)
 	m := regexp.MustCompile(`HERALD_REDIS_ADDRS=(127\.0\.0\.1:\d+)`).FindStringSubmatch(s.logs.String())
 	require.NotNil(t, m)
-	// export HERALD_REDIS_ADDRS=...; alias herald='./herald --config configs/demo.yaml'
+	// alias herald='HERALD_REDIS_ADDRS=... ./herald --config configs/demo.yaml'
 	config := writeConfig(t, strings.Replace(readFile(t, e.config), "redis: {addrs: []}", fmt.Sprintf("redis: {addrs: [%q]}", m[1]), 1))
 	herald := func(args ...string) *result {
 		t.Helper()
