@@ -275,7 +275,7 @@ func (s *Store) countDead(ctx context.Context, topic, minScore, maxScore string)
 	for shard := range cmds {
 		cmds[shard] = pipe.ZCount(ctx, s.keys.dead(shard, topic), minScore, maxScore)
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	if _, err := s.exec(ctx, pipe); err != nil {
 		return 0, fmt.Errorf("count dead: %w", err)
 	}
 	total := 0
@@ -314,7 +314,7 @@ func (s *Store) deadByID(ctx context.Context, ids []string) ([]deadGroup, error)
 	if len(at) == 0 {
 		return nil, nil
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	if _, err := s.exec(ctx, pipe); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("read dead notifications: %w", err)
 	}
 	index := map[[2]string]int{}
@@ -447,7 +447,7 @@ func (s *Store) dropStubs(ctx context.Context, shard int, ids []string) {
 	for i, id := range dropped {
 		found[i] = pipe.HExists(ctx, s.keys.job(shard), id)
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	if _, err := s.exec(ctx, pipe); err != nil {
 		s.cfg.Logger.WarnContext(ctx, "store: could not check the records of deleted stubs", "error", err)
 		return
 	}

@@ -609,7 +609,7 @@ func (s *Store) placeStubs(ctx context.Context, items []*enqueueItem) ([]*enqueu
 			}
 			found[i] = pipe.HExists(ctx, s.keys.job(shard), it.req.Notification.ID)
 		}
-		if _, err := pipe.Exec(ctx); err != nil {
+		if _, err := s.exec(ctx, pipe); err != nil {
 			return nil, err
 		}
 		keyed = nil

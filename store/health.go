@@ -119,7 +119,7 @@ func (s *Store) EndpointsHealth(ctx context.Context, names []string) ([]Health, 
 	for i, name := range names {
 		cmds[i] = pipe.HMGet(ctx, s.keys.health(name), "failing_since", "disabled_at")
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	if _, err := s.exec(ctx, pipe); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("store: endpoint health: %w", err)
 	}
 	out := make([]Health, len(names))

@@ -28,7 +28,7 @@ func (s *Store) Expired(ctx context.Context, grace time.Duration, limit int) ([]
 		cmds[shard] = pipe.ZRangeByScore(ctx, s.keys.reserved(shard),
 			&redis.ZRangeBy{Min: "-inf", Max: "(" + strconv.FormatInt(cutoff, 10), Count: int64(limit)})
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	if _, err := s.exec(ctx, pipe); err != nil {
 		return nil, fmt.Errorf("find expired reservations: %w", err)
 	}
 	type read struct {
@@ -47,7 +47,7 @@ func (s *Store) Expired(ctx context.Context, grace time.Duration, limit int) ([]
 	if len(reads) == 0 {
 		return nil, nil
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	if _, err := s.exec(ctx, pipe); err != nil {
 		return nil, fmt.Errorf("read expired reservations: %w", err)
 	}
 	var out []*notify.Notification

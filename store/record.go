@@ -105,7 +105,7 @@ func (s *Store) getMany(ctx context.Context, ids []string, history bool) ([]*not
 	if pipe.Len() == 0 {
 		return out, nil
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	if _, err := s.exec(ctx, pipe); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, err
 	}
 	for i, n := range out {
@@ -131,7 +131,7 @@ func (s *Store) readRecords(ctx context.Context, ids []string, shards []int) (co
 		cs[i] = pipe.HGet(ctx, s.keys.job(shards[i]), id)
 		ss[i] = pipe.HGet(ctx, s.keys.state(shards[i]), id)
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	if _, err := s.exec(ctx, pipe); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, nil, err
 	}
 	contents, states = make([]string, len(ids)), make([]string, len(ids))

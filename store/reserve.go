@@ -253,7 +253,7 @@ func (s *Store) heldBy(ctx context.Context, lost LostReservation) ([]*notify.Not
 			}
 			pipe := s.client.Pipeline()
 			contents, states := pipe.HMGet(ctx, s.keys.job(shard), ids...), pipe.HMGet(ctx, s.keys.state(shard), ids...)
-			if _, err := pipe.Exec(ctx); err != nil {
+			if _, err := s.exec(ctx, pipe); err != nil {
 				return nil, fmt.Errorf("read the reservations of a lost reserve call: %w", err)
 			}
 			for i, id := range ids {
@@ -340,7 +340,7 @@ func (s *Store) Heads(ctx context.Context, queue string) ([]Head, error) {
 		cmds[shard] = pipe.ZRangeWithScores(ctx, s.keys.due(shard, queue), 0, 0)
 		ready[shard] = pipe.LLen(ctx, s.keys.ready(shard, queue))
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	if _, err := s.exec(ctx, pipe); err != nil {
 		return nil, fmt.Errorf("read heads of %s: %w", queue, err)
 	}
 	now := fromMS(ms(s.Now()))

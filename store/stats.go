@@ -50,7 +50,7 @@ func (s *Store) Stats(ctx context.Context) (map[string]TopicStats, error) {
 	for shard := range cmds {
 		cmds[shard] = pipe.HGetAll(ctx, s.keys.stats(shard))
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	if _, err := s.exec(ctx, pipe); err != nil {
 		return nil, fmt.Errorf("stats: %w", err)
 	}
 	out := map[string]TopicStats{}
@@ -166,7 +166,7 @@ func (s *Store) Activity(ctx context.Context, since time.Time) ([]MinuteActivity
 			cmds = append(cmds, pipe.HGetAll(ctx, s.keys.activity(shard, m)))
 		}
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	if _, err := s.exec(ctx, pipe); err != nil {
 		return nil, fmt.Errorf("activity: %w", err)
 	}
 	type acc struct {
@@ -351,7 +351,7 @@ func (s *Store) readyCounts(ctx context.Context, shard int, queue string) (map[s
 			zargs = append(zargs, id)
 		}
 		scores := pipe.Do(ctx, zargs...)
-		if _, err := pipe.Exec(ctx); err != nil {
+		if _, err := s.exec(ctx, pipe); err != nil {
 			return nil, err
 		}
 		inDue, err := scores.Slice()
@@ -398,7 +398,7 @@ func (s *Store) OldestDue(ctx context.Context, queues []string) (map[string]time
 				due: pipe.ZRangeWithScores(ctx, s.keys.due(shard, q), 0, 0), ready: pipe.LRange(ctx, s.keys.ready(shard, q), 0, oldestDueLook-1)})
 		}
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	if _, err := s.exec(ctx, pipe); err != nil {
 		return nil, fmt.Errorf("read the heads of the queues: %w", err)
 	}
 	// The records the ready lists' first entries name, in one more round
@@ -410,7 +410,7 @@ func (s *Store) OldestDue(ctx context.Context, queues []string) (map[string]time
 			heads[i].states = pipe.HMGet(ctx, s.keys.state(heads[i].shard), ids...)
 		}
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	if _, err := s.exec(ctx, pipe); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("read the heads of the ready lists: %w", err)
 	}
 	now := s.Now()

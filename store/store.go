@@ -360,7 +360,7 @@ func (s *Store) execScripts(ctx context.Context, r scripter, calls []*scriptCall
 		if wait != nil {
 			wait(pipe)
 		}
-		_, _ = pipe.Exec(ctx)
+		_, _ = s.exec(ctx, pipe)
 		var noScript []*scriptCall
 		missing := map[*redis.Script]bool{}
 		for _, c := range pending {
@@ -380,6 +380,23 @@ func (s *Store) execScripts(ctx context.Context, r scripter, calls []*scriptCall
 		pending = noScript
 	}
 	return nil
+}
+
+// exec runs pipe. On a Cluster, a master that refused the connection has
+// died or moved: go-redis reloads its slot map after such a failure of a
+// single command, but not of a pipeline, which every call of the store
+// is, so without a reload here the shards of a master replaced by its
+// replica would keep failing until the periodic reload, a minute later,
+// their notifications starting that late. The reload runs in the
+// background, at most every 200ms however many calls ask.
+func (s *Store) exec(ctx context.Context, pipe redis.Pipeliner) ([]redis.Cmder, error) {
+	cmds, err := pipe.Exec(ctx)
+	if err != nil {
+		if cc, ok := s.client.(*redis.ClusterClient); ok && slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return misrouted(c.Err()) }) {
+			cc.ReloadState(ctx)
+		}
+	}
+	return cmds, err
 }
 
 // allFailed returns the first call's error when every call failed, nil
@@ -567,7 +584,9 @@ func (s *Store) replicated(wait *redis.Cmd, n int) error {
 func (s *Store) runAckedCmds(ctx context.Context, key string, queue func(redis.Pipeliner)) error {
 	n := s.cfg.WaitReplicas
 	if n <= 0 {
-		_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error { queue(p); return nil })
+		pipe := s.client.Pipeline()
+		queue(pipe)
+		_, err := s.exec(ctx, pipe)
 		return err
 	}
 	err := s.sendWaited(ctx, key, queue, n)
