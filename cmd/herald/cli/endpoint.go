@@ -33,6 +33,11 @@ never printed: only their ids, expiries and, for ed25519, public keys.`,
 	// does not say which.
 	on := func(do func(cmd *cobra.Command, cl *client.Client, args []string) error) func(*cobra.Command, []string) error {
 		return func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				if err := checkEndpointName(args[0]); err != nil {
+					return err
+				}
+			}
 			return c.withClient(cmd, true, func(cl *client.Client) error {
 				err := do(cmd, cl, args)
 				if err != nil && len(args) > 0 {
@@ -149,6 +154,11 @@ func (c *app) pauseCommands() []*cobra.Command {
 			RunE: func(cmd *cobra.Command, args []string) error {
 				if args[0] != store.PauseTopic && args[0] != store.PauseEndpoint {
 					return &UsageError{Err: fmt.Errorf("%s what? topic or endpoint, not %q", verb, args[0])}
+				}
+				if args[0] == store.PauseEndpoint {
+					if err := checkEndpointName(args[1]); err != nil {
+						return err
+					}
 				}
 				return c.withPolicies(cmd, true, func(cl *client.Client, set *policy.Set) error {
 					if err := do(cmd, cl, set, args[0], args[1]); err != nil {

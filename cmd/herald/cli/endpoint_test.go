@@ -53,6 +53,14 @@ func TestEndpointCommand(t *testing.T) {
 		require.Equal(t, 1, r.code())
 		require.EqualError(t, r.err, "endpoint "+verb+" merchant-42: endpoint not found")
 	}
+	// A name no endpoint can have is a usage mistake, said as such, not a
+	// lookup that cannot succeed.
+	for _, args := range [][]string{{"endpoint", "get", "merchant 42"}, {"endpoint", "delete", "merchant/42"},
+		{"endpoint", "enable", "merchant 42"}, {"pause", "endpoint", "merchant 42"}, {"resume", "endpoint", "merchant 42"}} {
+		r = e.run(t, args...)
+		require.Equal(t, 2, r.code(), "%v: %v", args, r.err)
+		require.ErrorContains(t, r.err, "is not an endpoint name: names match [A-Za-z0-9._:-]{1,128}")
+	}
 }
 
 // TestEndpointListState lists a paused endpoint and one its disable_after

@@ -10,6 +10,7 @@ import (
 
 	"github.com/heraldhq/herald/api"
 	"github.com/heraldhq/herald/client"
+	"github.com/heraldhq/herald/endpoint"
 	"github.com/heraldhq/herald/internal/show"
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/policy"
@@ -82,6 +83,15 @@ func (c *app) recordCommand(cmd *cobra.Command, verb string,
 func checkID(id string) error {
 	if !notify.ValidID(id) {
 		return &UsageError{Err: fmt.Errorf("%q is not a notification id: ids match [A-Za-z0-9._:-]{1,128}", id)}
+	}
+	return nil
+}
+
+// checkEndpointName refuses, with a *UsageError, what no endpoint can be
+// named, as checkID refuses what is not a notification id.
+func checkEndpointName(name string) error {
+	if !endpoint.ValidName(name) {
+		return &UsageError{Err: fmt.Errorf("%q is not an endpoint name: names match [A-Za-z0-9._:-]{1,128}", name)}
 	}
 	return nil
 }
