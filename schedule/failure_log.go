@@ -16,7 +16,11 @@ const failureRemindEvery = 30 * time.Second
 // failure, then, while the call keeps failing, a reminder at most every
 // failureRemindEvery saying since when it fails and how many failures went
 // unlogged, and an info line once it works again, saying for how long and
-// how many times it failed. Repeats would say nothing new: what an outage
+// how many times it failed. A run of failures that begins less than
+// failureRemindEvery after the last warning is not logged, nor is its end:
+// the call flaps, failing and working by turns (a slot migrating on a
+// Cluster fails the calls that meet it), and the next warning says how
+// many such runs went unlogged. Repeats would say nothing new: what an outage
 // loses or delays, such as an outcome that could not be recorded in time,
 // is logged where that happens. Each loop has failureLogs of its own, used
 // by its goroutine only.
@@ -32,6 +36,11 @@ type failureLog struct {
 	// call works), and unlogged those since that line.
 	since, logged      time.Time
 	failures, unlogged int
+	// quiet says the current run is not logged, having begun less than
+	// failureRemindEvery after the last warning; flaps counts such runs
+	// since that warning.
+	quiet bool
+	flaps int
 }
 
 // newFailureLog returns a failureLog on the dispatcher's logger and clock
@@ -45,24 +54,35 @@ func (d *Dispatcher) newFailureLog(warning, recovered string, attrs ...any) *fai
 func (f *failureLog) failed(ctx context.Context, err error, attrs ...any) {
 	now := f.nowFunc()
 	f.failures++
+	recent := !f.logged.IsZero() && now.Sub(f.logged) < failureRemindEvery
 	switch {
+	case f.failures == 1 && recent:
+		f.since, f.quiet = now, true
+		f.flaps++
+		return
 	case f.failures == 1:
 		f.since = now
-	case now.Sub(f.logged) < failureRemindEvery:
+	case recent:
 		f.unlogged++
 		return
 	default:
 		attrs = append(attrs, "failing_since", f.since, "failures", f.failures, "suppressed", f.unlogged)
 	}
-	f.logged, f.unlogged = now, 0
+	if f.flaps > 0 {
+		attrs = append(attrs, "flapped", f.flaps)
+	}
+	f.logged, f.unlogged, f.quiet, f.flaps = now, 0, false, 0
 	f.log.WarnContext(ctx, f.warning, append([]any{"error", err}, attrs...)...)
 }
 
-// ok notes that the call worked, and logs so if it failed last time.
+// ok notes that the call worked, and logs so if it failed last time and
+// that run was warned of.
 func (f *failureLog) ok(ctx context.Context) {
 	if f.failures == 0 {
 		return
 	}
-	f.log.InfoContext(ctx, f.recovered, "after", f.nowFunc().Sub(f.since).Round(time.Millisecond), "failures", f.failures)
-	f.failures, f.unlogged = 0, 0
+	if !f.quiet {
+		f.log.InfoContext(ctx, f.recovered, "after", f.nowFunc().Sub(f.since).Round(time.Millisecond), "failures", f.failures)
+	}
+	f.failures, f.unlogged, f.quiet = 0, 0, false
 }

@@ -49,6 +49,19 @@ func TestFailureLog(t *testing.T) {
 		{name: "NewRunWarnsAtOnce", advance: time.Second, fails: true,
 			want: `level=WARN msg="reserve failed" queue=push error=refused retry_in=10ms`},
 		{name: "ShortRunRecovers", advance: 250 * time.Millisecond, want: `level=INFO msg="reserve recovered" queue=push after=250ms failures=1`},
+		// A call that flaps, failing and working by turns (a slot migrating
+		// on a Cluster, which some calls meet and others do not), is not
+		// warned of at every turn: each run that begins within
+		// failureRemindEvery of the last warning goes unlogged, and the
+		// next warning counts them.
+		{name: "FlapIsQuiet", advance: 100 * time.Millisecond, fails: true},
+		{name: "FlapEndIsQuiet", advance: 100 * time.Millisecond},
+		{name: "FlapAgain", advance: 100 * time.Millisecond, fails: true},
+		{name: "FlapLongerIsQuiet", advance: 100 * time.Millisecond, fails: true},
+		{name: "FlapEndAgain", advance: 100 * time.Millisecond},
+		{name: "FlapsReminded", advance: 30 * time.Second, fails: true,
+			want: `level=WARN msg="reserve failed" queue=push error=refused retry_in=10ms flapped=2`},
+		{name: "RecoveryAfterFlaps", advance: time.Second, want: `level=INFO msg="reserve recovered" queue=push after=1s failures=1`},
 	} {
 		buf.Reset()
 		clock.Advance(step.advance)
