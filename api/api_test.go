@@ -94,7 +94,14 @@ func setup(t testing.TB, cfg api.Config) *testBundle {
 
 func setupOn(t testing.TB, rdb redis.UniversalClient, cfg api.Config) *testBundle {
 	t.Helper()
-	st, err := store.New(&store.Config{Client: rdb, Namespace: redistest.Namespace(t), Shards: 4, Logger: testLogger(t)})
+	return setupIn(t, rdb, redistest.Namespace(t), cfg)
+}
+
+// setupIn is setupOn in namespace ns: a second API process of a deployment
+// when ns is another bundle's.
+func setupIn(t testing.TB, rdb redis.UniversalClient, ns string, cfg api.Config) *testBundle {
+	t.Helper()
+	st, err := store.New(&store.Config{Client: rdb, Namespace: ns, Shards: 4, Logger: testLogger(t)})
 	require.NoError(t, err)
 	b := &testBundle{store: st, policies: testPolicies(t), metrics: metrics.New(&metrics.Config{Store: st})}
 	cfg.Store = st

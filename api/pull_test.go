@@ -205,14 +205,30 @@ func (h *pausedReadHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 // TestReserveWakesOnResume: a consumer waiting on a paused topic gets what
 // came due meanwhile as soon as the topic is resumed, as the README says,
-// not at its next look up to a second later.
+// not at its next look up to a second later: whether the resume comes
+// through the API process it waits on or through another.
 func TestReserveWakesOnResume(t *testing.T) {
 	t.Parallel()
+	t.Run("SameServer", func(t *testing.T) {
+		t.Parallel()
+		testReserveWakesOnResume(t, false)
+	})
+	t.Run("OtherServer", func(t *testing.T) {
+		t.Parallel()
+		testReserveWakesOnResume(t, true)
+	})
+}
+
+func testReserveWakesOnResume(t *testing.T, other bool) {
 	hook := &pausedReadHook{read: make(chan struct{})}
 	rdb := redis.NewClient(sharedServer(t).Options())
 	rdb.AddHook(hook)
 	t.Cleanup(func() { _ = rdb.Close() })
 	b := setupOn(t, rdb, api.Config{})
+	resumer := b
+	if other {
+		resumer = setupIn(t, sharedServer(t).Client(t), b.store.Namespace(), api.Config{})
+	}
 	must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications", map[string]any{"id": "held", "topic": "jobs"})
 	must[map[string]any](t, b, http.StatusOK, "POST", "/v1/topics/jobs/pause", nil)
 
@@ -232,7 +248,7 @@ func TestReserveWakesOnResume(t *testing.T) {
 		t.Fatal("the reservation never looked at what is paused")
 	}
 	resumed := time.Now()
-	must[map[string]any](t, b, http.StatusOK, "POST", "/v1/topics/jobs/resume", nil)
+	must[map[string]any](t, resumer, http.StatusOK, "POST", "/v1/topics/jobs/resume", nil)
 	a := <-done
 	require.NoError(t, a.err)
 	require.Len(t, a.res.Notifications, 1)

@@ -31,9 +31,8 @@ func (c *Client) Pause(ctx context.Context, kind, name string) error {
 }
 
 // Resume ends a pause: the notifications that came due meanwhile start at
-// once; resumed counts them. A topic's waiting Reserve calls on this client
-// look again at once; those of other clients at their next look (within
-// PollInterval). Resuming what is not paused changes nothing.
+// once; resumed counts them. A topic's waiting Reserve calls, on every
+// client, look again at once. Resuming what is not paused changes nothing.
 func (c *Client) Resume(ctx context.Context, kind, name string) (resumed int, err error) {
 	if err := c.checkResumable(ctx, kind, kind, name); err != nil {
 		return 0, err
@@ -43,11 +42,6 @@ func (c *Client) Resume(ctx context.Context, kind, name string) (resumed int, er
 		return resumed, err
 	}
 	c.pausedCache.forget()
-	if kind == store.PauseTopic {
-		// Its due pull work was never parked, so no wake-up comes from
-		// Redis: this client's waiting consumers are told here.
-		c.hub.wake(store.Wake{Queue: store.PullQueue(name)})
-	}
 	return resumed, nil
 }
 

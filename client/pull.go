@@ -53,7 +53,8 @@ func (c *Client) Reserve(ctx context.Context, topic string, limit int, wait time
 		var items []*notify.Notification
 		var next time.Time
 		var err error
-		if !c.topicPaused(ctx, topic) {
+		paused := c.topicPaused(ctx, topic)
+		if !paused {
 			items, next, err = c.reserveDue(ctx, queue, limit)
 		}
 		if len(items) > 0 && ctx.Err() != nil {
@@ -80,6 +81,11 @@ func (c *Client) Reserve(ctx context.Context, topic string, limit int, wait time
 			return nil, ctx.Err()
 		case <-timer.C:
 		case <-wakes: // Reset above discards a stale tick (Go 1.23 timers)
+			if paused {
+				// Most likely a resume, made elsewhere: what was read of
+				// the pauses may be older than it.
+				c.pausedCache.forget()
+			}
 		}
 	}
 }

@@ -94,7 +94,24 @@ func (s *Store) Resume(ctx context.Context, kind, name string) (moved int, err e
 			}
 		}
 	}
+	if kind == PauseTopic {
+		s.wakePull(ctx, name)
+	}
 	return moved, nil
+}
+
+// wakePull tells the pull consumers of topic, in every process, that its
+// due work may be reserved now: it was never parked, so the moves of a
+// resume announce none of it, and consumers waiting on the paused topic
+// would look again only at their next poll. One wake-up per shard, due
+// now; a lost one costs a consumer that poll, as any lost wake-up does.
+func (s *Store) wakePull(ctx context.Context, topic string) {
+	queue, now := PullQueue(topic), strconv.FormatInt(ms(s.Now()), 10)
+	pipe := s.client.Pipeline()
+	for shard := range s.keys.shards {
+		pipe.Publish(ctx, s.keys.wake(), queue+" "+strconv.Itoa(shard)+" "+now)
+	}
+	_, _ = s.exec(ctx, pipe)
 }
 
 // unpark makes every notification parked in band of a shard's queue due
