@@ -36,6 +36,7 @@ var shared struct {
 }
 
 func TestMain(m *testing.M) {
+	redistest.ClearConfigEnv()
 	code := m.Run()
 	if shared.srv != nil {
 		shared.srv.Stop()

@@ -38,13 +38,13 @@ import (
 	"github.com/heraldhq/herald/ui"
 )
 
-// chromiumPath finds the browser: $HERALD_CHROMIUM, or Debian's chromium
+// chromiumPath finds the browser: $HERALDTEST_CHROMIUM, or Debian's chromium
 // (or another Chrome) on PATH.
 func chromiumPath(t *testing.T) string {
 	t.Helper()
-	if p := os.Getenv("HERALD_CHROMIUM"); p != "" {
+	if p := os.Getenv("HERALDTEST_CHROMIUM"); p != "" {
 		if _, err := exec.LookPath(p); err != nil {
-			t.Fatalf("HERALD_CHROMIUM is %q, which is not an executable Chrome or Chromium: %v", p, err)
+			t.Fatalf("HERALDTEST_CHROMIUM is %q, which is not an executable Chrome or Chromium: %v", p, err)
 		}
 		return p
 	}
@@ -54,7 +54,7 @@ func chromiumPath(t *testing.T) string {
 		}
 	}
 	t.Fatal("the browser test needs Chromium and none is on PATH: install it (Debian/Ubuntu: apt-get install chromium; " +
-		"`make test-ui` does that through scripts/ensure-chromium) or point HERALD_CHROMIUM at a Chrome binary")
+		"`make test-ui` does that through scripts/ensure-chromium) or point HERALDTEST_CHROMIUM at a Chrome binary")
 	return ""
 }
 

@@ -28,6 +28,7 @@ import (
 var heraldBin string
 
 func TestMain(m *testing.M) {
+	redistest.ClearConfigEnv()
 	dir, err := os.MkdirTemp("", "herald-chaos")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaos:", err)

@@ -79,6 +79,7 @@ func Start(tb testing.TB, opts Options) *Server {
 // starts the server into *srv, runs the tests, stops the server and exits
 // with the tests' status. A server that does not start fails the run.
 func RunMain(m *testing.M, srv **Server) {
+	ClearConfigEnv()
 	dir, err := os.MkdirTemp("", "herald-redis")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "redistest:", err)
@@ -95,6 +96,21 @@ func RunMain(m *testing.M, srv **Server) {
 		code = CheckLeaks()
 	}
 	os.Exit(code)
+}
+
+// ClearConfigEnv unsets every HERALD_ variable of the environment, which
+// herald reads as configuration: one a developer exported, such as
+// HERALD_REDIS_ADDRS for a tour, would otherwise reach the tests and the
+// herald processes they start, pointing them elsewhere. Tests that mean
+// to configure through the environment set their own (t.Setenv, or a
+// child's Env). Every package's TestMain calls it (through RunMain or
+// VerifyMain).
+func ClearConfigEnv() {
+	for _, kv := range os.Environ() {
+		if name, _, _ := strings.Cut(kv, "="); strings.HasPrefix(name, "HERALD_") {
+			_ = os.Unsetenv(name)
+		}
+	}
 }
 
 // CheckLeaks reports goroutines the tests left running, and returns the
@@ -120,6 +136,7 @@ var leakOptions = []goleak.Option{
 // VerifyMain is the TestMain of a package that needs no shared server: it
 // runs the tests, then fails the run on leaked goroutines.
 func VerifyMain(m *testing.M) {
+	ClearConfigEnv()
 	code := m.Run()
 	if code == 0 {
 		code = CheckLeaks()
