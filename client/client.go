@@ -316,9 +316,6 @@ func (c *Client) ListDead(ctx context.Context, topic string, limit int, cursor s
 // gets one more attempt. With opts.DryRun it only counts them. A window
 // (Since, Until) goes with a Topic: with IDs it is a *notify.FieldError.
 func (c *Client) Replay(ctx context.Context, f store.DeadFilter, opts store.DeadOptions) (matched, replayed int, err error) {
-	if err := checkWindow(f); err != nil {
-		return 0, 0, err
-	}
 	matched, replayed, err = c.store.Replay(ctx, f, opts)
 	c.storeError("replay", err)
 	return matched, replayed, err
@@ -328,9 +325,6 @@ func (c *Client) Replay(ctx context.Context, f store.DeadFilter, opts store.Dead
 // opts.DryRun it only counts them. A window goes with a Topic, as for
 // Replay.
 func (c *Client) Purge(ctx context.Context, f store.DeadFilter, opts store.DeadOptions) (matched, purged int, err error) {
-	if err := checkWindow(f); err != nil {
-		return 0, 0, err
-	}
 	matched, purged, err = c.store.Purge(ctx, f, opts)
 	c.storeError("purge", err)
 	return matched, purged, err
@@ -379,22 +373,6 @@ func (c *Client) NotDead(ctx context.Context, f store.DeadFilter) ([]IDState, er
 		}
 	}
 	return out, nil
-}
-
-// checkWindow refuses a window of the time of death given with ids: it
-// narrows a topic's selection, and with ids would be ignored, doing more
-// than was asked.
-func checkWindow(f store.DeadFilter) error {
-	if len(f.IDs) == 0 {
-		return nil
-	}
-	if !f.Since.IsZero() {
-		return notify.Errorf("since", "goes with a topic, not with ids")
-	}
-	if !f.Until.IsZero() {
-		return notify.Errorf("until", "goes with a topic, not with ids")
-	}
-	return nil
 }
 
 // Stats returns the counts of every topic.

@@ -36,6 +36,14 @@ func (f *DeadFilter) validate() error {
 	if len(f.IDs) > 0 && f.Topic != "" {
 		return notify.Errorf("ids", "give ids or a topic, not both")
 	}
+	// A window narrows a topic's selection: with ids it would be ignored,
+	// and more done than was asked.
+	if len(f.IDs) > 0 && !f.Since.IsZero() {
+		return notify.Errorf("since", "goes with a topic, not with ids")
+	}
+	if len(f.IDs) > 0 && !f.Until.IsZero() {
+		return notify.Errorf("until", "goes with a topic, not with ids")
+	}
 	if f.Topic != "" && !notify.ValidTopic(f.Topic) {
 		return notify.Errorf("topic", "must match [a-z0-9._-]{1,64}")
 	}

@@ -578,6 +578,28 @@ func killAll(t *testing.T, b *testBundle, ids ...string) {
 	require.NoError(t, err)
 }
 
+// TestDeadWindowGoesWithATopic: a window of the time of death narrows a
+// topic's replay or purge; given with ids it would be ignored, and more
+// done than asked, so it is refused naming it, for every caller of the
+// store, and nothing moves.
+func TestDeadWindowGoesWithATopic(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, store.Config{})
+	killAll(t, b, "w0")
+	later := b.clock.Now().Add(time.Hour)
+	var fe *notify.FieldError
+	_, _, err := b.store.Replay(ctx, store.DeadFilter{IDs: []string{"w0"}, Since: later}, store.DeadOptions{})
+	require.ErrorAs(t, err, &fe)
+	require.Equal(t, "since", fe.Field)
+	_, _, err = b.store.Purge(ctx, store.DeadFilter{IDs: []string{"w0"}, Until: later}, store.DeadOptions{})
+	require.ErrorAs(t, err, &fe)
+	require.Equal(t, "until", fe.Field)
+	rec, err := b.store.Get(ctx, "w0")
+	require.NoError(t, err)
+	require.Equal(t, notify.StateDead, rec.State, "neither replayed nor purged")
+}
+
 func TestDeadLetters(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
