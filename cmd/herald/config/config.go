@@ -470,8 +470,13 @@ func (c *RedisConfig) NewClient(onConnect func(context.Context, *redis.Conn) err
 			OnConnect:        onConnect,
 		})
 	case RedisModeCluster:
+		// One dial per try, not go-redis's five: a call that spans shards
+		// waits for its slowest node, and a master just killed would hold
+		// up every healthy master's work for the five dials (each up to
+		// the dial timeout, for a host that does not answer). The store's
+		// callers retry with a backoff of their own.
 		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs, Username: c.Username, Password: password, TLSConfig: tlsConfig,
-			OnConnect: onConnect})
+			OnConnect: onConnect, DialerRetries: 1})
 	}
 	return redis.NewClient(&redis.Options{Addr: c.Addrs[0], Username: c.Username, Password: password, DB: c.DB, TLSConfig: tlsConfig,
 		OnConnect: onConnect})

@@ -2,13 +2,17 @@ package config
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldhq/herald/internal/redistest"
 	"github.com/heraldhq/herald/notify"
 )
 
@@ -112,4 +116,22 @@ func TestAPIHostsFromEnv(t *testing.T) {
 	var fe *notify.FieldError
 	require.ErrorAs(t, err, &fe)
 	require.Equal(t, "api.hosts[1]", fe.Field)
+}
+
+// TestClusterNodeRefusingFailsFast: a call meeting a Cluster node that
+// refuses connections (a master just killed, before its replica takes
+// over) fails at once, not after go-redis's five dials of it: a
+// reservation or finish that spans shards waits for its slowest node, so
+// one dead master would hold up the healthy masters' notifications too.
+func TestClusterNodeRefusingFailsFast(t *testing.T) {
+	t.Parallel()
+	port, err := redistest.FreePort()
+	require.NoError(t, err)
+	c := &RedisConfig{Mode: RedisModeCluster, Addrs: []string{fmt.Sprintf("127.0.0.1:%d", port)}}
+	rdb := c.NewClient(nil)
+	t.Cleanup(func() { _ = rdb.Close() })
+	start := time.Now()
+	require.Error(t, rdb.Ping(context.Background()).Err())
+	// Five dials take 400ms of go-redis's backoff alone.
+	require.Less(t, time.Since(start), 200*time.Millisecond)
 }
