@@ -185,7 +185,11 @@ func Run(ctx context.Context, cfg *Config) (*Summary, error) {
 	pingCtx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
 	err := rdb.Ping(pingCtx).Err()
 	cancel()
-	if err != nil {
+	switch {
+	case redis.IsAuthError(err):
+		// It answered: nothing timed out, the password is wrong.
+		return nil, fmt.Errorf("asynq's Redis at %s refused the password: %w", cfg.Addr, err)
+	case err != nil:
 		return nil, fmt.Errorf("cannot reach asynq's Redis at %s within %s: %w", cfg.Addr, cfg.DialTimeout, err)
 	}
 	insp := asynq.NewInspectorFromRedisClient(rdb)
@@ -194,6 +198,9 @@ func Run(ctx context.Context, cfg *Config) (*Summary, error) {
 		return nil, fmt.Errorf("asynq: list queues at %s: %w", cfg.Addr, err)
 	}
 	if !slices.Contains(queues, cfg.Queue) {
+		if len(queues) == 0 {
+			return nil, fmt.Errorf("asynq at %s has no queue %q, nor any other: is it the Redis (and db) asynq uses?", cfg.Addr, cfg.Queue)
+		}
 		slices.Sort(queues)
 		return nil, fmt.Errorf("asynq at %s has no queue %q (it has: %s)", cfg.Addr, cfg.Queue, strings.Join(queues, ", "))
 	}

@@ -234,6 +234,9 @@ func TestRun(t *testing.T) {
 		paused := redistest.Start(t, redistest.Options{})
 		paused.Pause()
 		t.Cleanup(paused.Resume)
+		locked := redistest.Start(t, redistest.Options{})
+		require.NoError(t, locked.Client(t).ConfigSet(context.Background(), "requirepass", "the-right-one").Err())
+		empty := redistest.Start(t, redistest.Options{})
 		for _, tc := range []struct {
 			name string
 			edit func(*asynqimport.Config)
@@ -243,7 +246,10 @@ func TestRun(t *testing.T) {
 				"cannot reach asynq's Redis at 127.0.0.1:1 within 1s"},
 			{"NoAnswer", func(c *asynqimport.Config) { c.Addr, c.DialTimeout = paused.Addr, 300*time.Millisecond },
 				"cannot reach asynq's Redis at " + paused.Addr + " within 300ms"},
+			{"WrongPassword", func(c *asynqimport.Config) { c.Addr, c.Password = locked.Addr, "not-it" },
+				"asynq's Redis at " + locked.Addr + " refused the password"},
 			{"UnknownQueue", func(c *asynqimport.Config) { c.Queue = "nope" }, `has no queue "nope" (it has: payments)`},
+			{"NoQueues", func(c *asynqimport.Config) { c.Addr = empty.Addr }, `has no queue "payments", nor any other`},
 			{"TopicWithoutChannel", func(c *asynqimport.Config) { c.Map = map[string]asynqimport.Mapping{"x": {Topic: "nope"}} },
 				"map x=nope: channel: is required"},
 			{"UnknownPolicy", func(c *asynqimport.Config) {
