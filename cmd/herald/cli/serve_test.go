@@ -141,6 +141,20 @@ func TestServe(t *testing.T) {
 		require.Contains(t, s.logs.String(), "api.tokens is empty")
 	})
 
+	t.Run("ShortTokenIsWarnedOf", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, "")
+		e.config = writeConfig(t, strings.Replace(readFile(t, e.config), `api: {listen: "127.0.0.1:0"}`,
+			`api: {listen: "127.0.0.1:0", tokens: ["a-long-random-token-0123456789abcdef", "changeme"]}`, 1))
+		s := startServe(t, e.config)
+		require.NoError(t, s.stop())
+		logs := s.logs.String()
+		require.Contains(t, logs, "short bearer token can be guessed")
+		require.Contains(t, logs, "token=api.tokens[1] length=8")
+		require.NotContains(t, logs, "api.tokens[0]")
+		require.NotContains(t, logs, "changeme", "the token itself is never logged")
+	})
+
 	t.Run("CredentialHeadersStillSent", func(t *testing.T) {
 		t.Parallel()
 		got := make(chan http.Header, 1)

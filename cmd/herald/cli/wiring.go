@@ -265,6 +265,9 @@ func (w *wiring) newDispatcher(policies func() *policy.Set, obs schedule.Observe
 	})
 }
 
+// minTokenLen is the shortest bearer token serve does not warn of.
+const minTokenLen = 16
+
 // newAPI returns the HTTP API of the api section, listening on addr,
 // serving m at /metrics, ready and details on /readyz and the dashboard at
 // /ui/.
@@ -283,6 +286,14 @@ func (w *wiring) newAPI(ctx context.Context, addr net.Addr, policies func() *pol
 	default:
 		w.log.WarnContext(ctx, "herald: api.tokens is empty, so /v1 and /ui/ answer anyone who can reach "+addr.String()+
 			" by IP address, localhost or a name in api.hosts; set api.tokens before others can reach it")
+	}
+	for i, t := range tokens {
+		if len(t) < minTokenLen {
+			// Every token has every power, a payment notification's
+			// endpoints and dead letters included.
+			w.log.WarnContext(ctx, "herald: a short bearer token can be guessed; give each of api.tokens 32 or more random characters, such as openssl rand -hex 32 makes",
+				"token", fmt.Sprintf("api.tokens[%d]", i), "length", len(t))
+		}
 	}
 	dashboard, err := ui.New(&ui.Config{Store: w.store, PoliciesFunc: policies, Tokens: tokens, Logger: w.log})
 	if err != nil {
