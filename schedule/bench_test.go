@@ -255,8 +255,8 @@ func BenchmarkLife(b *testing.B) {
 	d.Stop()
 	b.StopTimer()
 	calls, cpu := serverCost(b, client)
-	if os.Getenv("HERALD_BENCH_STATS") != "" {
-		_ = os.WriteFile(os.Getenv("HERALD_BENCH_STATS"), []byte(client.Info(context.Background(), "commandstats").Val()), 0o644)
+	if os.Getenv("HERALDTEST_BENCH_STATS") != "" {
+		_ = os.WriteFile(os.Getenv("HERALDTEST_BENCH_STATS"), []byte(client.Info(context.Background(), "commandstats").Val()), 0o644)
 	}
 	n := float64(b.N)
 	b.ReportMetric(n/enqueued.Seconds(), "enqueues/s")

@@ -133,7 +133,7 @@ func TestManyDispatchersNoOverlapNoneLost(t *testing.T) {
 	}
 }
 
-const crashChildEnv = "HERALD_CRASH_CHILD"
+const crashChildEnv = "HERALDTEST_CRASH_CHILD"
 
 // TestCrashChild is the dispatcher that TestCrashedDispatcherWorkIsRetried
 // runs in a child process and kills; run directly, it has nothing to do.

@@ -180,7 +180,7 @@ func TestBacklogAtALimitedEndpoint(t *testing.T) {
 	require.Less(t, perAttempt, 100.0, "Redis work grew with the backlog")
 }
 
-const limitChildEnv = "HERALD_LIMIT_CHILD"
+const limitChildEnv = "HERALDTEST_LIMIT_CHILD"
 
 // limitedCapacity is the endpoint both the crash child and the parent of
 // TestKilledDispatcherLeasesExpire deliver to: two places at once.
