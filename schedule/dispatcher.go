@@ -297,11 +297,16 @@ type Dispatcher struct {
 	// ones; 0 until one was timed (ahead).
 	attemptNS atomic.Int64
 
-	// waitingMu guards waiting: the notifications handed to the workers
-	// and not yet taken by one, by id, with the receipt of their
-	// reservation, or "" once a cancel ended it meanwhile.
+	// waitingMu guards waiting and early. waiting holds the notifications
+	// handed to the workers and not yet taken by one, by id, with the
+	// receipt of their reservation, or "" once a cancel ended it
+	// meanwhile. early holds the receipts of cancels heard for ids not
+	// waiting, by id: a cancel can be announced between Redis reserving a
+	// notification and the reserve loop listing it, and most are of other
+	// dispatchers' reservations, so it is bounded (maxEarly).
 	waitingMu sync.Mutex
 	waiting   map[string]string
+	early     map[string]earlyCancel
 
 	// runningMu guards running, the ids whose attempt a sender of this
 	// dispatcher is making: one that outlived its ttr, ignoring its
@@ -350,6 +355,7 @@ func New(cfg *Config) (*Dispatcher, error) {
 		ready:    make(chan struct{}),
 		running:  map[string]struct{}{},
 		waiting:  map[string]string{},
+		early:    map[string]earlyCancel{},
 		pauses:   pauses{read: make(chan struct{})},
 	}, nil
 }
@@ -595,7 +601,14 @@ func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan
 			handed := d.store.Now()
 			d.waitingMu.Lock()
 			for _, n := range items {
-				d.waiting[n.ID] = n.Receipt
+				r := n.Receipt
+				if e, ok := d.early[n.ID]; ok {
+					delete(d.early, n.ID)
+					if e.receipt == r {
+						r = "" // cancelled before it was listed
+					}
+				}
+				d.waiting[n.ID] = r
 			}
 			d.waitingMu.Unlock()
 			for _, n := range items {
@@ -816,10 +829,41 @@ func (d *Dispatcher) timed(took time.Duration) {
 func (d *Dispatcher) cancelWaiting(id, receipt string) {
 	d.waitingMu.Lock()
 	defer d.waitingMu.Unlock()
-	if r, ok := d.waiting[id]; ok && r == receipt {
-		d.waiting[id] = ""
+	if r, ok := d.waiting[id]; ok {
+		if r == receipt {
+			d.waiting[id] = ""
+		}
+		return
 	}
+	now := time.Now()
+	if len(d.early) >= maxEarly {
+		for id, e := range d.early {
+			if now.Sub(e.at) > earlyKeep {
+				delete(d.early, id)
+			}
+		}
+		if len(d.early) >= maxEarly {
+			return
+		}
+	}
+	d.early[id] = earlyCancel{receipt: receipt, at: now}
 }
+
+// earlyCancel is a cancel heard before its reservation was listed: the
+// reservation's receipt, and when it was heard.
+type earlyCancel struct {
+	receipt string
+	at      time.Time
+}
+
+const (
+	// maxEarly bounds the cancels kept for reservations not yet listed,
+	// and earlyKeep is how long one is worth keeping: longer than any
+	// reservation's answer takes to be read. A receipt names one
+	// reservation, so one kept longer never matches another.
+	maxEarly  = 4096
+	earlyKeep = time.Minute
+)
 
 // cancelledWhileWaiting takes n, which a worker is about to start, off the
 // notifications waiting here, and reports whether a cancel ended its

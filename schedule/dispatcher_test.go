@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -312,10 +314,26 @@ func TestCancelDuringAnAttempt(t *testing.T) {
 // TestCancelWinsOverReservedAhead: a notification reserved ahead of a busy
 // worker, and cancelled while it waits for the worker, is not attempted:
 // its cancel answered "cancelled", and an appointment's reminder cancelled
-// must not go out.
+// must not go out. So too when the cancel is announced between Redis
+// reserving it and the dispatcher listing what it reserved (its goroutine
+// descheduled, on a busy machine).
 func TestCancelWinsOverReservedAhead(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	t.Run("WhileItWaits", func(t *testing.T) {
+		t.Parallel()
+		testCancelWinsOverReservedAhead(t, false)
+	})
+	t.Run("BeforeItIsListed", func(t *testing.T) {
+		t.Parallel()
+		testCancelWinsOverReservedAhead(t, true)
+	})
+}
+
+func testCancelWinsOverReservedAhead(t *testing.T, early bool) {
+	hold := &holdReservation{held: make(chan struct{}), let: make(chan struct{})}
+	rdb := server.Client(t)
+	rdb.AddHook(hold)
+	b := setupOn(t, rdb, redistest.Namespace(t))
 	ctx := context.Background()
 	started, release := make(chan struct{}), make(chan struct{})
 	rec := newRecorder(func(_ context.Context, n *notify.Notification) error {
@@ -332,11 +350,26 @@ func TestCancelWinsOverReservedAhead(t *testing.T) {
 	b.waitState(t, "quick", notify.StateSucceeded)
 	b.enqueue(t, "slow", ms(0), 0)
 	<-started
+	hold.armed.Store(early)
 	b.enqueue(t, "reminder", ms(0), 0)
-	b.waitState(t, "reminder", notify.StateReserved)
+	if early {
+		select {
+		case <-hold.held: // reserved in Redis; the dispatcher has not read the answer
+		case <-time.After(10 * time.Second):
+			t.Fatal("the reminder was not reserved ahead within 10s")
+		}
+	} else {
+		b.waitState(t, "reminder", notify.StateReserved)
+	}
 	got, err := b.store.Cancel(ctx, "reminder")
 	require.NoError(t, err)
 	require.Equal(t, notify.StateCancelled, got.State)
+	if early {
+		// Time for the announcement to reach the dispatcher before the
+		// answer does; were it later, the case would be WhileItWaits.
+		time.Sleep(100 * time.Millisecond)
+		close(hold.let)
+	}
 	b.enqueue(t, "probe", ms(0), 0)
 	b.waitState(t, "probe", notify.StateReserved)
 	close(release)
@@ -345,6 +378,32 @@ func TestCancelWinsOverReservedAhead(t *testing.T) {
 	got, err = b.store.Get(ctx, "reminder")
 	require.NoError(t, err)
 	require.Equal(t, notify.StateCancelled, got.State)
+}
+
+// holdReservation holds the answer of the first reservation made once
+// armed: held closes when Redis has answered it, and the caller gets the
+// answer when let closes.
+type holdReservation struct {
+	armed     atomic.Bool
+	held, let chan struct{}
+}
+
+func (h *holdReservation) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *holdReservation) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *holdReservation) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		// A reservation's script, alone, names both the queue's ready
+		// list and the reserved set.
+		if slices.ContainsFunc(cmds, func(c redis.Cmder) bool {
+			args := fmt.Sprint(c.Args())
+			return c.Name() == "evalsha" && strings.Contains(args, ":ready:") && strings.Contains(args, ":reserved ")
+		}) && h.armed.CompareAndSwap(true, false) {
+			close(h.held)
+			<-h.let
+		}
+		return err
+	}
 }
 
 func TestShutdownReleasesRunningAttempts(t *testing.T) {
