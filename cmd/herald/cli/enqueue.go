@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/heraldhq/herald/client"
 	"github.com/heraldhq/herald/notify"
@@ -104,6 +105,19 @@ func (o *enqueueOptions) request() (*notify.Request, error) {
 	return req, nil
 }
 
+// refuseEmpty refuses a string flag given an empty value, as a script's
+// unset variable gives: enqueue would take it as left out, and quietly use
+// the policy's or the topic's backoff, target or ttr.
+func refuseEmpty(flags *pflag.FlagSet) error {
+	var err error
+	flags.Visit(func(f *pflag.Flag) {
+		if err == nil && f.Value.Type() == "string" && f.Value.String() == "" {
+			err = &UsageError{Err: fmt.Errorf("--%s: is empty; leave the flag out for the default", f.Name)}
+		}
+	})
+	return err
+}
+
 func (c *app) enqueueCommand() *cobra.Command {
 	o := &enqueueOptions{}
 	cmd := withConfig(&cobra.Command{
@@ -127,6 +141,9 @@ chosen. Prints the stored record (--json: as the API answers).`,
   herald enqueue --topic jobs --payload '{"invoice":42}' --backoff 0s,10s,1m --delay 30s`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := refuseEmpty(cmd.Flags()); err != nil {
+				return err
+			}
 			req, err := o.request()
 			if err != nil {
 				return err

@@ -128,6 +128,11 @@ func TestEnqueue(t *testing.T) {
 			{"Topic", []string{"--topic", "Jobs!"}, "topic: must match"},
 			{"Policy", []string{"--topic", "jobs", "--policy", "nope"}, `unknown policy "nope"`},
 			{"Target", []string{"--topic", "merchant-notify", "--target", "ftp://x"}, "target: must be an http or https URL"},
+			// An empty value, as a script's unset variable gives, would
+			// quietly take the policy's or the topic's.
+			{"EmptyBackoff", []string{"--topic", "jobs", "--backoff", ""}, "--backoff: is empty"},
+			{"EmptyDelay", []string{"--topic", "jobs", "--delay", ""}, "--delay: is empty"},
+			{"EmptyTarget", []string{"--topic", "merchant-notify", "--target", ""}, "--target: is empty"},
 		} {
 			r := e.run(t, append([]string{"enqueue"}, tc.args...)...)
 			require.Equal(t, 2, r.code(), "%s: %v", tc.name, r.err)
