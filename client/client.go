@@ -211,9 +211,10 @@ func (c *Client) EnqueueBatch(ctx context.Context, reqs []*notify.Request) ([]st
 		var err error
 		if req == nil {
 			err = notify.Errorf("notification", "is nil")
-		} else if _, known := set.Topics[req.Topic]; c.cfg.StrictTopics && !known {
-			err = notify.Errorf("topic", "%q is not a topic of the policies file, and only those are accepted", req.Topic)
-		} else if err = req.CheckDurations(); err == nil {
+		} else {
+			err = cmp.Or(c.checkStrict(set, req.Topic), req.CheckDurations())
+		}
+		if err == nil {
 			n, err = set.Resolve(req, now, c.cfg.MaxPayload)
 		}
 		if err == nil && n.Endpoint != "" {
@@ -255,6 +256,14 @@ func (c *Client) EnqueueBatch(ctx context.Context, reqs []*notify.Request) ([]st
 		}
 	}
 	return results, nil
+}
+
+// checkStrict refuses, with StrictTopics, a topic the policies do not name.
+func (c *Client) checkStrict(set *policy.Set, topic string) error {
+	if _, known := set.Topics[topic]; c.cfg.StrictTopics && !known {
+		return notify.Errorf("topic", "%q is not a topic of the policies file, and only those are accepted", topic)
+	}
+	return nil
 }
 
 // Get returns a notification with its payload and history. The receipt of

@@ -37,6 +37,10 @@ func (c *Client) Reserve(ctx context.Context, topic string, limit int, wait time
 	case wait < 0:
 		return nil, notify.Errorf("wait", "must not be negative")
 	}
+	// A misspelt topic would wait for ever.
+	if err := c.checkStrict(c.cfg.PoliciesFunc(), topic); err != nil {
+		return nil, err
+	}
 	queue := store.PullQueue(topic)
 	var wakes <-chan store.Wake
 	if wait > 0 {

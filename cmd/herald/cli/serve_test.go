@@ -433,7 +433,9 @@ func TestServeWarnsOfRedisSettings(t *testing.T) {
 
 // TestTopicsStrict runs serve and enqueue with topics_strict: only the
 // topics of the policies file are accepted; another is a 400 naming topic
-// (exit status 2 for enqueue), and nothing is stored for it.
+// (exit status 2 for enqueue), and nothing is stored for it. A pull
+// worker's reservation of another, a misspelt topic, is a 400 too, where it
+// would wait for ever.
 func TestTopicsStrict(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "")
@@ -448,6 +450,10 @@ func TestTopicsStrict(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, s.call(t, http.MethodGet, "/v1/notifications/flood-1", "", nil))
 	require.Equal(t, http.StatusCreated, s.call(t, http.MethodPost, "/v1/notifications",
 		`{"id": "known-1", "topic": "jobs", "payload": {}, "delay": "1h"}`, nil))
+	answer.Error.Field = ""
+	require.Equal(t, http.StatusBadRequest, s.call(t, http.MethodPost, "/v1/topics/job/reserve?wait=20s", "", &answer))
+	require.Equal(t, "topic", answer.Error.Field)
+	require.Equal(t, http.StatusOK, s.call(t, http.MethodPost, "/v1/topics/jobs/reserve", "", nil))
 
 	r := e.run(t, "enqueue", "--topic", "another-made-up-one", "--payload", "{}")
 	require.Equal(t, 2, r.code(), r.out)
