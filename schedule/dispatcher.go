@@ -27,8 +27,9 @@
 // (see Config.Prefetch). Where attempts are slow, a burst is thus shared
 // with the idle workers of other dispatchers rather than queued here. A
 // notification cancelled while it waits here for a worker is dropped: its
-// cancel announces it on the wake channel. Outcomes are written together, one script per shard for all the attempts
-// that ended while the previous write was under way.
+// cancel announces it on the wake channel. Outcomes are written together,
+// one script per shard for all the attempts that ended while the previous
+// write was under way.
 //
 // # Safety
 //
@@ -297,16 +298,17 @@ type Dispatcher struct {
 	// ones; 0 until one was timed (ahead).
 	attemptNS atomic.Int64
 
-	// waitingMu guards waiting and early. waiting holds the notifications
-	// handed to the workers and not yet taken by one, by id, with the
-	// receipt of their reservation, or "" once a cancel ended it
-	// meanwhile. early holds the receipts of cancels heard for ids not
-	// waiting, by id: a cancel can be announced between Redis reserving a
-	// notification and the reserve loop listing it, and most are of other
-	// dispatchers' reservations, so it is bounded (maxEarly).
+	// waitingMu guards waiting, reserving and early. waiting holds the
+	// notifications handed to the workers and not yet taken by one, by
+	// id, with the receipt of their reservation, or "" once a cancel ended
+	// it meanwhile. reserving counts the reservations under way, and
+	// early holds, by id, the receipts of the cancels heard meanwhile for
+	// ids not waiting: a cancel can be announced between Redis reserving a
+	// notification and the reserve loop listing it.
 	waitingMu sync.Mutex
 	waiting   map[string]string
-	early     map[string]earlyCancel
+	reserving int
+	early     map[string]string
 
 	// runningMu guards running, the ids whose attempt a sender of this
 	// dispatcher is making: one that outlived its ttr, ignoring its
@@ -355,7 +357,7 @@ func New(cfg *Config) (*Dispatcher, error) {
 		ready:    make(chan struct{}),
 		running:  map[string]struct{}{},
 		waiting:  map[string]string{},
-		early:    map[string]earlyCancel{},
+		early:    map[string]string{},
 		pauses:   pauses{read: make(chan struct{})},
 	}, nil
 }
@@ -570,7 +572,9 @@ func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan
 			got := d.capacity.take(min(room, len(due)*d.cfg.Batch, store.MaxReserve))
 			ask := pickShards(due, got, rotate)
 			rotate++
+			d.reserveStarts()
 			items, hs, err := d.store.Reserve(ctx, queue, ask, got)
+			d.listReserved(items)
 			d.capacity.give(got - len(items))
 			if err != nil {
 				if ctx.Err() != nil {
@@ -599,18 +603,6 @@ func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan
 				}
 			}
 			handed := d.store.Now()
-			d.waitingMu.Lock()
-			for _, n := range items {
-				r := n.Receipt
-				if e, ok := d.early[n.ID]; ok {
-					delete(d.early, n.ID)
-					if e.receipt == r {
-						r = "" // cancelled before it was listed
-					}
-				}
-				d.waiting[n.ID] = r
-			}
-			d.waitingMu.Unlock()
 			for _, n := range items {
 				d.work <- queued{n, handed} // never blocks: work holds as many as capacity
 			}
@@ -829,41 +821,42 @@ func (d *Dispatcher) timed(took time.Duration) {
 func (d *Dispatcher) cancelWaiting(id, receipt string) {
 	d.waitingMu.Lock()
 	defer d.waitingMu.Unlock()
-	if r, ok := d.waiting[id]; ok {
-		if r == receipt {
-			d.waiting[id] = ""
-		}
-		return
+	switch r, ok := d.waiting[id]; {
+	case ok && r == receipt:
+		d.waiting[id] = ""
+	case !ok && d.reserving > 0:
+		// Perhaps of a reservation under way, not yet listed.
+		d.early[id] = receipt
 	}
-	now := time.Now()
-	if len(d.early) >= maxEarly {
-		for id, e := range d.early {
-			if now.Sub(e.at) > earlyKeep {
-				delete(d.early, id)
-			}
-		}
-		if len(d.early) >= maxEarly {
-			return
-		}
-	}
-	d.early[id] = earlyCancel{receipt: receipt, at: now}
 }
 
-// earlyCancel is a cancel heard before its reservation was listed: the
-// reservation's receipt, and when it was heard.
-type earlyCancel struct {
-	receipt string
-	at      time.Time
+// reserveStarts notes a reservation under way: the cancels heard until it
+// is listed are kept for it.
+func (d *Dispatcher) reserveStarts() {
+	d.waitingMu.Lock()
+	defer d.waitingMu.Unlock()
+	d.reserving++
 }
 
-const (
-	// maxEarly bounds the cancels kept for reservations not yet listed,
-	// and earlyKeep is how long one is worth keeping: longer than any
-	// reservation's answer takes to be read. A receipt names one
-	// reservation, so one kept longer never matches another.
-	maxEarly  = 4096
-	earlyKeep = time.Minute
-)
+// listReserved lists what a reservation got as waiting for a worker, each
+// dropped already if a cancel of it was heard while the reservation was
+// under way, and ends that reservation. The cancel of a reserved
+// notification is published after the reservation ran, so it is heard
+// either while the reservation is under way or once it is listed.
+func (d *Dispatcher) listReserved(items []*notify.Notification) {
+	d.waitingMu.Lock()
+	defer d.waitingMu.Unlock()
+	for _, n := range items {
+		r := n.Receipt
+		if d.early[n.ID] == r {
+			r = "" // cancelled before it was listed
+		}
+		d.waiting[n.ID] = r
+	}
+	if d.reserving--; d.reserving == 0 {
+		clear(d.early)
+	}
+}
 
 // cancelledWhileWaiting takes n, which a worker is about to start, off the
 // notifications waiting here, and reports whether a cancel ended its

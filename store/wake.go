@@ -23,9 +23,9 @@ type Wake struct {
 }
 
 // Subscribe delivers wake-ups published by enqueues, retries and replays,
-// and the cancels of reserved notifications, until ctx ends. Messages lost while the connection is down are not
-// replayed, so subscribers must still poll now and then. ready is closed
-// once the subscription is confirmed.
+// and the cancels of reserved notifications, until ctx ends. Messages lost
+// while the connection is down are not replayed, so subscribers must still
+// poll now and then. ready is closed once the subscription is confirmed.
 func (s *Store) Subscribe(ctx context.Context) (wakes <-chan Wake, ready <-chan struct{}) {
 	out := make(chan Wake, 256)
 	rdy := make(chan struct{})
