@@ -144,12 +144,7 @@ const releaseTimeout = 5 * time.Second
 func (c *Client) release(ctx context.Context, items []*notify.Notification) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
-	now := c.store.Now()
-	finishes := make([]store.Finish, len(items))
-	for i, n := range items {
-		finishes[i] = store.Finish{Notification: n, Action: notify.ActionRelease, NextAt: n.DueAt(now)}
-	}
-	if _, err := c.store.Finish(ctx, finishes); err != nil {
+	if _, err := c.store.GiveBackUnstarted(ctx, items); err != nil {
 		// They come back when their reservations expire.
 		c.storeError("release", err)
 	}
@@ -190,7 +185,7 @@ func (c *Client) Release(ctx context.Context, id, receipt string) error {
 		// Cancelled: nothing was started, so nothing is left to record.
 		return notify.ErrStaleReceipt
 	}
-	errs, err := c.store.Finish(ctx, []store.Finish{{Notification: n, Action: notify.ActionRelease, NextAt: n.DueAt(c.store.Now())}})
+	errs, err := c.store.GiveBackUnstarted(ctx, []*notify.Notification{n})
 	if err != nil {
 		c.storeError("release", err)
 		return err

@@ -218,12 +218,7 @@ func (s *Store) GiveBack(ctx context.Context, lost LostReservation) (int, error)
 	if err != nil || len(held) == 0 {
 		return 0, err
 	}
-	now := s.Now()
-	releases := make([]Finish, len(held))
-	for i, n := range held {
-		releases[i] = Finish{Notification: n, Action: notify.ActionRelease, NextAt: n.DueAt(now)}
-	}
-	errs, err := s.Finish(ctx, releases)
+	errs, err := s.GiveBackUnstarted(ctx, held)
 	if err != nil {
 		return 0, err
 	}
@@ -234,6 +229,18 @@ func (s *Store) GiveBack(ctx context.Context, lost LostReservation) (int, error)
 		}
 	}
 	return given, nil
+}
+
+// GiveBackUnstarted gives back reserved notifications whose attempts never
+// started: each is due again when it was, keeps its place, counts no
+// attempt and adds nothing to its history. Errors are as Finish's.
+func (s *Store) GiveBackUnstarted(ctx context.Context, ns []*notify.Notification) ([]error, error) {
+	now := s.Now()
+	releases := make([]Finish, len(ns))
+	for i, n := range ns {
+		releases[i] = Finish{Notification: n, Action: notify.ActionRelease, NextAt: n.DueAt(now)}
+	}
+	return s.Finish(ctx, releases)
 }
 
 // heldBy returns the notifications lost reserved that are still reserved
