@@ -19,7 +19,8 @@ const redactedValue = "[redacted]"
 // Redacted returns n as the API shows it: the same record, but with the
 // values of its credential headers (notify.CredentialHeaders, in any case:
 // Authorization, Cookie, X-Api-Key...) replaced by "[redacted]", and the user information
-// of its target URL by "xxxxx" (notify.RedactedURL). The stored
+// of its target URL and the values of its credential query parameters
+// (?access_token=, ?sig=) by "xxxxx" (notify.RedactedURL). The stored
 // notification keeps them and every attempt sends them. n is not changed;
 // a copy is made only when there is something to hide.
 func Redacted(n *notify.Notification) *notify.Notification {

@@ -39,7 +39,8 @@ func TestCredentialHeadersRedacted(t *testing.T) {
 }
 
 // TestCredentialURLsRedacted: credentials written into a URL, a webhook's
-// target or an endpoint's, are not shown either.
+// target or an endpoint's, in its user information or its query, are not
+// shown either.
 func TestCredentialURLsRedacted(t *testing.T) {
 	t.Parallel()
 	b := setup(t, api.Config{})
@@ -54,4 +55,14 @@ func TestCredentialURLsRedacted(t *testing.T) {
 	require.Equal(t, "https://xxxxx@merchant.example/notify", got.Target)
 	got = must[record](t, b, http.StatusCreated, "PUT", "/v1/endpoints/m", map[string]any{"url": "https://s3cr3t-token@m.example/hook"})
 	require.Equal(t, "https://xxxxx@m.example/hook", got.URL)
+
+	body = map[string]any{"id": "cred-query", "topic": "orders", "target": "https://merchant.example/notify?shop=42&access_token=s3cr3t"}
+	got = must[record](t, b, http.StatusCreated, "POST", "/v1/notifications", body)
+	require.Equal(t, "https://merchant.example/notify?shop=42&access_token=xxxxx", got.Target)
+	got = must[record](t, b, http.StatusOK, "GET", "/v1/notifications/cred-query", nil)
+	require.Equal(t, "https://merchant.example/notify?shop=42&access_token=xxxxx", got.Target)
+	got = must[record](t, b, http.StatusCreated, "PUT", "/v1/endpoints/q", map[string]any{"url": "https://m.example/hook?sig=s3cr3t"})
+	require.Equal(t, "https://m.example/hook?sig=xxxxx", got.URL)
+	got = must[record](t, b, http.StatusOK, "GET", "/v1/endpoints/q", nil)
+	require.Equal(t, "https://m.example/hook?sig=xxxxx", got.URL)
 }

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -336,19 +337,83 @@ func CredentialHeaders() []string {
 
 // RedactedURL returns s as answers show it: the user information of a URL
 // (https://user:password@host/, or a token in the user's or the password's
-// place) replaced, all of it, by "xxxxx". It is a receiver's credentials,
-// sent with every attempt, which whoever reads a record or an endpoint need
-// not hold.
+// place) replaced, all of it, by "xxxxx", and so is the value of each query
+// parameter named for a credential (?access_token=, ?sig=, ?api_key=; see
+// credentialParam), the others kept as they are. They are a receiver's
+// credentials, sent with every attempt, which whoever reads a record, an
+// endpoint or an attempt's error need not hold.
 func RedactedURL(s string) string {
-	if !strings.Contains(s, "@") {
+	if !strings.ContainsAny(s, "@?") {
 		return s
 	}
 	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
+	if err != nil {
 		return s
 	}
-	u.User = url.User("xxxxx")
+	query, hidden := redactedQuery(u.RawQuery)
+	if u.User == nil && !hidden {
+		return s
+	}
+	if u.User != nil {
+		u.User = url.User("xxxxx")
+	}
+	u.RawQuery = query
 	return u.String()
+}
+
+// redactedQuery returns a raw query with the values of its credential
+// parameters replaced by "xxxxx", and whether there were any; every other
+// byte is kept, so that the query reads as it was sent.
+func redactedQuery(raw string) (string, bool) {
+	if raw == "" {
+		return raw, false
+	}
+	parts := strings.Split(raw, "&")
+	hidden := false
+	for i, p := range parts {
+		name, value, _ := strings.Cut(p, "=")
+		if value == "" {
+			continue
+		}
+		if un, err := url.QueryUnescape(name); err == nil {
+			name = un
+		}
+		if CredentialParam(name) {
+			parts[i] = p[:len(p)-len(value)] + "xxxxx"
+			hidden = true
+		}
+	}
+	return strings.Join(parts, "&"), hidden
+}
+
+// CredentialParam reports whether a URL query parameter named name carries
+// a credential, as receivers and gateways name theirs: a name holding
+// token, secret, passw, signature, credential, session or auth, or ending
+// in key (api_key, apiKey, X-Api-Key, key), or sig, sign, pwd, pass or jwt,
+// in any case and with or without "-", "_" or ".". A name that merely
+// looks like one (author) is hidden too: a value hidden for nothing costs
+// less than a token shown.
+func CredentialParam(name string) bool {
+	n := strings.Map(func(r rune) rune {
+		switch r {
+		case '-', '_', '.':
+			return -1
+		}
+		return unicode.ToLower(r)
+	}, name)
+	switch n {
+	case "sig", "sign", "pwd", "pass", "jwt":
+		return true
+	}
+	if strings.HasSuffix(n, "key") {
+		return true
+	}
+	for _, part := range []string{"token", "secret", "passw", "signature", "credential", "session", "auth"} {
+		if strings.Contains(n, part) {
+			return true
+		}
+	}
+	return false
 }
 
 // ValidHTTPURL reports whether s is an absolute http or https URL with a

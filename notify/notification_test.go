@@ -225,6 +225,18 @@ func TestRedactedURL(t *testing.T) {
 		"https://s3cr3t-token@merchant.example/n":   "https://xxxxx@merchant.example/n",
 		"https://merchant.example/n?email=a@b.test": "https://merchant.example/n?email=a@b.test",
 		"+14155550100": "+14155550100",
+		// Receivers' tokens travel in the query as often as in the user's
+		// place: the values of parameters named for credentials are hidden,
+		// the others (an order number) kept, in their order.
+		"https://m.example/n?order=42&access_token=s3cr3t":      "https://m.example/n?order=42&access_token=xxxxx",
+		"https://m.example/n?sig=s3cr3t&sv=2024-01-01":          "https://m.example/n?sig=xxxxx&sv=2024-01-01",
+		"https://m.example/n?sign=s3cr3t&trade_no=T1":           "https://m.example/n?sign=xxxxx&trade_no=T1",
+		"https://m.example/n?X-Amz-Signature=s3&X-Amz-Date=1":   "https://m.example/n?X-Amz-Signature=xxxxx&X-Amz-Date=1",
+		"https://m.example/n?api_key=a&apiKey=b&key=c&token=d":  "https://m.example/n?api_key=xxxxx&apiKey=xxxxx&key=xxxxx&token=xxxxx",
+		"https://m.example/n?client_secret=a&password=b&auth=c": "https://m.example/n?client_secret=xxxxx&password=xxxxx&auth=xxxxx",
+		"https://m.example/n?access%5Ftoken=s3cr3t":             "https://m.example/n?access%5Ftoken=xxxxx",
+		"https://m.example/n?token=&token":                      "https://m.example/n?token=&token",
+		"https://u:p@m.example/n?token=s3cr3t#f":                "https://xxxxx@m.example/n?token=xxxxx#f",
 	} {
 		require.Equal(t, want, RedactedURL(in), in)
 	}

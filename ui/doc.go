@@ -40,8 +40,8 @@
 //     page first counts the matches (a dry run), and only its form changes
 //     anything, leaving alone what died after the count.
 //   - /ui/policies prints each policy's schedule table and the topics,
-//     their targets' user information (a receiver's credentials) redacted
-//     as on a notification's page.
+//     their targets' credentials (user information, and query parameters
+//     such as access_token) redacted as on a notification's page.
 //
 // Every page reads without JavaScript; a small embedded script refreshes
 // the overview and notification pages every few seconds, and when it
