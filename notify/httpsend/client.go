@@ -335,9 +335,10 @@ const minCredential = 8
 
 // credentialsOf returns what req carries that is secret: the values of its
 // credential headers, the credentials after an Authorization scheme and,
-// for Basic, the user and password they encode, each cookie's value, and
-// its URL's user, password and the Basic token they make, longest first so
-// that a whole value is hidden before its parts.
+// for Basic, the user and password they encode, each cookie's value, its
+// URL's user, password and the Basic token they make, and the values of its
+// query's credential parameters (?access_token=), longest first so that a
+// whole value is hidden before its parts.
 func credentialsOf(req *Request) []string {
 	var out, passwords []string
 	for _, name := range credentialHeaders {
@@ -368,17 +369,41 @@ func credentialsOf(req *Request) []string {
 			}
 		}
 	}
-	// Most targets carry no user information: not worth a parse.
-	if strings.Contains(req.URL, "@") {
-		if u, err := url.Parse(req.URL); err == nil && u.User != nil {
-			password, _ := u.User.Password()
-			out = append(out, u.User.Username(), base64.StdEncoding.EncodeToString([]byte(u.User.Username()+":"+password)))
-			passwords = append(passwords, password)
+	// Most targets carry no user information nor query: not worth a parse.
+	if strings.ContainsAny(req.URL, "@?") {
+		if u, err := url.Parse(req.URL); err == nil {
+			if u.User != nil {
+				password, _ := u.User.Password()
+				out = append(out, u.User.Username(), base64.StdEncoding.EncodeToString([]byte(u.User.Username()+":"+password)))
+				passwords = append(passwords, password)
+			}
+			out = append(out, queryCredentials(u.RawQuery)...)
 		}
 	}
 	out = slices.DeleteFunc(out, func(c string) bool { return len(c) < minCredential })
 	out = append(out, slices.DeleteFunc(passwords, func(p string) bool { return p == "" })...)
 	slices.SortFunc(out, func(a, b string) int { return len(b) - len(a) })
+	return out
+}
+
+// queryCredentials returns the values of a raw query's credential
+// parameters (notify.CredentialParam), as sent and as decoded, since a
+// receiver may quote either.
+func queryCredentials(raw string) []string {
+	var out []string
+	for p := range strings.SplitSeq(raw, "&") {
+		name, value, _ := strings.Cut(p, "=")
+		if un, err := url.QueryUnescape(name); err == nil {
+			name = un
+		}
+		if value == "" || !notify.CredentialParam(name) {
+			continue
+		}
+		out = append(out, value)
+		if un, err := url.QueryUnescape(value); err == nil && un != value {
+			out = append(out, un)
+		}
+	}
 	return out
 }
 

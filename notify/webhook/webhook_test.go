@@ -447,6 +447,30 @@ func TestSendHistoryHidesEchoedCredentials(t *testing.T) {
 	}
 }
 
+// TestSendHistoryHidesEchoedQueryCredentials posts to a target whose query
+// carries the merchant's token, as many receivers take it, and which
+// answers quoting the request line: the history shows "[redacted]" where
+// the token was, and keeps the rest of the query.
+func TestSendHistoryHidesEchoedQueryCredentials(t *testing.T) {
+	t.Parallel()
+
+	const token = "sk_live_4eC39HqLyjWDarjtT1zdp7dc"
+	got := make(chan string, 1)
+	rec := httpsendtest.NewReceiver(t, "tcp4", func(w http.ResponseWriter, r *http.Request) {
+		got <- r.URL.Query().Get("access_token")
+		w.WriteHeader(http.StatusInternalServerError)
+		_, _ = io.WriteString(w, "failed "+r.Method+" "+r.URL.RequestURI())
+	})
+	sender := newSender(t, Config{Common: httpsend.Common{HTTP: loopback}})
+	resp, err := sender.Send(context.Background(), notification(rec.URL()+"/hook?order=42&access_token="+token))
+	require.Equal(t, retry, classify(err), "error: %v", err)
+	require.Equal(t, token, <-got, "the receiver gets the token")
+	for _, recorded := range []string{err.Error(), resp.Body} {
+		require.Contains(t, recorded, "failed POST /hook?order=42&access_token=[redacted]")
+		require.NotContains(t, recorded, token)
+	}
+}
+
 // TestSendHistoryHidesDecodedPasswords posts to a receiver that answers
 // 401 quoting the user and password it decoded from the request's Basic
 // credentials, as a login page in debug mode does: whether they came from
