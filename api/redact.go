@@ -2,24 +2,17 @@ package api
 
 import (
 	"maps"
-	"net/http"
-	"slices"
 
 	"github.com/heraldhq/herald/notify"
 )
-
-// credentialHeaders are the request headers a notification may carry for
-// its receiver whose values no answer shows: anyone who can read a record
-// (a dashboard, a log of answers, a pull consumer) need not hold them.
-var credentialHeaders = notify.CredentialHeaders()
 
 // redactedValue replaces a credential header's value in answers.
 const redactedValue = "[redacted]"
 
 // Redacted returns n as the API shows it: the same record, but with the
-// values of its credential headers (notify.CredentialHeaders, in any case:
-// Authorization, Cookie, X-Api-Key...) replaced by "[redacted]", and the user information
-// of its target URL and the values of its credential query parameters
+// values of its credential headers (notify.CredentialHeader, in any case:
+// Authorization, Cookie, X-Api-Key, X-Gitlab-Token...) replaced by
+// "[redacted]", and the user information of its target URL and the values of its credential query parameters
 // (?access_token=, ?sig=) by "xxxxx" (notify.RedactedURL). The stored
 // notification keeps them and every attempt sends them. n is not changed;
 // a copy is made only when there is something to hide.
@@ -34,7 +27,9 @@ func Redacted(n *notify.Notification) *notify.Notification {
 	}
 	var headers map[string]string
 	for name := range n.Headers {
-		if slices.Contains(credentialHeaders, http.CanonicalHeaderKey(name)) {
+		// Anyone who can read a record (a dashboard, a log of answers, a
+		// pull consumer) need not hold its receiver's credentials.
+		if notify.CredentialHeader(name) {
 			if headers == nil {
 				headers = maps.Clone(n.Headers)
 			}

@@ -20,11 +20,16 @@ func TestCredentialHeadersRedacted(t *testing.T) {
 		"Authorization": "Bearer s3cr3t-token", "Cookie": "session=s3cr3t-cookie",
 		"proxy-authorization": "Basic s3cr3t-proxy", "Set-Cookie": "a=s3cr3t-set", "X-Shop": "42",
 		"x-api-key": "s3cr3t-key", "Api-Key": "s3cr3t-key2", "X-Auth-Token": "s3cr3t-auth", "x-access-token": "s3cr3t-access",
+		// Receivers name their own: these say what they hold.
+		"X-Gitlab-Token": "s3cr3t-gitlab", "Private-Token": "s3cr3t-private", "X-Webhook-Secret": "s3cr3t-hook",
+		"X-Signature-Key": "s3cr3t-sigkey", "X-Merchant-Password": "s3cr3t-pass", "Idempotency-Key": "order-42",
 	}
 	want := map[string]any{
 		"Authorization": "[redacted]", "Cookie": "[redacted]", "proxy-authorization": "[redacted]",
 		"Set-Cookie": "[redacted]", "X-Shop": "42",
 		"x-api-key": "[redacted]", "Api-Key": "[redacted]", "X-Auth-Token": "[redacted]", "x-access-token": "[redacted]",
+		"X-Gitlab-Token": "[redacted]", "Private-Token": "[redacted]", "X-Webhook-Secret": "[redacted]",
+		"X-Signature-Key": "[redacted]", "X-Merchant-Password": "[redacted]", "Idempotency-Key": "order-42",
 	}
 	type record struct {
 		Headers map[string]any `json:"headers"`

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net/textproto"
 	"net/url"
 	"regexp"
 	"slices"
@@ -329,10 +330,22 @@ func validateEndpoint(n *Notification) error {
 // whose values are its receiver's credentials, sent with every attempt:
 // no answer of the API shows them, nor does the history where a receiver
 // echoed them. Besides HTTP's own, the names API keys and tokens most often
-// travel under; canonical (http.CanonicalHeaderKey) forms.
+// travel under; canonical (http.CanonicalHeaderKey) forms. CredentialHeader
+// adds the names receivers choose for themselves.
 func CredentialHeaders() []string {
 	return []string{"Authorization", "Proxy-Authorization", "Cookie", "Set-Cookie",
 		"X-Api-Key", "Api-Key", "X-Auth-Token", "X-Access-Token"}
+}
+
+// CredentialHeader reports whether a header named name (in any case)
+// carries its receiver's credentials: one of CredentialHeaders, or a name
+// of the receiver's own that says so as a query parameter's would
+// (CredentialParam: X-Gitlab-Token, Private-Token, X-Webhook-Secret,
+// X-Signature-Key), but for Idempotency-Key, which identifies a request and
+// guards nothing.
+func CredentialHeader(name string) bool {
+	ck := textproto.CanonicalMIMEHeaderKey(name)
+	return slices.Contains(CredentialHeaders(), ck) || (ck != "Idempotency-Key" && CredentialParam(name))
 }
 
 // RedactedURL returns s as answers show it: the user information of a URL

@@ -323,10 +323,6 @@ func (r *Result) recorded(b []byte) string {
 // redacted stands for a hidden credential, as in the API's answers.
 const redacted = "[redacted]"
 
-// credentialHeaders are the request headers whose values are the
-// receiver's credentials, which the API's answers never show.
-var credentialHeaders = notify.CredentialHeaders()
-
 // minCredential is the shortest part of a credential hidden on its own
 // when it need not be secret (a user name, a cookie's value): a cookie's
 // "en" would garble every word it is part of. A password is hidden
@@ -341,10 +337,14 @@ const minCredential = 8
 // whole value is hidden before its parts.
 func credentialsOf(req *Request) []string {
 	var out, passwords []string
-	for _, name := range credentialHeaders {
-		for _, v := range req.Header.Values(name) {
+	for name, vs := range req.Header {
+		// The API's answers never show these values.
+		if !notify.CredentialHeader(name) {
+			continue
+		}
+		for _, v := range vs {
 			out = append(out, v)
-			if name == "Cookie" {
+			if http.CanonicalHeaderKey(name) == "Cookie" {
 				for pair := range strings.SplitSeq(v, ";") {
 					if _, value, ok := strings.Cut(pair, "="); ok {
 						out = append(out, strings.TrimSpace(value))

@@ -391,8 +391,8 @@ func TestSendNotificationAcceptEncoding(t *testing.T) {
 }
 
 // TestSendHistoryHidesEchoedCredentials posts a notification carrying the
-// merchant's credentials (an Authorization header, a cookie, a password in
-// its target URL) to a receiver whose answer echoes the request, as a
+// merchant's credentials (an Authorization header, a cookie, a token under
+// a name of the receiver's own, a password in its target URL) to a receiver whose answer echoes the request, as a
 // server in debug mode does. The API never shows those values, and the
 // error and response that the history keeps do not either: they show
 // "[redacted]" where the receiver echoed them.
@@ -403,6 +403,7 @@ func TestSendHistoryHidesEchoedCredentials(t *testing.T) {
 		token    = "sk_live_4eC39HqLyjWDarjtT1zdp7dc"
 		cookie   = "s3ss10n-v4lu3"
 		password = "pa55-w0rd-of-merchant"
+		gitlab   = "glpat-s3cr3t-0f-merchant"
 	)
 	basic := base64.StdEncoding.EncodeToString([]byte("m-42:" + password))
 	echo := func(status int) http.HandlerFunc {
@@ -433,13 +434,14 @@ func TestSendHistoryHidesEchoedCredentials(t *testing.T) {
 				n.Headers["authorization"] = tt.authorization
 			}
 			n.Headers["Cookie"] = "lang=en; session=" + cookie
+			n.Headers["X-Gitlab-Token"] = gitlab
 			resp, err := sender.Send(context.Background(), n)
 			require.Error(t, err)
 			sent := rec.Requests()[0].Header.Get("Authorization")
 			require.Equal(t, cmp.Or(tt.authorization, "Basic "+basic), sent, "the receiver gets the credentials")
 			for _, recorded := range []string{err.Error(), resp.Body} {
 				require.Contains(t, recorded, "[redacted]")
-				for _, secret := range []string{token, cookie, password, basic} {
+				for _, secret := range []string{token, cookie, password, basic, gitlab} {
 					require.NotContains(t, recorded, secret)
 				}
 			}
