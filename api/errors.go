@@ -104,7 +104,8 @@ func writeError(w http.ResponseWriter, status int, code, message string) {
 // writeJSON writes v as the response body with status. v is encoded before
 // the status goes out, so that one JSON cannot hold is a 500 saying so, not
 // the status with an empty body. A failure to write means the client has
-// gone, which nothing can be told about.
+// gone, which nothing can be told about. No cache may keep the answer: a
+// record carries its payload and what its receiver answered.
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	body, err := json.Marshal(v)
 	if err != nil {
@@ -112,6 +113,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 		body, _ = json.Marshal(errorBody{Error{Code: CodeInternal, Message: "encode the answer: " + err.Error()}})
 	}
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	_, _ = w.Write(append(body, '\n'))
 }

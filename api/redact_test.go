@@ -71,3 +71,29 @@ func TestCredentialURLsRedacted(t *testing.T) {
 	got = must[record](t, b, http.StatusOK, "GET", "/v1/endpoints/q", nil)
 	require.Equal(t, "https://m.example/hook?sig=xxxxx", got.URL)
 }
+
+// TestAnswersAreNotCached: the API's answers carry payloads (phone
+// numbers, names, what a receiver answered), which no cache between the
+// API and its caller, nor a browser, may keep: each says no-store, an
+// error too.
+func TestAnswersAreNotCached(t *testing.T) {
+	t.Parallel()
+	b := setup(t, api.Config{Tokens: []string{"t0ken-of-thirty-two-characters-xx"}})
+	must[map[string]any](t, b, http.StatusCreated, "POST", "/v1/notifications",
+		map[string]any{"id": "cache-1", "topic": "jobs", "payload": map[string]string{"phone": "+14155550100"}})
+	for _, tt := range []struct{ method, path string }{
+		{"GET", "/v1/notifications/cache-1"},
+		{"GET", "/v1/notifications/nope"},
+		{"GET", "/v1/dead"},
+		{"POST", "/v1/topics/jobs/reserve?max=1"},
+		{"GET", "/v1/stats"},
+	} {
+		req, err := http.NewRequest(tt.method, b.http.URL+tt.path, nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+b.token)
+		resp, err := b.http.Client().Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, "no-store", resp.Header.Get("Cache-Control"), "%s %s", tt.method, tt.path)
+	}
+}
