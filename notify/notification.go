@@ -401,11 +401,11 @@ func redactedQuery(raw string) (string, bool) {
 
 // CredentialParam reports whether a URL query parameter named name carries
 // a credential, as receivers and gateways name theirs: a name holding
-// token, secret, passw, signature, credential, session or auth, or ending
-// in key (api_key, apiKey, X-Api-Key, key), or sig, sign, pwd, pass or jwt,
-// in any case and with or without "-", "_" or ".". A name that merely
-// looks like one (author) is hidden too: a value hidden for nothing costs
-// less than a token shown.
+// token, secret, passw, signature, credential, session or auth (but not
+// author), or ending in key (api_key, apiKey, X-Api-Key, key), or sig,
+// sign, pwd, pass or jwt, in any case and with or without "-", "_" or ".".
+// A name that merely looks like one (monkey) is hidden too: a value hidden
+// for nothing costs less than a token shown.
 func CredentialParam(name string) bool {
 	n := strings.Map(func(r rune) rune {
 		switch r {
@@ -421,12 +421,13 @@ func CredentialParam(name string) bool {
 	if strings.HasSuffix(n, "key") {
 		return true
 	}
-	for _, part := range []string{"token", "secret", "passw", "signature", "credential", "session", "auth"} {
+	for _, part := range []string{"token", "secret", "passw", "signature", "credential", "session", "authoriz"} {
 		if strings.Contains(n, part) {
 			return true
 		}
 	}
-	return false
+	// auth, authkey, oauth, but not an author's name.
+	return strings.Contains(strings.ReplaceAll(n, "author", ""), "auth")
 }
 
 // ValidHTTPURL reports whether s is an absolute http or https URL with a

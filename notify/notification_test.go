@@ -237,6 +237,8 @@ func TestRedactedURL(t *testing.T) {
 		"https://m.example/n?access%5Ftoken=s3cr3t":             "https://m.example/n?access%5Ftoken=xxxxx",
 		"https://m.example/n?token=&token":                      "https://m.example/n?token=&token",
 		"https://u:p@m.example/n?token=s3cr3t#f":                "https://xxxxx@m.example/n?token=xxxxx#f",
+		"https://m.example/n?author=Ada&oauth_token=s3cr3t":     "https://m.example/n?author=Ada&oauth_token=xxxxx",
+		"https://m.example/n?authorization=s3cr3t&authKey=s3":   "https://m.example/n?authorization=xxxxx&authKey=xxxxx",
 	} {
 		require.Equal(t, want, RedactedURL(in), in)
 	}
