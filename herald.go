@@ -168,8 +168,9 @@ type ClientConfig struct {
 	// wait until that many replicas have the change (Redis WAIT), and fail
 	// with ErrNotReplicated when they do not within WaitTimeout, as
 	// herald serve's redis.wait_replicas does. The change has then reached
-	// the master: read it back before trying again. Default 0: answer as
-	// soon as the master has it.
+	// the master: read it back before trying again. A worker's reservations
+	// wait too, so that a failover cannot start a second attempt while the
+	// first runs. Default 0: answer as soon as the master has it.
 	WaitReplicas int
 	// WaitTimeout bounds that wait. Default 1s.
 	WaitTimeout time.Duration

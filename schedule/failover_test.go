@@ -3,11 +3,13 @@ package schedule_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/heraldtest"
@@ -19,28 +21,44 @@ import (
 )
 
 // TestClusterFailoverUnderLoad kills a master of a Redis Cluster (3
-// masters, a replica each) while two dispatchers deliver notifications due
-// one after another over a few seconds, and lets its replica take over.
-// Every notification was acknowledged by a replica before the kill
-// (redis.wait_replicas 1), so none may be lost; none may be attempted
-// twice at once or before it is due, and those due once the replica is
-// master start on time, without a dispatcher restarted.
+// masters, two replicas each, as the README advises with
+// redis.wait_replicas) while two dispatchers deliver notifications due one
+// after another over a few seconds, and lets a replica take over. Every
+// notification and every reservation was acknowledged by a replica before
+// the kill (redis.wait_replicas 1), so none may be lost; none may be
+// attempted twice at once or before it is due, and those due once the
+// replica is master, with the other replica to confirm its writes, start
+// on time, without a dispatcher restarted.
 func TestClusterFailoverUnderLoad(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cluster := redistest.StartClusterReplicas(t, 3, 1)
+	cluster := redistest.StartClusterReplicas(t, 3, 2)
 	load := startClusterLoad(t, cluster, 1)
 
-	time.Sleep(time.Until(load.start.Add(time.Second)))
 	victim := cluster.Nodes[0]
-	replica := cluster.ReplicaOf(victim)
+	_, port, err := net.SplitHostPort(victim.Addr)
+	require.NoError(t, err)
+	var replicas []*redis.Client
+	for _, r := range cluster.Replicas {
+		c := r.Client(t)
+		role, err := c.Do(ctx, "role").Slice() // slave, host, port, ...
+		require.NoError(t, err)
+		if len(role) > 2 && fmt.Sprint(role[2]) == port {
+			replicas = append(replicas, c)
+		}
+	}
+	require.Len(t, replicas, 2, "the victim's replicas")
+	time.Sleep(time.Until(load.start.Add(time.Second)))
 	victim.Kill()
 	killed := time.Now()
-	promoter := replica.Client(t)
 	require.Eventually(t, func() bool {
-		role, err := promoter.Do(ctx, "role").Slice()
-		return err == nil && role[0] == "master"
-	}, 15*time.Second, 20*time.Millisecond, "the replica was not promoted")
+		for _, c := range replicas {
+			if role, err := c.Do(ctx, "role").Slice(); err == nil && role[0] == "master" {
+				return true
+			}
+		}
+		return false
+	}, 15*time.Second, 20*time.Millisecond, "no replica was promoted")
 	promoted := time.Now()
 	t.Logf("replica promoted %s after the kill", promoted.Sub(killed).Round(time.Millisecond))
 	load.check(t, promoted.Add(2*time.Second))

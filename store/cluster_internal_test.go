@@ -115,6 +115,54 @@ func TestWaitReplicasCoverStubs(t *testing.T) {
 	require.ErrorIs(t, err, notify.ErrNotReplicated, "acknowledged (status %d) with its stub on the master alone", status)
 }
 
+// TestWaitReplicasCoverClusterReservations: on a Cluster under
+// redis.wait_replicas 1 with one master's replica paused, a reservation
+// hands out what the other masters' replicas confirmed, and gives back
+// unstarted what that master alone holds, until its replica is back.
+func TestWaitReplicasCoverClusterReservations(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cluster, client, st := startWaitedCluster(t, 200*time.Millisecond)
+	masterOf := func(id string) string {
+		node, err := client.MasterForKey(ctx, st.keys.job(st.keys.shardOf(id)))
+		require.NoError(t, err)
+		return node.Options().Addr
+	}
+	ids := map[string]bool{}
+	for i := range 30 {
+		n := pullNotification("n" + strconv.Itoa(i))
+		n.SendAt = n.SendAt.Add(-time.Second)
+		_, _, err := st.Enqueue(ctx, n, false)
+		require.NoError(t, err)
+		ids[n.ID] = true
+	}
+	behind := masterOf("n0")
+	for _, m := range cluster.Nodes {
+		if m.Addr == behind {
+			replica := cluster.ReplicaOf(m)
+			replica.Pause()
+			t.Cleanup(replica.Resume)
+		}
+	}
+	shards := make([]int, st.keys.shards)
+	for i := range shards {
+		shards[i] = i
+	}
+	got, _, err := st.Reserve(ctx, PullQueue("jobs"), shards, MaxReserve)
+	require.NoError(t, err, "the other masters' reservations are confirmed")
+	require.NotEmpty(t, got)
+	for _, n := range got {
+		require.NotEqual(t, behind, masterOf(n.ID), "%s handed out from the master whose replica is behind", n.ID)
+		delete(ids, n.ID)
+	}
+	for id := range ids {
+		require.Equal(t, behind, masterOf(id), "%s neither handed out nor on the master behind", id)
+		n, err := st.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, notify.StateScheduled, n.State, "%s given back", id)
+	}
+}
+
 // startWaitedCluster starts a Cluster of 3 masters with a replica each,
 // and opens a store on it with redis.wait_replicas 1 and wait_timeout
 // timeout.

@@ -23,11 +23,7 @@ import (
 func TestWaitReplicas(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	master := redistest.Start(t, redistest.Options{})
-	replica := redistest.StartReplica(t, master)
-	st, err := store.New(&store.Config{Client: master.Client(t), WaitReplicas: 1, WaitTimeout: 200 * time.Millisecond,
-		Logger: heraldtest.Logger(t)})
-	require.NoError(t, err)
+	_, replica, st := startReplicated(t, store.Config{WaitTimeout: 200 * time.Millisecond})
 
 	_, status, err := st.Enqueue(ctx, heraldtest.Notification(t, "a", time.Now()), false)
 	require.NoError(t, err)
@@ -137,12 +133,8 @@ func TestLateRepliesRunScriptsOnce(t *testing.T) {
 func TestWaitReplicasCoverSettings(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	master := redistest.Start(t, redistest.Options{})
-	replica := redistest.StartReplica(t, master)
 	clock := heraldtest.NewClock(time.Now())
-	st, err := store.New(&store.Config{Client: master.Client(t), WaitReplicas: 1, WaitTimeout: 100 * time.Millisecond,
-		Logger: heraldtest.Logger(t), TimeNowFunc: clock.Now})
-	require.NoError(t, err)
+	_, replica, st := startReplicated(t, store.Config{WaitTimeout: 100 * time.Millisecond, TimeNowFunc: clock.Now})
 	e := &endpoint.Endpoint{URL: "https://m.example", DisableAfter: notify.Duration(time.Hour)}
 	changes := []struct {
 		name   string
@@ -177,4 +169,50 @@ func TestWaitReplicasCoverSettings(t *testing.T) {
 		}
 		require.ErrorIs(t, c.change(), notify.ErrNotReplicated, "%s with the replica paused", c.name)
 	}
+}
+
+// TestWaitReplicasCoverReservations: with redis.wait_replicas, a
+// reservation is handed out only once the replicas have it. One that the
+// master alone held would be lost with it: the promoted replica would find
+// the notification due and start a second attempt while the first ran.
+// While the replica is behind, what was reserved is given back unstarted
+// and the call fails; after a failover the notification is handed out once.
+func TestWaitReplicasCoverReservations(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	master, replica, st := startReplicated(t, store.Config{WaitTimeout: 100 * time.Millisecond})
+	_, _, err := st.Enqueue(ctx, heraldtest.Notification(t, "a", time.Now().Add(-time.Second)), false)
+	require.NoError(t, err)
+
+	replica.Pause()
+	t.Cleanup(replica.Resume)
+	items, _, err := st.Reserve(ctx, store.PullQueue("jobs"), heraldtest.AllShards(t, st), store.MaxReserve)
+	require.ErrorContains(t, err, "replicas")
+	require.Empty(t, items, "nothing is handed out that the replica does not have")
+	n, err := st.Get(ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, notify.StateScheduled, n.State, "given back on the master")
+	require.Zero(t, n.Attempts)
+
+	master.Kill()
+	replica.Resume()
+	promoted := replica.Client(t)
+	require.NoError(t, promoted.Do(ctx, "replicaof", "no", "one").Err())
+	after, err := store.New(&store.Config{Client: promoted, Logger: heraldtest.Logger(t)})
+	require.NoError(t, err)
+	got := reserveEventually(t, after, 1)
+	require.Equal(t, "a", got[0].ID)
+	require.Zero(t, got[0].Attempts, "the only attempt")
+}
+
+// startReplicated starts a master with a replica, and a store of cfg on
+// the master that waits for the replica.
+func startReplicated(t *testing.T, cfg store.Config) (master, replica *redistest.Server, st *store.Store) {
+	t.Helper()
+	master = redistest.Start(t, redistest.Options{})
+	replica = redistest.StartReplica(t, master)
+	cfg.Client, cfg.WaitReplicas, cfg.Logger = master.Client(t), 1, heraldtest.Logger(t)
+	st, err := store.New(&cfg)
+	require.NoError(t, err)
+	return master, replica, st
 }

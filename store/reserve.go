@@ -70,16 +70,32 @@ func (s *Store) Reserve(ctx context.Context, queue string, shards []int, limit i
 	}
 	// lost names the shards of the calls whose answers were lost.
 	lost := LostReservation{Queue: queue, Receipt: receipt, At: fromMS(now)}
-	if err := s.runScripts(ctx, calls); err != nil {
+	run := s.runScripts
+	if s.cfg.WaitReplicas > 0 {
+		// A reservation the master alone holds is lost with it: the
+		// promoted replica finds the notification due and hands it out
+		// again while its first attempt runs.
+		run = s.runAcked
+	}
+	if err := run(ctx, calls); err != nil && !errors.Is(err, notify.ErrNotReplicated) {
 		if mayHaveRun(err) {
 			lost.Shards = slices.Clone(shards)
 		}
 		return nil, nil, s.unanswered(ctx, lost, fmt.Errorf("reserve %s: %w", queue, err))
 	}
-	var out []*notify.Notification
+	var out, unconfirmed []*notify.Notification
+	var unconfirmedShards []int
 	heads := make([]Head, 0, len(quotas))
 	var firstErr error
 	for i, c := range calls {
+		if c.unconfirmed != nil {
+			// Reported as a failed call, not as ErrNotReplicated: nothing
+			// is left reserved for the caller to read back.
+			firstErr = cmp.Or(firstErr, fmt.Errorf("not confirmed by replicas, so given back: %v", c.unconfirmed))
+			for _, q := range groups[i] {
+				unconfirmedShards = append(unconfirmedShards, q.shard)
+			}
+		}
 		v, err := c.cmd.Result()
 		if err != nil && mayHaveRun(err) {
 			for _, q := range groups[i] {
@@ -122,9 +138,16 @@ func (s *Store) Reserve(ctx context.Context, queue string, shards []int, limit i
 					s.quarantine(ctx, q.shard, id, content, err)
 					continue
 				}
+				if c.unconfirmed != nil {
+					unconfirmed = append(unconfirmed, n)
+					continue
+				}
 				out = append(out, n)
 			}
 		}
+	}
+	if len(unconfirmed) > 0 && !s.giveBackNow(ctx, unconfirmed) {
+		lost.Shards = append(lost.Shards, unconfirmedShards...)
 	}
 	// Reserved notifications are returned even when another shard failed:
 	// dropping them would strand them until their ttr.
@@ -163,6 +186,17 @@ func (s *Store) unanswered(ctx context.Context, lost LostReservation, err error)
 		return nil
 	}
 	return &ReserveError{Lost: lost, Err: err}
+}
+
+// giveBackNow gives back ns, reserved by a call the replicas did not
+// confirm, whatever ctx, as unanswered does, and reports whether it did. A
+// give-back that reached the master alone is enough: the replicas never had
+// the reservations either.
+func (s *Store) giveBackNow(ctx context.Context, ns []*notify.Notification) bool {
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveBackTimeout)
+	defer cancel()
+	_, err := s.GiveBackUnstarted(gctx, ns)
+	return err == nil || errors.Is(err, notify.ErrNotReplicated)
 }
 
 // ReserveError is a Reserve call that got no answer from Redis, which may

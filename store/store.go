@@ -87,7 +87,8 @@ type Config struct {
 	// reported (enqueue, cancel, replay, purge, finish; a pause or resume,
 	// an endpoint stored, enabled or deleted, a sign-out) wait until that
 	// many replicas have it (Redis WAIT), and fail with
-	// notify.ErrNotReplicated when they do not within WaitTimeout.
+	// notify.ErrNotReplicated when they do not within WaitTimeout. Reserve
+	// waits too, and gives back unstarted what no replica confirmed.
 	// Default 0: answer as soon as the master has it.
 	WaitReplicas int
 	// WaitTimeout bounds that wait. Default WaitTimeoutDefault (1s).
@@ -323,6 +324,9 @@ type scriptCall struct {
 	keys   []string
 	args   []any
 	cmd    *redis.Cmd
+	// unconfirmed is why WAIT did not confirm a call that ran (runAcked
+	// with WaitReplicas): its writes are on the master alone.
+	unconfirmed error
 }
 
 // scripter is where scripts run: the store's client, or one connection
@@ -542,7 +546,15 @@ func (s *Store) runWaitedOn(ctx context.Context, node *redis.Client, calls []*sc
 	if err != nil || allFailed(calls) != nil {
 		return err // nothing written, nothing to wait for: the calls' errors say why
 	}
-	return s.replicated(acked, n)
+	if err := s.replicated(acked, n); err != nil {
+		for _, c := range calls {
+			if c.cmd.Err() == nil {
+				c.unconfirmed = err
+			}
+		}
+		return err
+	}
+	return nil
 }
 
 // masterOf returns the client of the master that serves key: the store's
