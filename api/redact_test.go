@@ -1,12 +1,17 @@
 package api_test
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/api"
+	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/store"
 )
 
 // TestCredentialHeadersRedacted enqueues a notification that carries its
@@ -96,4 +101,46 @@ func TestAnswersAreNotCached(t *testing.T) {
 		resp.Body.Close()
 		require.Equal(t, "no-store", resp.Header.Get("Cache-Control"), "%s %s", tt.method, tt.path)
 	}
+}
+
+// TestHistoryHidesCredentials: an attempt's error recorded with the
+// notification's own credentials in it, as a handler of a Go worker may
+// write one or as an older Herald recorded a refused webhook's target, is
+// shown with "[redacted]" in their place, as the record's target and
+// headers are.
+func TestHistoryHidesCredentials(t *testing.T) {
+	t.Parallel()
+	b := setup(t, api.Config{})
+	const (
+		target = "https://merchant.example/notify?shop=42&access_token=s3cr3t-query-token"
+		bearer = "s3cr3t-bearer-token"
+	)
+	must[map[string]any](t, b, http.StatusCreated, "POST", "/v1/notifications", map[string]any{
+		"id": "cred-hist", "topic": "orders", "target": target,
+		"headers": map[string]string{"Authorization": "Bearer " + bearer},
+	})
+	ctx := context.Background()
+	var reserved []*notify.Notification
+	require.Eventually(t, func() bool {
+		var err error
+		reserved, _, err = b.store.Reserve(ctx, store.QueuePush, []int{0, 1, 2, 3}, 1)
+		require.NoError(t, err)
+		return len(reserved) == 1
+	}, 5*time.Second, 10*time.Millisecond)
+	n := reserved[0]
+	now := time.Now()
+	failed := fmt.Errorf("webhook: Post %q (Authorization: Bearer %s): dial tcp: connection refused", target, bearer)
+	_, err := b.store.Finish(ctx, []store.Finish{{
+		Notification: n, Action: notify.ActionRetry, NextAt: now.Add(time.Hour),
+		Attempt: notify.NewAttempt(n, now, now, notify.Response{}, failed, notify.OutcomeRetry),
+	}})
+	require.NoError(t, err)
+
+	rec := must[notify.Notification](t, b, http.StatusOK, "GET", "/v1/notifications/cred-hist", nil)
+	require.Len(t, rec.History, 1)
+	require.Equal(t, `webhook: Post "https://merchant.example/notify?shop=42&access_token=[redacted]" (Authorization: [redacted]): dial tcp: connection refused`,
+		rec.History[0].Error)
+	stored, err := b.store.Get(ctx, "cred-hist")
+	require.NoError(t, err)
+	require.Contains(t, stored.History[0].Error, bearer, "the store keeps what was recorded")
 }

@@ -29,7 +29,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -38,7 +37,6 @@ import (
 	"net/url"
 	"os"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/go-resty/resty/v2"
@@ -313,98 +311,21 @@ func (r *Result) Response() notify.Response {
 // the request that the receiver echoed, as a server in debug mode does.
 // The API never shows those values in a record; nor does its history.
 func (r *Result) recorded(b []byte) string {
-	s := string(b)
-	for _, c := range r.credentials {
-		s = strings.ReplaceAll(s, c, redacted)
-	}
-	return notify.CutError(s)
+	return notify.CutError(notify.HideCredentials(string(b), r.credentials))
 }
 
-// redacted stands for a hidden credential, as in the API's answers.
-const redacted = "[redacted]"
-
-// minCredential is the shortest part of a credential hidden on its own
-// when it need not be secret (a user name, a cookie's value): a cookie's
-// "en" would garble every word it is part of. A password is hidden
-// whatever its length.
-const minCredential = 8
-
-// credentialsOf returns what req carries that is secret: the values of its
-// credential headers, the credentials after an Authorization scheme and,
-// for Basic, the user and password they encode, each cookie's value, its
-// URL's user, password and the Basic token they make, and the values of its
-// query's credential parameters (?access_token=), longest first so that a
-// whole value is hidden before its parts.
+// credentialsOf returns what req carries that is secret
+// (notify.Credentials).
 func credentialsOf(req *Request) []string {
-	var out, passwords []string
-	for name, vs := range req.Header {
-		// The API's answers never show these values.
-		if !notify.CredentialHeader(name) {
-			continue
-		}
-		for _, v := range vs {
-			out = append(out, v)
-			if http.CanonicalHeaderKey(name) == "Cookie" {
-				for pair := range strings.SplitSeq(v, ";") {
-					if _, value, ok := strings.Cut(pair, "="); ok {
-						out = append(out, strings.TrimSpace(value))
-					}
-				}
-				continue
-			}
-			scheme, cred, ok := strings.Cut(v, " ")
-			if !ok {
-				continue
-			}
-			cred = strings.TrimSpace(cred)
-			out = append(out, cred)
-			// A receiver that refuses Basic credentials may quote them as
-			// it decoded them.
-			if strings.EqualFold(scheme, "Basic") {
-				if b, err := base64.StdEncoding.DecodeString(cred); err == nil {
-					user, password, _ := strings.Cut(string(b), ":")
-					out = append(out, string(b), user)
-					passwords = append(passwords, password)
+	return notify.Credentials(req.URL, func(yield func(string, string) bool) {
+		for name, vs := range req.Header {
+			for _, v := range vs {
+				if !yield(name, v) {
+					return
 				}
 			}
 		}
-	}
-	// Most targets carry no user information nor query: not worth a parse.
-	if strings.ContainsAny(req.URL, "@?") {
-		if u, err := url.Parse(req.URL); err == nil {
-			if u.User != nil {
-				password, _ := u.User.Password()
-				out = append(out, u.User.Username(), base64.StdEncoding.EncodeToString([]byte(u.User.Username()+":"+password)))
-				passwords = append(passwords, password)
-			}
-			out = append(out, queryCredentials(u.RawQuery)...)
-		}
-	}
-	out = slices.DeleteFunc(out, func(c string) bool { return len(c) < minCredential })
-	out = append(out, slices.DeleteFunc(passwords, func(p string) bool { return p == "" })...)
-	slices.SortFunc(out, func(a, b string) int { return len(b) - len(a) })
-	return out
-}
-
-// queryCredentials returns the values of a raw query's credential
-// parameters (notify.CredentialParam), as sent and as decoded, since a
-// receiver may quote either.
-func queryCredentials(raw string) []string {
-	var out []string
-	for p := range strings.SplitSeq(raw, "&") {
-		name, value, _ := strings.Cut(p, "=")
-		if un, err := url.QueryUnescape(name); err == nil {
-			name = un
-		}
-		if value == "" || !notify.CredentialParam(name) {
-			continue
-		}
-		out = append(out, value)
-		if un, err := url.QueryUnescape(value); err == nil && un != value {
-			out = append(out, un)
-		}
-	}
-	return out
+	})
 }
 
 // restyLogger sends the HTTP library's messages to slog.
