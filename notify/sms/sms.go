@@ -134,7 +134,8 @@ func New(cfg *Config) (*Sender, error) {
 		return nil, notify.Errorf("provider", "must be %s or %s, not %q", ProviderHTTP, ProviderTwilio, s.provider)
 	}
 	if !notify.ValidHTTPURL(s.url) {
-		return nil, notify.Errorf("url", "%q is not an http or https URL", s.url)
+		// Not quoted: a gateway's URL may hold its API key or password.
+		return nil, notify.Errorf("url", "must be an http or https URL, with a port from 1 to 65535 where it names one")
 	}
 	base, err := httpsend.NewBase(&cfg.Common)
 	if err != nil {

@@ -256,6 +256,10 @@ func TestNew(t *testing.T) {
 	}{
 		{name: "HTTPWithoutURL", cfg: Config{}, field: "url"},
 		{name: "HTTPBadURL", cfg: Config{URL: "gateway:8080"}, field: "url"},
+		// The gateway's credentials stay out of an error a log or a
+		// terminal shows.
+		{name: "HTTPBadURLWithCredentials", cfg: Config{URL: "ftp://gw:s3cr3t-pass@gw.example/send?key=s3cr3t-key"}, field: "url"},
+		{name: "HTTPBadPortWithCredentials", cfg: Config{URL: "https://gw.example:99999/send?api_key=s3cr3t-key"}, field: "url"},
 		{name: "UnknownProvider", cfg: Config{Provider: "carrier-pigeon"}, field: "provider"},
 		{name: "TwilioWithoutSID", cfg: Config{Provider: ProviderTwilio, AuthToken: "t", From: "+15005550006"}, field: "account_sid"},
 		{name: "TwilioWithoutToken", cfg: Config{Provider: ProviderTwilio, AccountSID: "AC1", From: "+15005550006"}, field: "auth_token"},
@@ -265,6 +269,7 @@ func TestNew(t *testing.T) {
 		var fe *notify.FieldError
 		require.ErrorAs(t, err, &fe, tt.name)
 		require.Equal(t, tt.field, fe.Field, tt.name)
+		require.NotContains(t, err.Error(), "s3cr3t", tt.name)
 	}
 
 	s, err := New(&Config{Provider: ProviderTwilio, AccountSID: "AC1", AuthToken: "t", From: "+15005550006"})
