@@ -64,12 +64,16 @@
 //
 // A notification's headers are sent with every attempt, and may carry the
 // receiver's credentials. Answers never show the values of Authorization,
-// Proxy-Authorization, Cookie and Set-Cookie (matched in any case): the
-// record in the enqueue, get, cancel, reserve and dead-list answers has
-// "[redacted]" in their place (see Redacted), as herald status --json does.
-// The stored notification keeps them, so attempts still send them, and an
-// enqueue repeated with the same headers is still the same content (200).
-// The request log records no headers at all.
+// Proxy-Authorization, Cookie, Set-Cookie, nor of a header named for a
+// credential (notify.CredentialHeader: X-Api-Key, X-Gitlab-Token, ...;
+// matched in any case): the record in the enqueue, get, cancel, reserve and
+// dead-list answers has "[redacted]" in their place (see Redacted), as
+// herald status --json does, and so has an attempt's error that quotes
+// them. A target's user information and credential query parameters
+// (?access_token=) show as "xxxxx". The stored notification keeps them, so
+// attempts still send them, and an enqueue repeated with the same headers
+// is still the same content (200). Every answer says Cache-Control:
+// no-store. The request log records no headers and no query at all.
 //
 // # Errors
 //
