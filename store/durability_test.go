@@ -180,15 +180,21 @@ func TestWaitReplicasCoverSettings(t *testing.T) {
 func TestWaitReplicasCoverReservations(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	master, replica, st := startReplicated(t, store.Config{WaitTimeout: 100 * time.Millisecond})
+	const timeout = time.Second
+	master, replica, st := startReplicated(t, store.Config{WaitTimeout: timeout})
+	_ = reserveEventually(t, st, 0) // loads the script, whose first run would wait twice
 	_, _, err := st.Enqueue(ctx, heraldtest.Notification(t, "a", time.Now().Add(-time.Second)), false)
 	require.NoError(t, err)
 
 	replica.Pause()
 	t.Cleanup(replica.Resume)
+	start := time.Now()
 	items, _, err := st.Reserve(ctx, store.PullQueue("jobs"), heraldtest.AllShards(t, st), store.MaxReserve)
 	require.ErrorContains(t, err, "replicas")
 	require.Empty(t, items, "nothing is handed out that the replica does not have")
+	// The give-back waits for no replica: the replicas never had the
+	// reservation either.
+	require.Less(t, time.Since(start), 2*timeout-200*time.Millisecond, "one wait_timeout, not two")
 	n, err := st.Get(ctx, "a")
 	require.NoError(t, err)
 	require.Equal(t, notify.StateScheduled, n.State, "given back on the master")

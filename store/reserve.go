@@ -189,14 +189,13 @@ func (s *Store) unanswered(ctx context.Context, lost LostReservation, err error)
 }
 
 // giveBackNow gives back ns, reserved by a call the replicas did not
-// confirm, whatever ctx, as unanswered does, and reports whether it did. A
-// give-back that reached the master alone is enough: the replicas never had
-// the reservations either.
+// confirm, whatever ctx, as unanswered does, and reports whether it did. It
+// waits for no replica: the replicas never had the reservations either.
 func (s *Store) giveBackNow(ctx context.Context, ns []*notify.Notification) bool {
 	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveBackTimeout)
 	defer cancel()
-	_, err := s.GiveBackUnstarted(gctx, ns)
-	return err == nil || errors.Is(err, notify.ErrNotReplicated)
+	_, err := s.finish(gctx, s.releases(ns), s.runScripts)
+	return err == nil
 }
 
 // ReserveError is a Reserve call that got no answer from Redis, which may
@@ -269,12 +268,17 @@ func (s *Store) GiveBack(ctx context.Context, lost LostReservation) (int, error)
 // started: each is due again when it was, keeps its place, counts no
 // attempt and adds nothing to its history. Errors are as Finish's.
 func (s *Store) GiveBackUnstarted(ctx context.Context, ns []*notify.Notification) ([]error, error) {
+	return s.Finish(ctx, s.releases(ns))
+}
+
+// releases returns the finishes that give back ns unstarted.
+func (s *Store) releases(ns []*notify.Notification) []Finish {
 	now := s.Now()
-	releases := make([]Finish, len(ns))
+	out := make([]Finish, len(ns))
 	for i, n := range ns {
-		releases[i] = Finish{Notification: n, Action: notify.ActionRelease, NextAt: n.DueAt(now)}
+		out[i] = Finish{Notification: n, Action: notify.ActionRelease, NextAt: n.DueAt(now)}
 	}
-	return s.Finish(ctx, releases)
+	return out
 }
 
 // heldBy returns the notifications lost reserved that are still reserved
@@ -429,6 +433,12 @@ type Finish struct {
 // Config.WaitReplicas, notify.ErrNotReplicated comes with the per-item
 // results: the finishes applied on the master, unconfirmed by replicas.
 func (s *Store) Finish(ctx context.Context, items []Finish) ([]error, error) {
+	return s.finish(ctx, items, s.runAcked)
+}
+
+// finish is Finish, its scripts run by run: runAcked, or runScripts where
+// no replica is to be waited for.
+func (s *Store) finish(ctx context.Context, items []Finish, run func(context.Context, []*scriptCall) error) ([]error, error) {
 	if err := s.open(ctx); err != nil {
 		return nil, err
 	}
@@ -466,7 +476,7 @@ func (s *Store) Finish(ctx context.Context, items []Finish) ([]error, error) {
 	// Writes a WAIT found not replicated did apply on the master: their
 	// codes are read, and the call reports notify.ErrNotReplicated.
 	var failed error
-	if err := s.runAcked(ctx, calls); err != nil {
+	if err := run(ctx, calls); err != nil {
 		if !errors.Is(err, notify.ErrNotReplicated) {
 			return nil, fmt.Errorf("finish: %w", err)
 		}
