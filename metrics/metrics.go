@@ -110,8 +110,18 @@ type Config struct {
 	// MaxTopics topics this process sees keep their name, and the others
 	// are counted together under OtherTopic, so that callers inventing
 	// topics cannot make the scrape grow without end. Default
-	// MaxTopicsDefault (100).
+	// MaxTopicsDefault (100). The topics of KeepTopicFunc are not counted.
 	MaxTopics int
+	// KeepTopicFunc reports whether topic always has series of its own,
+	// whatever topics were seen before it, without taking one of the
+	// MaxTopics labels: herald serve names the policies file's topics, so
+	// that topics callers make up, which over months take every label (and
+	// after a restart take them in name order, as the gauges read them from
+	// Redis), never fold a configured topic, and the alerts on it, into
+	// OtherTopic. It is called on every observation, so it must be cheap
+	// and safe for concurrent use. Optional: without it the first MaxTopics
+	// topics seen keep their names.
+	KeepTopicFunc func(topic string) bool
 	// RedisSafetyFunc reports, at scrape time, whether Redis's settings
 	// keep Herald's data: its maxmemory-policy is noeviction, and it
 	// persists (AOF or RDB). They are the gauges RedisEvictionPolicyOK and
@@ -140,7 +150,7 @@ var (
 // and process collectors.
 func New(cfg *Config) *Metrics {
 	m := &Metrics{
-		topics:   &topicLabels{max: cmp.Or(cfg.MaxTopics, MaxTopicsDefault), seen: map[string]bool{}},
+		topics:   &topicLabels{max: cmp.Or(cfg.MaxTopics, MaxTopicsDefault), keep: cfg.KeepTopicFunc, seen: map[string]bool{}},
 		registry: prometheus.NewRegistry(),
 		enqueued: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: EnqueuedTotal, Help: "Notifications enqueued, by topic and result (created, replaced, existing).",
@@ -336,10 +346,12 @@ func (c safetyCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// topicLabels gives each topic its label: its name for the first max
-// topics seen, OtherTopic for the rest. It is safe for concurrent use.
+// topicLabels gives each topic its label: its name for the topics keep
+// names and for the first max other topics seen, OtherTopic for the rest.
+// It is safe for concurrent use.
 type topicLabels struct {
-	max int
+	max  int
+	keep func(topic string) bool
 
 	// mu guards seen, the topics that keep their names.
 	mu   sync.Mutex
@@ -347,6 +359,9 @@ type topicLabels struct {
 }
 
 func (t *topicLabels) label(topic string) string {
+	if topic != OtherTopic && t.keep != nil && t.keep(topic) {
+		return topic
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.seen[topic] {

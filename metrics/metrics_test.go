@@ -140,6 +140,25 @@ func TestTopicFlood(t *testing.T) {
 	require.Contains(t, text, `herald_enqueued_total{result="created",topic="t099"} 1`+"\n")
 }
 
+// TestKeptTopics: the topics KeepTopicFunc names keep series of their own
+// after MaxTopics others were seen first, and take none of their labels.
+func TestKeptTopics(t *testing.T) {
+	t.Parallel()
+	m := metrics.New(&metrics.Config{MaxTopics: 2, KeepTopicFunc: func(topic string) bool { return topic == "orders" }})
+	for _, topic := range []string{"made-up-1", "orders", "made-up-2", "made-up-3", "orders"} {
+		m.Enqueued(&notify.Notification{Topic: topic, Channel: notify.ChannelWebhook}, store.Created)
+	}
+	text := scrape(t, m)
+	for _, line := range []string{
+		`herald_enqueued_total{result="created",topic="orders"} 2`,
+		`herald_enqueued_total{result="created",topic="made-up-1"} 1`,
+		`herald_enqueued_total{result="created",topic="made-up-2"} 1`,
+		`herald_enqueued_total{result="created",topic="other"} 1`,
+	} {
+		require.Contains(t, text, line+"\n")
+	}
+}
+
 // TestSharedGaugesSaySo: every process that shares a Redis reports the
 // same store-wide gauges, so their help tells the operator to aggregate
 // them across processes with max: a sum counts each notification once per

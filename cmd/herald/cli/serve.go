@@ -139,10 +139,18 @@ func (c *app) serveOn(cmd *cobra.Command, role string, addr net.Addr, h *handler
 		return err
 	}
 	defer stopTracing()
-	m := metrics.New(&metrics.Config{Store: w.store, MaxTopics: w.cfg.Metrics.MaxTopics, RedisSafetyFunc: func() (evictionOK, persistenceOK *bool) {
-		s, _ := watch.Settings()
-		return s.EvictionOK, s.PersistenceOK
-	}})
+	m := metrics.New(&metrics.Config{
+		Store:     w.store,
+		MaxTopics: w.cfg.Metrics.MaxTopics,
+		KeepTopicFunc: func(topic string) bool {
+			_, ok := policies.Current().Topics[topic]
+			return ok
+		},
+		RedisSafetyFunc: func() (evictionOK, persistenceOK *bool) {
+			s, _ := watch.Settings()
+			return s.EvictionOK, s.PersistenceOK
+		},
+	})
 	// A Redis replaced by one too old since the start is not ready: every
 	// enqueue and attempt would fail.
 	ready := func(ctx context.Context) error { return cmp.Or(watch.Check(), w.store.Ping(ctx)) }

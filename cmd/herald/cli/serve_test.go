@@ -460,6 +460,44 @@ func TestTopicsStrict(t *testing.T) {
 	requireField(t, r.err, "topic")
 }
 
+// TestServeMetricsKeepPolicyTopics runs serve with metrics.max_topics 2
+// once callers have used three topics the policies file does not name: the
+// file's topic jobs keeps series of its own, in the process that saw the
+// others first and in one started afterwards (which reads the topics from
+// Redis in name order), where the first topics seen took every label and
+// an alert on topic="jobs" found nothing until a restart, or for good.
+func TestServeMetricsKeepPolicyTopics(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "")
+	e.config = writeConfig(t, readFile(t, e.config)+"metrics: {max_topics: 2}\n")
+	scrape := func(t *testing.T, s *serving) string {
+		t.Helper()
+		status, b := s.send(t, http.MethodGet, "/metrics", "")
+		require.Equal(t, http.StatusOK, status)
+		var series strings.Builder
+		for line := range strings.Lines(string(b)) {
+			if strings.Contains(line, "topic=") {
+				series.WriteString(line)
+			}
+		}
+		return series.String()
+	}
+	s := startServe(t, e.config)
+	for i, topic := range []string{"adhoc-1", "adhoc-2", "adhoc-3", "jobs"} {
+		require.Equal(t, http.StatusCreated, s.call(t, http.MethodPost, "/v1/notifications",
+			fmt.Sprintf(`{"id": "n%d", "topic": %q, "channel": "pull", "payload": {}, "delay": "1h"}`, i, topic), nil))
+	}
+	m := scrape(t, s)
+	require.Contains(t, m, `herald_enqueued_total{result="created",topic="jobs"} 1`+"\n")
+	require.Contains(t, m, `herald_scheduled_notifications{topic="jobs"} 1`+"\n")
+	require.Contains(t, m, `herald_scheduled_notifications{topic="other"} 1`+"\n", "adhoc-3 is past max_topics")
+	require.NoError(t, s.stop())
+
+	m = scrape(t, startServe(t, e.config))
+	require.Contains(t, m, `herald_scheduled_notifications{topic="jobs"} 1`+"\n")
+	require.Contains(t, m, `herald_scheduled_notifications{topic="other"} 1`+"\n")
+}
+
 // gauge is a boolean as a Prometheus gauge shows it.
 func gauge(ok bool) int {
 	if ok {

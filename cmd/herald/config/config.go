@@ -204,8 +204,9 @@ type SMSConfig struct {
 
 // MetricsConfig configures the metrics; see metrics.Config.
 type MetricsConfig struct {
-	// MaxTopics bounds the topics with series of their own; the others
-	// share the topic label "other". Default metrics.MaxTopicsDefault (100).
+	// MaxTopics bounds the topics with series of their own besides those of
+	// policies_file, which always have theirs; the others share the topic
+	// label "other". Default metrics.MaxTopicsDefault (100).
 	MaxTopics int `koanf:"max_topics"`
 }
 
