@@ -534,13 +534,15 @@ func (s *Store) runWaited(ctx context.Context, calls []*scriptCall, n int) error
 	return err
 }
 
-// runWaitedOn runs calls on one connection of node, then WAITs for n
-// replicas to have them.
+// runWaitedOn runs calls in a pipeline of node, then WAITs there for n
+// replicas to have them: a pipeline runs on one connection, whose writes
+// WAIT counts. (A Conn would do as well, but go-redis 9.23's shares its
+// client's options without their lock, which a connection's first
+// handshake writes: a data race whenever the two open connections at once,
+// as after a failover.)
 func (s *Store) runWaitedOn(ctx context.Context, node *redis.Client, calls []*scriptCall, n int) error {
-	conn := node.Conn()
-	defer conn.Close()
 	var acked *redis.Cmd
-	err := s.execScripts(ctx, conn, calls, func(pipe redis.Pipeliner) {
+	err := s.execScripts(ctx, node, calls, func(pipe redis.Pipeliner) {
 		acked = pipe.Do(ctx, "wait", n, s.cfg.WaitTimeout.Milliseconds())
 	})
 	if err != nil || allFailed(calls) != nil {
@@ -615,10 +617,8 @@ func (s *Store) sendWaited(ctx context.Context, key string, queue func(redis.Pip
 	if err != nil {
 		return err
 	}
-	conn := node.Conn()
-	defer conn.Close()
 	var wait *redis.Cmd
-	if _, err := conn.Pipelined(ctx, func(p redis.Pipeliner) error {
+	if _, err := node.Pipelined(ctx, func(p redis.Pipeliner) error {
 		queue(p)
 		wait = p.Do(ctx, "wait", n, s.cfg.WaitTimeout.Milliseconds())
 		return nil
