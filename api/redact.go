@@ -56,7 +56,11 @@ func redactedHistory(n *notify.Notification) []notify.Attempt {
 	if len(n.History) == 0 || (len(n.Headers) == 0 && !strings.ContainsAny(n.Target, "@?")) {
 		return nil
 	}
-	creds := notify.Credentials(n.Target, maps.All(n.Headers))
+	headers := make(map[string][]string, len(n.Headers))
+	for name, v := range n.Headers {
+		headers[name] = []string{v}
+	}
+	creds := notify.Credentials(n.Target, headers)
 	var out []notify.Attempt
 	for i, a := range n.History {
 		hidden := notify.HideCredentials(a.Error, creds)

@@ -2,7 +2,6 @@ package notify
 
 import (
 	"encoding/base64"
-	"iter"
 	"net/url"
 	"slices"
 	"strings"
@@ -24,34 +23,14 @@ const minCredential = 8
 // for Basic, the user and password they encode, each cookie's value, the
 // target's user, password and the Basic token they make, and the values of
 // its query's credential parameters (?access_token=), as sent and decoded.
-func Credentials(target string, headers iter.Seq2[string, string]) []string {
+// Every attempt asks it, so headers is a plain map, which a loop walks
+// without the allocations a closure's captured variables cost.
+func Credentials(target string, headers map[string][]string) []string {
 	var out, passwords []string
-	for name, v := range headers {
-		if !CredentialHeader(name) {
-			continue
-		}
-		out = append(out, v)
-		if strings.EqualFold(name, "Cookie") {
-			for pair := range strings.SplitSeq(v, ";") {
-				if _, value, ok := strings.Cut(pair, "="); ok {
-					out = append(out, strings.TrimSpace(value))
-				}
-			}
-			continue
-		}
-		scheme, cred, ok := strings.Cut(v, " ")
-		if !ok {
-			continue
-		}
-		cred = strings.TrimSpace(cred)
-		out = append(out, cred)
-		// A receiver that refuses Basic credentials may quote them as it
-		// decoded them.
-		if strings.EqualFold(scheme, "Basic") {
-			if b, err := base64.StdEncoding.DecodeString(cred); err == nil {
-				user, password, _ := strings.Cut(string(b), ":")
-				out = append(out, string(b), user)
-				passwords = append(passwords, password)
+	for name, vs := range headers {
+		if CredentialHeader(name) {
+			for _, v := range vs {
+				out, passwords = headerCredentials(out, passwords, name, v)
 			}
 		}
 	}
@@ -70,6 +49,36 @@ func Credentials(target string, headers iter.Seq2[string, string]) []string {
 	out = append(out, slices.DeleteFunc(passwords, func(p string) bool { return p == "" })...)
 	slices.SortFunc(out, func(a, b string) int { return len(b) - len(a) })
 	return out
+}
+
+// headerCredentials appends to out and passwords what the value v of a
+// credential header named name holds.
+func headerCredentials(out, passwords []string, name, v string) ([]string, []string) {
+	out = append(out, v)
+	if strings.EqualFold(name, "Cookie") {
+		for pair := range strings.SplitSeq(v, ";") {
+			if _, value, ok := strings.Cut(pair, "="); ok {
+				out = append(out, strings.TrimSpace(value))
+			}
+		}
+		return out, passwords
+	}
+	scheme, cred, ok := strings.Cut(v, " ")
+	if !ok {
+		return out, passwords
+	}
+	cred = strings.TrimSpace(cred)
+	out = append(out, cred)
+	// A receiver that refuses Basic credentials may quote them as it
+	// decoded them.
+	if strings.EqualFold(scheme, "Basic") {
+		if b, err := base64.StdEncoding.DecodeString(cred); err == nil {
+			user, password, _ := strings.Cut(string(b), ":")
+			out = append(out, string(b), user)
+			passwords = append(passwords, password)
+		}
+	}
+	return out, passwords
 }
 
 // queryCredentials returns the values of a raw query's credential

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"net/textproto"
 	"net/url"
 	"regexp"
 	"slices"
@@ -326,26 +325,30 @@ func validateEndpoint(n *Notification) error {
 	return nil
 }
 
-// CredentialHeaders returns the request headers a notification may carry
-// whose values are its receiver's credentials, sent with every attempt:
-// no answer of the API shows them, nor does the history where a receiver
+// credentialHeaders are the request headers a notification may carry
+// whose values are its receiver's credentials, sent with every attempt: no
+// answer of the API shows them, nor does the history where a receiver
 // echoed them. Besides HTTP's own, the names API keys and tokens most often
-// travel under; canonical (http.CanonicalHeaderKey) forms. CredentialHeader
-// adds the names receivers choose for themselves.
-func CredentialHeaders() []string {
-	return []string{"Authorization", "Proxy-Authorization", "Cookie", "Set-Cookie",
-		"X-Api-Key", "Api-Key", "X-Auth-Token", "X-Access-Token"}
-}
+// travel under. CredentialHeader adds the names receivers choose for
+// themselves.
+var credentialHeaders = []string{"Authorization", "Proxy-Authorization", "Cookie", "Set-Cookie",
+	"X-Api-Key", "Api-Key", "X-Auth-Token", "X-Access-Token"}
 
 // CredentialHeader reports whether a header named name (in any case)
-// carries its receiver's credentials: one of CredentialHeaders, or a name
-// of the receiver's own that says so as a query parameter's would
+// carries its receiver's credentials: one of HTTP's own or of the names
+// API keys and tokens most often travel under, or a name of the
+// receiver's own that says so as a query parameter's would
 // (CredentialParam: X-Gitlab-Token, Private-Token, X-Webhook-Secret,
 // X-Signature-Key), but for Idempotency-Key, which identifies a request and
-// guards nothing.
+// guards nothing. Every attempt asks it of each of its headers, so it
+// allocates nothing.
 func CredentialHeader(name string) bool {
-	ck := textproto.CanonicalMIMEHeaderKey(name)
-	return slices.Contains(CredentialHeaders(), ck) || (ck != "Idempotency-Key" && CredentialParam(name))
+	for _, h := range credentialHeaders {
+		if strings.EqualFold(h, name) {
+			return true
+		}
+	}
+	return !strings.EqualFold(name, "Idempotency-Key") && CredentialParam(name)
 }
 
 // RedactedURL returns s as answers show it: the user information of a URL
@@ -407,27 +410,65 @@ func redactedQuery(raw string) (string, bool) {
 // A name that merely looks like one (monkey) is hidden too: a value hidden
 // for nothing costs less than a token shown.
 func CredentialParam(name string) bool {
-	n := strings.Map(func(r rune) rune {
-		switch r {
-		case '-', '_', '.':
-			return -1
+	// A name folded into a buffer on the stack: every attempt asks this of
+	// each of its headers.
+	var buf [64]byte
+	n := buf[:0]
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case c == '-' || c == '_' || c == '.':
+			continue
+		case c >= utf8.RuneSelf:
+			return credentialName([]byte(strings.Map(foldName, name)))
+		case 'A' <= c && c <= 'Z':
+			c += 'a' - 'A'
 		}
-		return unicode.ToLower(r)
-	}, name)
-	switch n {
+		n = append(n, c)
+	}
+	return credentialName(n)
+}
+
+// foldName is CredentialParam's folding of one rune: separators dropped,
+// the rest in lower case.
+func foldName(r rune) rune {
+	switch r {
+	case '-', '_', '.':
+		return -1
+	}
+	return unicode.ToLower(r)
+}
+
+// credentialParts are what a folded name holding one of them is a
+// credential's (CredentialParam).
+var credentialParts = [][]byte{[]byte("token"), []byte("secret"), []byte("passw"), []byte("signature"),
+	[]byte("credential"), []byte("session"), []byte("authoriz")}
+
+// credentialName is CredentialParam of a folded name.
+func credentialName(n []byte) bool {
+	switch string(n) {
 	case "sig", "sign", "pwd", "pass", "jwt":
 		return true
 	}
-	if strings.HasSuffix(n, "key") {
+	if bytes.HasSuffix(n, []byte("key")) {
 		return true
 	}
-	for _, part := range []string{"token", "secret", "passw", "signature", "credential", "session", "authoriz"} {
-		if strings.Contains(n, part) {
+	for _, part := range credentialParts {
+		if bytes.Contains(n, part) {
 			return true
 		}
 	}
 	// auth, authkey, oauth, but not an author's name.
-	return strings.Contains(strings.ReplaceAll(n, "author", ""), "auth")
+	for rest := n; ; {
+		i := bytes.Index(rest, []byte("auth"))
+		if i < 0 {
+			return false
+		}
+		if !bytes.HasPrefix(rest[i:], []byte("author")) {
+			return true
+		}
+		rest = rest[i+len("author"):]
+	}
 }
 
 // ValidHTTPURL reports whether s is an absolute http or https URL with a

@@ -317,15 +317,7 @@ func (r *Result) recorded(b []byte) string {
 // credentialsOf returns what req carries that is secret
 // (notify.Credentials).
 func credentialsOf(req *Request) []string {
-	return notify.Credentials(req.URL, func(yield func(string, string) bool) {
-		for name, vs := range req.Header {
-			for _, v := range vs {
-				if !yield(name, v) {
-					return
-				}
-			}
-		}
-	})
+	return notify.Credentials(req.URL, req.Header)
 }
 
 // restyLogger sends the HTTP library's messages to slog.
