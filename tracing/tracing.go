@@ -25,12 +25,14 @@ package tracing
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net/http"
 	"net/url"
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
@@ -263,4 +265,16 @@ func NewOTLPProvider(ctx context.Context, endpoint string) (*sdktrace.TracerProv
 		return nil, fmt.Errorf("OTEL_RESOURCE_ATTRIBUTES: %w", err)
 	}
 	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res)), nil
+}
+
+// RouteErrors sends the OpenTelemetry SDK's own errors, such as an export
+// the collector refused or never answered, to log as warnings. The SDK
+// otherwise writes them with the standard library's log package: lines that
+// a JSON log pipeline cannot parse and that the log level does not govern,
+// one every export for as long as the collector is down. The setting is
+// process-wide.
+func RouteErrors(log *slog.Logger) {
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		log.Warn("tracing: OpenTelemetry failed; spans may be lost", "error", err)
+	}))
 }

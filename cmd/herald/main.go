@@ -29,7 +29,7 @@ func main() {
 		s := <-signals
 		os.Exit(128 + int(s.(syscall.Signal)))
 	}()
-	err := cli.Execute(ctx, cli.Deps{Out: os.Stdout, Err: os.Stderr, RedisLogs: cli.RouteRedisLogs}, os.Args[1:])
+	err := cli.Execute(ctx, cli.Deps{Out: os.Stdout, Err: os.Stderr, RedisLogs: cli.RouteRedisLogs, TraceLogs: cli.RouteTraceLogs}, os.Args[1:])
 	cancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "herald:", err)

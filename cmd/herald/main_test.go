@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -143,6 +144,46 @@ func TestOpenAPIWarnsOfItsAddress(t *testing.T) {
 	require.Contains(t, serve.output(serve.stderr), "answer anyone who can reach "+strings.TrimPrefix(serve.url, "http://")+" by IP address")
 }
 
+// TestTraceExportErrorsInServeLog runs serve with log.format json against
+// an OTLP collector that refuses every export: the failures are in serve's
+// log as JSON warnings, where the OpenTelemetry SDK wrote each with the
+// standard library's log package, a line a JSON log pipeline cannot parse
+// and that log.level does not govern, every 30s for as long as a collector
+// is down.
+func TestTraceExportErrorsInServeLog(t *testing.T) {
+	t.Parallel()
+	exports := make(chan struct{}, 100)
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case exports <- struct{}{}:
+		default:
+		}
+		http.Error(w, "refused", http.StatusBadRequest)
+	}))
+	t.Cleanup(collector.Close)
+	serve := startServeWith(t, redistest.Start(t, redistest.Options{}), false, "json", fmt.Sprintf("otel: {endpoint: %q}\n", collector.URL))
+	res, err := http.Post(serve.url+"/v1/notifications", "application/json",
+		strings.NewReader(`{"id": "traced-1", "topic": "hang", "target": "http://127.0.0.1:9/", "delay": "1h", "payload": {}}`))
+	require.NoError(t, err)
+	require.NoError(t, res.Body.Close())
+	require.Equal(t, http.StatusCreated, res.StatusCode)
+	select {
+	case <-exports: // the enqueue's span, within the batch timeout (5s)
+	case <-time.After(30 * time.Second):
+		t.Fatal("no export reached the collector within 30s")
+	}
+	require.Eventually(t, func() bool { return strings.Contains(serve.output(serve.stderr), "400") }, 10*time.Second, 10*time.Millisecond,
+		"the refused export is not in the log")
+	for line := range strings.Lines(serve.output(serve.stderr)) {
+		var entry struct{ Level, Msg, Error string }
+		require.NoError(t, json.Unmarshal([]byte(line), &entry), "not a JSON log line: %s", line)
+		if strings.Contains(entry.Error, "400") {
+			require.Equal(t, "WARN", entry.Level, line)
+			require.True(t, strings.HasPrefix(entry.Msg, "tracing: "), line)
+		}
+	}
+}
+
 // served is a herald serve process started by startServe.
 type served struct {
 	cmd *exec.Cmd
@@ -161,6 +202,13 @@ type served struct {
 // background job.
 func startServe(t *testing.T, redis *redistest.Server, ignoreSIGINT bool) *served {
 	t.Helper()
+	return startServeWith(t, redis, ignoreSIGINT, "text", "")
+}
+
+// startServeWith is startServe with the log in format and the YAML of
+// extra added to the configuration.
+func startServeWith(t *testing.T, redis *redistest.Server, ignoreSIGINT bool, format, extra string) *served {
+	t.Helper()
 	dir := t.TempDir()
 	templates, err := filepath.Abs("../../templates")
 	require.NoError(t, err)
@@ -175,8 +223,8 @@ senders:
   webhook: {allow_networks: ["127.0.0.0/8"], timeout: 5m}
 policies_file: %s
 templates_dir: %s
-log: {level: info}
-`, redis.Addr, redistest.Namespace(t), policies, templates), 0o600))
+log: {level: info, format: %s}
+%s`, redis.Addr, redistest.Namespace(t), policies, templates, format, extra), 0o600))
 
 	stdout, err := os.Create(filepath.Join(dir, "stdout"))
 	require.NoError(t, err)

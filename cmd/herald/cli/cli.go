@@ -76,6 +76,11 @@ type Deps struct {
 	// program sets RouteRedisLogs; tests, running many commands in one
 	// process, leave it nil.
 	RedisLogs func(*slog.Logger)
+	// TraceLogs, when set, is handed each command's logger for the
+	// OpenTelemetry SDK's errors, which it sends to one process-wide
+	// handler: the program sets RouteTraceLogs; tests leave it nil, as
+	// for RedisLogs.
+	TraceLogs func(*slog.Logger)
 }
 
 // Execute runs the herald command line args (without the program name)
@@ -282,6 +287,9 @@ func (c *app) setup(cmd *cobra.Command, _ []string) error {
 	c.base.Logger = logCfg.NewLogger(c.deps.Err, c.debug)
 	if c.deps.RedisLogs != nil {
 		c.deps.RedisLogs(c.base.Logger)
+	}
+	if c.deps.TraceLogs != nil {
+		c.deps.TraceLogs(c.base.Logger)
 	}
 	return nil
 }

@@ -186,6 +186,11 @@ func (w *wiring) newSenders(policies func() *policy.Set) (map[string]notify.Send
 	return senders, nil
 }
 
+// RouteTraceLogs sends the OpenTelemetry SDK's errors, a failed export to
+// otel.endpoint among them, to log as warnings, in its format and under its
+// level. The setting is process-wide.
+func RouteTraceLogs(log *slog.Logger) { tracing.RouteErrors(log) }
+
 // startTracing sends spans to otel.endpoint, when it is set, for the
 // dispatcher and API built after it. The returned function flushes what is
 // left and stops.
