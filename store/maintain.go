@@ -74,14 +74,15 @@ func (s *Store) Expired(ctx context.Context, grace time.Duration, limit int) ([]
 // quarantine moves a reserved notification that cannot be decoded aside,
 // so that it stops neither reservations nor reaping, logs it and counts it
 // (see Quarantined). An operator finds it in the shard's quarantine hash
-// with the reason.
+// with the reason, for Config.Retention after the last one moved there:
+// it holds the payload, which is a customer's data.
 func (s *Store) quarantine(ctx context.Context, shard int, id, content string, why error) {
 	k := &s.keys
 	h, _, _ := parseHeader(content) // the topic, when the header survived
 	_, err := s.runScript(ctx, quarantineScript,
 		[]string{k.job(shard), k.state(shard), k.quarantine(shard), k.reserved(shard), k.stats(shard),
 			k.order(shard), k.link(shard), k.due(shard, QueuePush), k.due(shard, PullQueue(h.topic)), k.hist(shard)},
-		id, why.Error(), ms(s.Now()), k.wake(), shard)
+		id, why.Error(), ms(s.Now()), k.wake(), shard, s.retentionMS())
 	if err != nil {
 		s.cfg.Logger.ErrorContext(ctx, "store: could not quarantine an undecodable notification", "id", id, "reason", why, "error", err)
 		return

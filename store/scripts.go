@@ -1196,16 +1196,20 @@ return {more, #gone, unpack(keyed)}
 //	ARGV[3]  now (ms)
 //	ARGV[4]  wake channel
 //	ARGV[5]  shard
+//	ARGV[6]  retention (ms; -1, or 0 under a millisecond, keeps the hash for ever): the
+//	         hash, which holds payloads, expires that long after the last
+//	         notification moved there
 //
 // Returns 1 when the notification was moved, 0 when it was gone.
 var quarantineScript = newScript(`
-local now = int_arg(ARGV[3], 0, 9007199254740991)
-if ARGV[1] == '' or not now then return redis.error_reply('ERR herald quarantine: bad arguments') end
+local now, keep = int_arg(ARGV[3], 0, 9007199254740991), int_arg(ARGV[6], -1, 9007199254740991)
+if ARGV[1] == '' or not now or not keep then return redis.error_reply('ERR herald quarantine: bad arguments') end
 local id = ARGV[1]
 local c = redis.call('HGET', KEYS[1], id)
 if not c then return 0 end
 local o = st_parse(redis.call('HGET', KEYS[2], id))
 redis.call('HSET', KEYS[3], id, ARGV[2] .. '\n' .. c)
+if keep > 0 then redis.call('PEXPIRE', KEYS[3], ARGV[6]) end
 redis.call('HDEL', KEYS[1], id)
 redis.call('HDEL', KEYS[2], id)
 if o then

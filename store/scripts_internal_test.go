@@ -192,6 +192,12 @@ func TestQuarantine(t *testing.T) {
 	why, err := client.HGet(ctx, k.quarantine(0), "bad").Result()
 	require.NoError(t, err)
 	require.Contains(t, why, "not a body")
+	// Its payload, a customer's data, goes with the retention of finished
+	// records after the last quarantine.
+	ttl, err := client.PTTL(ctx, k.quarantine(0)).Result()
+	require.NoError(t, err)
+	require.Greater(t, ttl, RetentionDefault-time.Minute)
+	require.LessOrEqual(t, ttl, RetentionDefault)
 
 	// One that breaks while reserved is quarantined by the reaper's read.
 	require.NoError(t, client.HSet(ctx, k.job(0), "late-bad", "d u 1 jobs\n\x09").Err())

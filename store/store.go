@@ -79,9 +79,10 @@ type Config struct {
 	// (1) on a single Redis; a namespace that holds records but no count
 	// was created with ShardsDefault.
 	Shards int
-	// Retention is how long succeeded and cancelled records are kept.
-	// Default RetentionDefault (7 days); -1 keeps them forever. Dead records
-	// stay until replayed or purged.
+	// Retention is how long succeeded and cancelled records are kept, and
+	// a shard's quarantine after the last record moved there. Default
+	// RetentionDefault (7 days); -1 keeps them forever. Dead records stay
+	// until replayed or purged.
 	Retention time.Duration
 	// WaitReplicas, when above 0, makes every write whose success is
 	// reported (enqueue, cancel, replay, purge, finish; a pause or resume,
