@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"os"
 	"reflect"
 	"slices"
 	"strconv"
@@ -13,7 +14,7 @@ import (
 
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/knadh/koanf/parsers/yaml"
-	"github.com/knadh/koanf/providers/file"
+	"github.com/knadh/koanf/providers/rawbytes"
 	"github.com/knadh/koanf/v2"
 
 	"github.com/heraldhq/herald/endpoint"
@@ -24,8 +25,18 @@ import (
 // Set. A bad file yields an error that wraps a *notify.FieldError naming
 // the offending key, such as "policies.merchant-notify.backoff[2]", and
 // starts with the file's name.
+// An empty file (or one of comments alone) is refused: valid YAML, and
+// what a file caught half-written (truncated, not yet filled) reads as,
+// which would take every topic away.
 func Load(path string) (*Set, error) {
-	s, err := load(file.Provider(path))
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if m, err := yaml.Parser().Unmarshal(b); err == nil && len(m) == 0 {
+		return nil, fmt.Errorf("%s: the file is empty: write \"policies: {}\" for the default policy alone", path)
+	}
+	s, err := load(rawbytes.Provider(b))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}

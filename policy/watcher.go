@@ -33,8 +33,10 @@ type WatcherConfig struct {
 	// holds its reload lock, so it must not call Reload.
 	ReloadedFunc func(current *Set, err error)
 	// ReloadSignals, when set, make the running Watcher reload the file
-	// whenever the process receives one of them, as Reload does: herald
-	// serve passes SIGHUP. They are caught from Start until Stop.
+	// whenever the process receives one of them, as Reload does, but for a
+	// file changed less than Interval ago, which is read once it has held
+	// for an interval: herald serve passes SIGHUP. They are caught from
+	// Start until Stop.
 	ReloadSignals []os.Signal
 }
 
@@ -157,11 +159,26 @@ func (w *Watcher) run(ctx context.Context, sig <-chan os.Signal) {
 			return
 		case <-ticker.C:
 		case s := <-sig:
-			w.mu.Lock()
-			_ = w.reload(ctx, s.String()) // logged and reported by reload
-			w.mu.Unlock()
+			w.signalled(ctx, s.String())
 		}
 	}
+}
+
+// signalled reloads the file for a signal, as Reload does, unless it
+// changed less than an interval ago: it may be being written in place, as
+// an editor or a deploy script does, and half of it can be valid YAML that
+// drops topics. The poll then reads it once it has held for an interval.
+func (w *Watcher) signalled(ctx context.Context, reason string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	stamp, err := stat(w.config.Path)
+	if err == nil && time.Since(time.Unix(0, stamp.modTime)) < w.config.Interval {
+		w.seen = fileStamp{} // makes the poll read it, however it was read before
+		w.config.Logger.InfoContext(ctx, "policy.Watcher: the policies file changed moments ago; reading it once it has held for an interval",
+			slog.String("path", w.config.Path), slog.String("reason", reason), slog.Duration("interval", w.config.Interval))
+		return
+	}
+	_ = w.reload(ctx, reason) // logged and reported by reload
 }
 
 // check reloads the file when its stamp differs from the one last read

@@ -273,3 +273,50 @@ func TestWatcherReloadSignals(t *testing.T) {
 		return w.Current().Policies["p"].Backoff[1].String() == "2m0s"
 	}, 10*time.Second, 5*time.Millisecond)
 }
+
+// TestWatcherSignalDuringWrite sends the reload signal while the policies
+// file is being written in place (truncated, then filled), as an editor or
+// a deploy script does: the half-written file is not installed, even an
+// empty one, which is valid YAML for no topics at all and would refuse
+// every enqueue naming one; the new file is, once it has held for an
+// interval. An empty file is refused wherever it is loaded.
+func TestWatcherSignalDuringWrite(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "policies.yaml")
+	old := time.Now().Add(-time.Hour)
+	require.NoError(t, os.WriteFile(path, []byte("topics:\n  a: {channel: pull}\n  b: {channel: pull}\n"), 0o600))
+	require.NoError(t, os.Chtimes(path, old, old))
+	var mu sync.Mutex
+	var installed []*Set
+	logs := &lockedBuffer{}
+	w, err := NewWatcher(&WatcherConfig{Path: path, Interval: 100 * time.Millisecond,
+		ReloadSignals: []os.Signal{syscall.SIGUSR2},
+		Logger:        slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		ReloadedFunc: func(s *Set, err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if err == nil {
+				installed = append(installed, s)
+			}
+		}})
+	require.NoError(t, err)
+	w.Start(context.Background())
+	defer w.Stop()
+
+	require.NoError(t, os.Truncate(path, 0))
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGUSR2))
+	require.Eventually(t, func() bool { return bytes.Contains([]byte(logs.String()), []byte("user defined signal 2")) },
+		10*time.Second, 5*time.Millisecond, "the signal was not heard")
+	require.NoError(t, os.WriteFile(path, []byte("topics:\n  a: {channel: pull}\n  b: {channel: pull}\n  c: {channel: pull}\n"), 0o600))
+	require.Eventually(t, func() bool { _, ok := w.Current().Topics["c"]; return ok }, 10*time.Second, 5*time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	for _, s := range installed {
+		require.Len(t, s.Topics, 3, "a half-written file was installed")
+	}
+
+	empty := filepath.Join(t.TempDir(), "empty.yaml")
+	require.NoError(t, os.WriteFile(empty, []byte("\n# nothing yet\n"), 0o600))
+	_, err = Load(empty)
+	require.ErrorContains(t, err, "empty")
+}
