@@ -246,6 +246,7 @@ func printDead(out io.Writer, items []*notify.Notification, next string) error {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tTOPIC\tCHANNEL\tTARGET\tATTEMPTS\tDIED\tLAST ERROR")
 	for _, n := range items {
+		n = api.Redacted(n)
 		last := ""
 		if len(n.History) > 0 {
 			last = n.History[len(n.History)-1].Error

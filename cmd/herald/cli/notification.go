@@ -109,10 +109,12 @@ func (c *app) notFoundWhy() string {
 }
 
 // showRecord prints n as status shows it, after a line "verb ID" when verb
-// is set, or as JSON, in the API's shape.
+// is set, or as JSON, in the API's shape; either way with its credentials
+// hidden, as the API hides them.
 func (c *app) showRecord(asJSON bool, verb string, n *notify.Notification) error {
+	n = api.Redacted(n)
 	if asJSON {
-		return printJSON(c.base.Out, api.Redacted(n))
+		return printJSON(c.base.Out, n)
 	}
 	if verb != "" {
 		fmt.Fprintf(c.base.Out, "%s %s\n\n", verb, n.ID)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/heraldhq/herald/api"
 	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/store"
 )
 
 func TestEnqueue(t *testing.T) {
@@ -125,6 +127,9 @@ func TestEnqueue(t *testing.T) {
 			{"Delay", []string{"--topic", "jobs", "--delay", "soon"}, "--delay"},
 			{"SendAt", []string{"--topic", "jobs", "--send-at", "tomorrow"}, "--send-at"},
 			{"Header", []string{"--topic", "jobs", "--header", "X-Trace"}, "--header"},
+			// A header written as HTTP writes it carries its value, which
+			// may be a token, into the error, the terminal and the shell's log.
+			{"HeaderNotEchoed", []string{"--topic", "jobs", "--header", "Authorization: Bearer hdr-s3cr3t"}, `--header: "Authorization" is not NAME=VALUE`},
 			{"Topic", []string{"--topic", "Jobs!"}, "topic: must match"},
 			{"Policy", []string{"--topic", "jobs", "--policy", "nope"}, `unknown policy "nope"`},
 			{"Target", []string{"--topic", "merchant-notify", "--target", "ftp://x"}, "target: must be an http or https URL"},
@@ -137,6 +142,7 @@ func TestEnqueue(t *testing.T) {
 			r := e.run(t, append([]string{"enqueue"}, tc.args...)...)
 			require.Equal(t, 2, r.code(), "%s: %v", tc.name, r.err)
 			require.ErrorContains(t, r.err, tc.want, tc.name)
+			require.NotContains(t, r.err.Error(), "hdr-s3cr3t", tc.name)
 		}
 	})
 
@@ -271,4 +277,42 @@ func TestStats(t *testing.T) {
 
 	r = e.run(t, "stats", "extra")
 	require.Equal(t, 2, r.code())
+}
+
+// TestRecordsHideCredentials: status and dlq list, as tables, hide the
+// notification's credentials where an attempt's error quotes them, as
+// --json and the API do: a webhook's token in its target's query or its
+// Authorization header, quoted by a Go handler's error or by an attempt
+// recorded before such errors hid them.
+func TestRecordsHideCredentials(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "")
+	const token, bearer = "s3cr3t-query-token", "s3cr3t-bearer-token"
+	target := "https://merchant.example/notify?access_token=" + token
+	require.NoError(t, e.run(t, "enqueue", "--topic", "merchant-notify", "--id", "cred", "--target", target,
+		"--header", "Authorization=Bearer "+bearer).err)
+	ctx := context.Background()
+	st := e.store(t)
+	var n *notify.Notification
+	require.Eventually(t, func() bool {
+		got, _, err := st.Reserve(ctx, store.QueuePush, []int{0, 1, 2, 3}, 1)
+		require.NoError(t, err)
+		if len(got) == 1 {
+			n = got[0]
+		}
+		return n != nil
+	}, 5*time.Second, 10*time.Millisecond)
+	now := time.Now()
+	failed := fmt.Errorf("Post %q (Authorization: Bearer %s): 401", target, bearer)
+	_, err := st.Finish(ctx, []store.Finish{{Notification: n, Action: notify.ActionDead,
+		Attempt: notify.NewAttempt(n, now, now, notify.Response{}, failed, notify.OutcomePermanent)}})
+	require.NoError(t, err)
+
+	for _, args := range [][]string{{"status", "cred"}, {"dlq", "list", "--topic", "merchant-notify"}} {
+		r := e.run(t, args...)
+		require.NoError(t, r.err)
+		require.Contains(t, r.out, "cred")
+		require.NotContains(t, r.out, token, "%v", args)
+		require.NotContains(t, r.out, bearer, "%v", args)
+	}
 }
