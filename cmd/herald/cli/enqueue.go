@@ -94,7 +94,16 @@ func (o *enqueueOptions) request() (*notify.Request, error) {
 	}
 	for _, h := range o.headers {
 		name, value, ok := strings.Cut(h, "=")
-		if !ok || name == "" {
+		switch {
+		case ok && name == "":
+			return nil, usage("header", "has no NAME before its =")
+		case !ok:
+			// Only the name: a header written as HTTP writes it
+			// ("Authorization: Bearer ...") carries a value that may be a
+			// token.
+			if i := strings.IndexAny(h, ": "); i >= 0 {
+				h = h[:i]
+			}
 			return nil, usage("header", "%q is not NAME=VALUE", h)
 		}
 		if req.Headers == nil {
