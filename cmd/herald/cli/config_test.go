@@ -161,6 +161,20 @@ log:
 		}
 	})
 
+	t.Run("BadValuesHideCredentials", func(t *testing.T) {
+		for _, tt := range []struct{ env, value, field, secret string }{
+			{"HERALD_REDIS_ADDRS", "redis://:UrlRedisPass@cache.internal:6379", "redis.addrs[0]", "UrlRedisPass"},
+			{"HERALD_OTEL_ENDPOINT", "collector?api_key=OtelKeySecret", "otel.endpoint", "OtelKeySecret"},
+		} {
+			t.Run(tt.env, func(t *testing.T) {
+				t.Setenv(tt.env, tt.value)
+				_, err := load(t, writeConfig(t, ""))
+				requireField(t, err, tt.field)
+				require.NotContains(t, err.Error(), tt.secret)
+			})
+		}
+	})
+
 	t.Run("BadValueFromFlag", func(t *testing.T) {
 		t.Setenv("HERALD_LOG_LEVEL", "info")
 		_, err := load(t, writeConfig(t, "log: {level: warn}\n"), "--log-level", "loud")

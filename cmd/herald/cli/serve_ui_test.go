@@ -61,7 +61,7 @@ func TestServeTracing(t *testing.T) {
 	t.Cleanup(rcv.Close)
 
 	// Credentials in the collector's URL are never logged.
-	endpoint := strings.Replace(collector.URL, "://", "://herald:collector-pw@", 1)
+	endpoint := strings.Replace(collector.URL, "://", "://herald:collector-pw@", 1) + "/?api_key=collector-key"
 	e := newEnv(t, fmt.Sprintf("redis: {addrs: [%q]}\notel: {endpoint: %q}", server.Addr, endpoint))
 	s := startServe(t, e.config, "--log-level", "info")
 	req, err := http.NewRequest(http.MethodPost, s.url+"/v1/notifications",
@@ -80,6 +80,7 @@ func TestServeTracing(t *testing.T) {
 	require.NoError(t, s.stop(), "a clean shutdown flushes the spans")
 	require.Contains(t, s.logs.String(), "herald: tracing")
 	require.NotContains(t, s.logs.String(), "collector-pw")
+	require.NotContains(t, s.logs.String(), "collector-key")
 
 	mu.Lock()
 	defer mu.Unlock()

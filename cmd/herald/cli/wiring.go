@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"maps"
 	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -203,11 +202,8 @@ func (w *wiring) startTracing(ctx context.Context) (stop func(), err error) {
 		return nil, &UsageError{Err: err}
 	}
 	w.tracer = tracing.New(&tracing.Config{TracerProvider: tp})
-	shown := w.cfg.Otel.Endpoint
-	if u, err := url.Parse(shown); err == nil && u.User != nil {
-		// A collector URL may carry credentials, which logs must not.
-		shown = u.Redacted()
-	}
+	// A collector URL may carry credentials, which logs must not.
+	shown := notify.RedactedURL(w.cfg.Otel.Endpoint)
 	w.log.InfoContext(ctx, "herald: tracing", "otel_endpoint", shown)
 	return func() {
 		flushCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -273,7 +273,7 @@ func (c *Config) Validate() error {
 	}
 	for i, a := range r.Addrs {
 		if _, _, err := net.SplitHostPort(a); err != nil {
-			return notify.Errorf(fmt.Sprintf("redis.addrs[%d]", i), "must be host:port, not %q", a)
+			return notify.Errorf(fmt.Sprintf("redis.addrs[%d]", i), "must be host:port, not %q", notify.RedactedURL(a))
 		}
 	}
 	if r.Mode == RedisModeStandalone && len(r.Addrs) > 1 {
@@ -344,7 +344,7 @@ func (o *OtelConfig) validate() error {
 		return nil
 	}
 	if host, port, err := net.SplitHostPort(o.Endpoint); err != nil || host == "" || port == "" {
-		return notify.Errorf("otel.endpoint", "must be host:port such as otel-collector:4318, or an http or https URL, not %q", o.Endpoint)
+		return notify.Errorf("otel.endpoint", "must be host:port such as otel-collector:4318, or an http or https URL, not %q", notify.RedactedURL(o.Endpoint))
 	}
 	return nil
 }
