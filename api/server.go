@@ -101,6 +101,10 @@ type Config struct {
 	// StrictTopics accepts only the topics the policies name (400 naming
 	// topic otherwise); see client.Config.StrictTopics.
 	StrictTopics bool
+	// PollInterval is the longest a waiting reservation goes without
+	// asking Redis; news of an enqueue or a resume ends the wait sooner.
+	// Default client.PollIntervalDefault (1s).
+	PollInterval time.Duration
 	// ReadyFunc reports whether the server can serve, for GET /readyz.
 	// Default: the store's Ping.
 	ReadyFunc func(ctx context.Context) error
@@ -191,6 +195,7 @@ func New(cfg *Config) (*Server, error) {
 		Observer:     cfg.Observer,
 		Tracer:       cfg.Tracer,
 		StrictTopics: cfg.StrictTopics,
+		PollInterval: cfg.PollInterval,
 	})
 	if err != nil {
 		return nil, err
