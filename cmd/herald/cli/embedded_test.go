@@ -63,7 +63,10 @@ type operator struct {
 var (
 	timeFields = map[string]bool{"send_at": true, "next_attempt_at": true, "created_at": true, "updated_at": true,
 		"started_at": true, "finished_at": true, "deadline": true, "failing_since": true, "disabled_at": true}
-	runFields = map[string]bool{"duration_ms": true, "receipt": true, "next_cursor": true}
+	// A resume counts what it moved back; a dispatcher's sweep of parked
+	// notifications whose pause is gone (every few seconds) may move one
+	// first, between the resume's deletion of the pause and its move.
+	runFields = map[string]bool{"duration_ms": true, "receipt": true, "next_cursor": true, "resumed": true}
 	cursorRe  = regexp.MustCompile(`cursor=[^&]+`)
 )
 
