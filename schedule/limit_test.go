@@ -117,10 +117,11 @@ func TestEndpointLimits(t *testing.T) {
 		var err error
 		b.policies, err = b.policies.WithEndpoints(map[string]endpoint.Endpoint{"slow": {URL: rcv.URL, Rate: 50}})
 		require.NoError(t, err)
+		// All waiting before the dispatchers start: enqueued one by one as
+		// they ran, a loaded machine took 14-17s for the 700 and the
+		// window counted the enqueues, not the rate.
+		b.enqueueEndpointBatch(t, "r", "slow", 700)
 		b.startLimited(t, 3, schedule.Config{})
-		for i := range 700 {
-			b.enqueueEndpoint(t, fmt.Sprint("r", i), "slow")
-		}
 		require.Eventually(t, func() bool { return len(rcv.requests()) > 0 }, 5*time.Second, 5*time.Millisecond)
 		start := rcv.requests()[0].at
 		// 700 outlast 10s at 50/s: wait for the first request past the window.
@@ -177,7 +178,10 @@ func TestBacklogAtALimitedEndpoint(t *testing.T) {
 	attempts1 := attempts()
 	perAttempt := float64(calls1-calls0) / float64(attempts1-attempts0)
 	t.Logf("%d Redis commands for %d attempts: %.0f an attempt", calls1-calls0, attempts1-attempts0, perAttempt)
-	require.Less(t, perAttempt, 100.0, "Redis work grew with the backlog")
+	// 40-64 an attempt on a quiet machine, 126 on one loaded 8 times over
+	// its cores (fewer attempts in the same time); 1,528 when the backlog
+	// came back whole every 200ms.
+	require.Less(t, perAttempt, 400.0, "Redis work grew with the backlog")
 }
 
 const limitChildEnv = "HERALDTEST_LIMIT_CHILD"
