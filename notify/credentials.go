@@ -86,14 +86,7 @@ func headerCredentials(out, passwords []string, name, v string) ([]string, []str
 // may quote either.
 func queryCredentials(raw string) []string {
 	var out []string
-	for p := range strings.SplitSeq(raw, "&") {
-		name, value, _ := strings.Cut(p, "=")
-		if un, err := url.QueryUnescape(name); err == nil {
-			name = un
-		}
-		if value == "" || !CredentialParam(name) {
-			continue
-		}
+	for _, value := range credentialParams(strings.Split(raw, "&")) {
 		out = append(out, value)
 		if un, err := url.QueryUnescape(value); err == nil && un != value {
 			out = append(out, un)

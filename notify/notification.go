@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"iter"
 	"maps"
 	"net/url"
 	"regexp"
@@ -386,20 +387,28 @@ func redactedQuery(raw string) (string, bool) {
 	}
 	parts := strings.Split(raw, "&")
 	hidden := false
-	for i, p := range parts {
-		name, value, _ := strings.Cut(p, "=")
-		if value == "" {
-			continue
-		}
-		if un, err := url.QueryUnescape(name); err == nil {
-			name = un
-		}
-		if CredentialParam(name) {
-			parts[i] = p[:len(p)-len(value)] + "xxxxx"
-			hidden = true
-		}
+	for i, value := range credentialParams(parts) {
+		parts[i] = parts[i][:len(parts[i])-len(value)] + "xxxxx"
+		hidden = true
 	}
 	return strings.Join(parts, "&"), hidden
+}
+
+// credentialParams yields, for each of a raw query's &-separated parts
+// that is a credential parameter (CredentialParam) with a value, its index
+// and its value as sent.
+func credentialParams(parts []string) iter.Seq2[int, string] {
+	return func(yield func(int, string) bool) {
+		for i, p := range parts {
+			name, value, _ := strings.Cut(p, "=")
+			if un, err := url.QueryUnescape(name); err == nil {
+				name = un
+			}
+			if value != "" && CredentialParam(name) && !yield(i, value) {
+				return
+			}
+		}
+	}
 }
 
 // CredentialParam reports whether a URL query parameter named name carries

@@ -330,8 +330,8 @@ type scriptCall struct {
 	unconfirmed error
 }
 
-// scripter is where scripts run: the store's client, or one connection
-// of it when a WAIT must follow the writes on the same connection.
+// scripter is where scripts run: the store's client, or the client of one
+// master when a WAIT must follow the writes in the same pipeline.
 type scripter interface {
 	Pipeline() redis.Pipeliner
 	redis.Scripter
