@@ -124,8 +124,13 @@ func (s *Store) Sweep(ctx context.Context, limit int) (deleted int, more bool, e
 	}
 	// Redis may have restarted without its data, the shard count with it,
 	// while this store kept writing with the count it read: recorded again,
-	// it is what the next store to open the namespace reads.
-	firstErr := s.client.HSetNX(ctx, k.meta(), "shards", k.shards).Err()
+	// it is what the next store to open the namespace reads. A full Redis
+	// refuses HSETNX even where the count is there: that fails nothing,
+	// as the sweep is what frees memory, and a later sweep records it.
+	firstErr := outOfMemory(s.client.HSetNX(ctx, k.meta(), "shards", k.shards).Err())
+	if errors.Is(firstErr, ErrOutOfMemory) {
+		firstErr = nil
+	}
 	for shard, c := range calls {
 		n, left, keyed, err := replySwept(c.cmd.Result())
 		if err != nil {

@@ -141,6 +141,16 @@ func (c *Config) validate() error {
 	return nil
 }
 
+// ErrOutOfMemory means Redis refused a write because its memory reached
+// maxmemory (under noeviction, the policy Herald requires). A refused
+// enqueue, pause or endpoint write changed nothing; it succeeds once memory
+// is freed (a purge of dead letters, the sweep of expired records) or
+// maxmemory is raised. Reservations, outcomes, cancels, replays of what is
+// stored, purges and sweeps delete before they write, which Redis lets
+// through while full, so that no attempt is made whose outcome cannot be
+// recorded. The Redis error stays in the chain.
+var ErrOutOfMemory = errors.New("redis is out of memory (used memory above maxmemory)")
+
 // Store is Herald's Redis state. It is safe for concurrent use.
 type Store struct {
 	client redis.UniversalClient
@@ -257,7 +267,7 @@ func (s *Store) recordShards(ctx context.Context) (int, error) {
 		// Two processes opening a new namespace at once agree on the first
 		// count recorded: the loser reads it back.
 		if err := s.client.HSetNX(ctx, meta, "shards", n).Err(); err != nil {
-			return 0, fmt.Errorf("store: record the shard count of namespace %q: %w", s.keys.ns, err)
+			return 0, fmt.Errorf("store: record the shard count of namespace %q: %w", s.keys.ns, outOfMemory(err))
 		}
 	}
 	return 0, fmt.Errorf("store: the shard count of namespace %q keeps vanishing", s.keys.ns)
@@ -400,8 +410,23 @@ func (s *Store) exec(ctx context.Context, pipe redis.Pipeliner) ([]redis.Cmder, 
 		if cc, ok := s.client.(*redis.ClusterClient); ok && slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return misrouted(c.Err()) }) {
 			cc.ReloadState(ctx)
 		}
+		for _, c := range cmds {
+			if e := c.Err(); outOfMemory(e) != e {
+				c.SetErr(outOfMemory(e))
+			}
+		}
 	}
-	return cmds, err
+	return cmds, outOfMemory(err)
+}
+
+// outOfMemory marks Redis's refusal of a write at maxmemory with
+// ErrOutOfMemory, which a caller can tell from an outage; other errors
+// come back as they are.
+func outOfMemory(err error) error {
+	if !redis.HasErrorPrefix(err, "OOM") || errors.Is(err, ErrOutOfMemory) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrOutOfMemory, err)
 }
 
 // allFailed returns the first call's error when every call failed, nil
@@ -624,7 +649,7 @@ func (s *Store) sendWaited(ctx context.Context, key string, queue func(redis.Pip
 		wait = p.Do(ctx, "wait", n, s.cfg.WaitTimeout.Milliseconds())
 		return nil
 	}); err != nil {
-		return err
+		return outOfMemory(err)
 	}
 	return s.replicated(wait, n)
 }

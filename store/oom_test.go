@@ -1,0 +1,209 @@
+package store_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/internal/heraldtest"
+	"github.com/heraldhq/herald/internal/redistest"
+	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/store"
+)
+
+// fillRedis fills c's Redis, which the test owns, the way production
+// reaches maxmemory under the noeviction policy Herald requires: maxmemory
+// just above what it uses, written until it refuses, then set a little
+// below what it uses, so that a refused write stays refused however a
+// call's own buffers come and go. The returned func lifts the limit.
+func fillRedis(t *testing.T, c *redis.Client) (lift func()) {
+	t.Helper()
+	ctx := context.Background()
+	used := func() int64 {
+		v, err := c.InfoMap(ctx, "memory").Result()
+		require.NoError(t, err)
+		n, err := strconv.ParseInt(v["Memory"]["used_memory"], 10, 64)
+		require.NoError(t, err)
+		return n
+	}
+	require.NoError(t, c.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used()+256<<10, 10)).Err())
+	for i := 0; ; i++ {
+		if err := c.Set(ctx, "filler:"+strconv.Itoa(i), strings.Repeat("x", 4096), 0).Err(); err != nil {
+			require.ErrorContains(t, err, "OOM")
+			break
+		}
+	}
+	require.NoError(t, c.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used()-64<<10, 10)).Err())
+	return func() { require.NoError(t, c.ConfigSet(ctx, "maxmemory", "0").Err()) }
+}
+
+// snapshot returns every key of ns with its DUMP, to show a call changed
+// nothing, byte for byte.
+func snapshot(t *testing.T, c *redis.Client, ns string) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	out := map[string]string{}
+	iter := c.Scan(ctx, 0, ns+":*", 1000).Iterator()
+	for iter.Next(ctx) {
+		v, err := c.Dump(ctx, iter.Val()).Result()
+		require.NoError(t, err)
+		out[iter.Val()] = v
+	}
+	require.NoError(t, iter.Err())
+	return out
+}
+
+// setupFull opens a store with shards on a Redis of the test's own, which
+// the test fills with fillRedis.
+func setupFull(t *testing.T, shards int) (*testBundle, *redis.Client) {
+	t.Helper()
+	c := redistest.Start(t, redistest.Options{}).Client(t)
+	return setup(t, store.Config{Client: c, Shards: shards}), c
+}
+
+// TestEnqueueWhenRedisIsFull: a Redis at maxmemory refuses every kind of
+// enqueue with store.ErrOutOfMemory, which the API answers as 503 naming
+// the cause, and the refused call leaves Redis as it was, byte for byte:
+// no record without its queue entry, no stub without its record. Once the
+// limit is lifted the same enqueues succeed.
+func TestEnqueueWhenRedisIsFull(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, shards := range []int{1, 4} {
+		t.Run("Shards"+strconv.Itoa(shards), func(t *testing.T) {
+			t.Parallel()
+			b, c := setupFull(t, shards)
+			b.enqueue(t, b.newNotification(t, "old", time.Hour, 0))
+			b.enqueue(t, heraldtest.Notification(t, "first-in-line", b.clock.Now(), heraldtest.OrderKey("k")))
+			lift := fillRedis(t, c)
+			before := snapshot(t, c, b.store.Namespace())
+
+			enqueues := map[string]func() error{
+				"Single": func() error {
+					_, _, err := b.store.Enqueue(ctx, b.newNotification(t, "new", 0, 0), false)
+					return err
+				},
+				"SameIDAndContent": func() error {
+					_, _, err := b.store.Enqueue(ctx, b.newNotification(t, "old", time.Hour, 0), false)
+					return err
+				},
+				"Batch": func() error {
+					_, err := b.store.EnqueueBatch(ctx, []store.EnqueueRequest{
+						{Notification: b.newNotification(t, "b1", 0, 0)}, {Notification: b.newNotification(t, "b2", time.Minute, 0)}})
+					return err
+				},
+				"Ordered": func() error {
+					_, _, err := b.store.Enqueue(ctx, heraldtest.Notification(t, "second-in-line", b.clock.Now(), heraldtest.OrderKey("k")), false)
+					return err
+				},
+			}
+			for name, enqueue := range enqueues {
+				require.ErrorIs(t, enqueue(), store.ErrOutOfMemory, name)
+				require.Equal(t, before, snapshot(t, c, b.store.Namespace()), "%s changed Redis", name)
+			}
+
+			lift()
+			for name, enqueue := range enqueues {
+				require.NoError(t, enqueue(), name)
+			}
+		})
+	}
+}
+
+// TestDispatchWhenRedisIsFull: reservations and their outcomes do not
+// wait for memory, since an outcome that could not be recorded would
+// have its attempt made again: every attempt reserved while Redis is full
+// is recorded, once, and so are a cancel and a reap. (Their scripts delete
+// before they write, and Redis lets a script that has written go on.)
+func TestDispatchWhenRedisIsFull(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b, c := setupFull(t, 4)
+	for _, id := range []string{"ok", "retry", "dies", "expires"} {
+		b.enqueue(t, b.newNotification(t, id, 0, 0, time.Minute))
+	}
+	b.enqueue(t, b.newNotification(t, "cancelled", time.Hour, 0))
+	b.clock.Advance(time.Millisecond)
+	fillRedis(t, c)
+
+	got := b.reserveAll(t)
+	require.Len(t, got, 4)
+	var items []store.Finish
+	var expires *notify.Notification
+	for _, n := range got {
+		switch n.ID {
+		case "ok":
+			items = append(items, b.finish(notify.ActionAck, n, time.Time{}))
+		case "retry":
+			items = append(items, b.finish(notify.ActionRetry, n, b.clock.Now().Add(time.Minute)))
+		case "dies":
+			items = append(items, b.finish(notify.ActionDead, n, time.Time{}))
+		default:
+			expires = n
+		}
+	}
+	errs, err := b.store.Finish(ctx, items)
+	require.NoError(t, err)
+	require.Equal(t, []error{nil, nil, nil}, errs)
+	_, err = b.store.Cancel(ctx, "cancelled")
+	require.NoError(t, err)
+
+	b.clock.Advance(time.Hour)
+	expired, err := b.store.Expired(ctx, 0, 10)
+	require.NoError(t, err)
+	require.Len(t, expired, 1)
+	require.Equal(t, expires.ID, expired[0].ID)
+	errs, err = b.store.Finish(ctx, []store.Finish{b.finish(notify.ActionRetry, expired[0], b.clock.Now())})
+	require.NoError(t, err)
+	require.Equal(t, []error{nil}, errs)
+
+	for id, want := range map[string]notify.State{"ok": notify.StateSucceeded, "retry": notify.StateScheduled,
+		"dies": notify.StateDead, "expires": notify.StateScheduled, "cancelled": notify.StateCancelled} {
+		n, err := b.store.Get(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, want, n.State, id)
+		require.Len(t, n.History, map[bool]int{true: 0, false: 1}[id == "cancelled"], id)
+	}
+}
+
+// TestMaintenanceWhenRedisIsFull: the calls that free memory work while
+// Redis is full, so that an operator can make room: a purge of dead
+// letters, and the sweep of finished records past their retention, which
+// reports success and whether more are left rather than failing.
+func TestMaintenanceWhenRedisIsFull(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b, c := setupFull(t, 4)
+	for i := range 6 {
+		b.enqueue(t, b.newNotification(t, "n"+strconv.Itoa(i), 0, 0))
+	}
+	b.clock.Advance(time.Millisecond)
+	var items []store.Finish
+	for i, n := range b.reserveAll(t) {
+		items = append(items, b.finish([]notify.Action{notify.ActionAck, notify.ActionDead}[i%2], n, time.Time{}))
+	}
+	_, err := b.store.Finish(ctx, items)
+	require.NoError(t, err)
+	fillRedis(t, c)
+
+	matched, purged, err := b.store.Purge(ctx, store.DeadFilter{Topic: "jobs"}, store.DeadOptions{})
+	require.NoError(t, err)
+	require.Equal(t, [2]int{3, 3}, [2]int{matched, purged})
+
+	b.clock.Advance(store.RetentionDefault + time.Minute)
+	deleted, more, err := b.store.Sweep(ctx, 2)
+	require.NoError(t, err, "the sweep frees memory: a full Redis must not fail it")
+	require.Positive(t, deleted)
+	for more {
+		var n int
+		n, more, err = b.store.Sweep(ctx, 2)
+		require.NoError(t, err)
+		deleted += n
+	}
+	require.Equal(t, 3, deleted)
+}
