@@ -8,6 +8,7 @@ import (
 
 	"github.com/heraldhq/herald/endpoint"
 	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/store"
 )
 
 // Error codes of the API's error body; each goes with one HTTP status.
@@ -44,7 +45,8 @@ type errorBody struct {
 
 // classify maps an error to its status and body: validation errors to 400
 // with their field, the notify sentinels to 404 and 409, an oversized body
-// to 413, a change not confirmed by replicas to 503 saying so. Anything
+// to 413, a change not confirmed by replicas or refused by a full Redis to
+// 503 saying so. Anything
 // else comes from failing to reach Redis in time and is 503, which tells a
 // client to try again; its detail is logged, not returned.
 func classify(err error) (int, Error) {
@@ -80,6 +82,9 @@ func classify(err error) (int, Error) {
 	case errors.Is(err, notify.ErrNotReplicated):
 		return http.StatusServiceUnavailable, Error{Code: CodeUnavailable, Message: "the change reached Redis but not enough replicas " +
 			"in time (redis.wait_replicas): it may be lost if the master fails; read it back before trying again"}
+	case errors.Is(err, store.ErrOutOfMemory):
+		return http.StatusServiceUnavailable, Error{Code: CodeUnavailable, Message: "Redis is out of memory (maxmemory reached), " +
+			"so nothing was changed; try again once memory is freed (purge dead letters, shorten retention) or maxmemory is raised"}
 	case errors.Is(err, notify.ErrOrdered):
 		return http.StatusConflict, Error{Code: CodeOrdered, Message: err.Error() + "; cancel it and enqueue anew to go to the back of its line"}
 	}
