@@ -339,9 +339,13 @@ func TestSendHTTPGatewayKeyNotInHistory(t *testing.T) {
 		name    string
 		gateway string
 		message string
+		// wait ends the attempt: the hung gateway's answer, and a bound
+		// on the refused one's, where a loaded machine's stall past a
+		// short wait would end the attempt before the refusal.
+		wait time.Duration
 	}{
-		{name: "Timeout", gateway: hung.URL(), message: "deadline exceeded"},
-		{name: "Refused", gateway: closedURL, message: "refused"},
+		{name: "Timeout", gateway: hung.URL(), message: "deadline exceeded", wait: 200 * time.Millisecond},
+		{name: "Refused", gateway: closedURL, message: "refused", wait: 10 * time.Second},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -350,7 +354,7 @@ func TestSendHTTPGatewayKeyNotInHistory(t *testing.T) {
 				Logger:        slog.New(slog.NewTextHandler(t.Output(), nil)),
 			}}})
 			require.NoError(t, err)
-			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			ctx, cancel := context.WithTimeout(context.Background(), tt.wait)
 			defer cancel()
 			_, err = sender.Send(ctx, notification(`"hi"`))
 			require.ErrorContains(t, err, tt.message)
