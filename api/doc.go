@@ -88,7 +88,8 @@
 // host name not answered without tokens, see above), 404 (not_found), 405
 // (method_not_allowed), 409 (conflict, reserved, finished, stale_receipt,
 // ordered), 413 (too_large), 500 (internal: a fault of the server's own)
-// or 503 (unavailable: Redis unreachable, try again; or, with
+// or 503 (unavailable: Redis unreachable, or out of memory and refusing
+// writes: try again; or, with
 // redis.wait_replicas, a change not confirmed by enough replicas in time,
 // which the master has: read it back before trying again).
 package api
