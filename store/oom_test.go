@@ -207,3 +207,50 @@ func TestMaintenanceWhenRedisIsFull(t *testing.T) {
 	}
 	require.Equal(t, 3, deleted)
 }
+
+// TestQuarantineWhenRedisIsFull: a notification whose record cannot be
+// decoded is moved aside while Redis is full too, rather than left
+// reserved, failing again at each reap and logged each time.
+func TestQuarantineWhenRedisIsFull(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b, c := setupFull(t, 1)
+	b.enqueue(t, b.newNotification(t, "a", 0, 0))
+	b.enqueue(t, b.newNotification(t, "bad", 0, 0))
+	b.clock.Advance(time.Millisecond)
+	job, quarantine := b.store.Namespace()+":{0}:job", b.store.Namespace()+":{0}:quarantine"
+	require.NoError(t, c.HSet(ctx, job, "bad", "d u 1000 jobs\nnot a body").Err())
+	fillRedis(t, c)
+
+	got := b.reserveAll(t)
+	require.Len(t, got, 1)
+	require.Equal(t, "a", got[0].ID)
+	require.EqualValues(t, 1, b.store.Quarantined())
+	why, err := c.HGet(ctx, quarantine, "bad").Result()
+	require.NoError(t, err)
+	require.Contains(t, why, "not a body")
+	_, err = b.store.Get(ctx, "bad")
+	require.ErrorIs(t, err, notify.ErrNotFound)
+}
+
+// TestResumeWhenRedisIsFull: a resume ends its pause and makes what was
+// parked under it due while Redis is full, as it takes nothing more: a
+// resume that ended the pause but left its notifications parked, and
+// answered that Redis refused it, would leave them to a dispatcher's
+// stray sweep, which a full Redis refuses too.
+func TestResumeWhenRedisIsFull(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b, c := setupFull(t, 4)
+	for _, id := range []string{"a", "b", "c"} {
+		b.enqueue(t, b.newNotification(t, id, 0, 0, time.Minute))
+	}
+	require.NoError(t, b.store.Pause(ctx, store.PauseTopic, "jobs"))
+	b.park(t, 3)
+	fillRedis(t, c)
+
+	moved, err := b.store.Resume(ctx, store.PauseTopic, "jobs")
+	require.NoError(t, err)
+	require.Equal(t, 3, moved)
+	require.Len(t, b.reserveAll(t), 3)
+}

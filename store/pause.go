@@ -245,6 +245,9 @@ local now, lo, hi, limit = tonumber(ARGV[1]), ARGV[2], ARGV[3], tonumber(ARGV[4]
 if not now or not limit or limit < 1 or limit > MAX_BATCH then return redis.error_reply('bad arguments') end
 local ids = redis.call('ZRANGEBYSCORE', KEYS[2], lo, hi, 'LIMIT', 0, limit)
 if #ids == 0 then return 0 end
+-- Out first, in again below: Redis at maxmemory refuses a script's first
+-- write that may grow memory, and a resume takes none.
+redis.call('ZREM', KEYS[2], unpack(ids))
 local t = string.format('%d', now)
 local zs, sts = {}, {}
 local cur = redis.call('HMGET', KEYS[1], unpack(ids))

@@ -19,7 +19,11 @@ import (
 //     error reply for a bad one, so a call either changes nothing or does
 //     all of its work: Redis does not roll back a script that fails half-way;
 //   - they never decode a payload: the content's header line (codec.go)
-//     holds what they need.
+//     holds what they need;
+//   - those that must work while Redis is at maxmemory (reserve, finish,
+//     cancel, purge, sweep, quarantine, unpark) delete before their first
+//     write that may grow memory: Redis refuses such a write only as a
+//     script's first, so the others (enqueue) change nothing when refused.
 //
 // Result codes are named the same in Go and in the Lua, whose prelude is
 // generated from resultCodes.
@@ -1208,10 +1212,12 @@ local id = ARGV[1]
 local c = redis.call('HGET', KEYS[1], id)
 if not c then return 0 end
 local o = st_parse(redis.call('HGET', KEYS[2], id))
-redis.call('HSET', KEYS[3], id, ARGV[2] .. '\n' .. c)
-if keep > 0 then redis.call('PEXPIRE', KEYS[3], ARGV[6]) end
+-- Deletes first: Redis at maxmemory refuses a script's first write that
+-- may grow memory, and lets the rest through once it has written.
 redis.call('HDEL', KEYS[1], id)
 redis.call('HDEL', KEYS[2], id)
+redis.call('HSET', KEYS[3], id, ARGV[2] .. '\n' .. c)
+if keep > 0 then redis.call('PEXPIRE', KEYS[3], ARGV[6]) end
 if o then
   local hist = {}
   hist_fields(hist, id, o.h)

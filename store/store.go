@@ -145,8 +145,8 @@ func (c *Config) validate() error {
 // maxmemory (under noeviction, the policy Herald requires). A refused
 // enqueue, pause or endpoint write changed nothing; it succeeds once memory
 // is freed (a purge of dead letters, the sweep of expired records) or
-// maxmemory is raised. Reservations, outcomes, cancels, replays of what is
-// stored, purges and sweeps delete before they write, which Redis lets
+// maxmemory is raised. Reservations, outcomes, cancels, purges, sweeps,
+// quarantines and resumes delete before they write, which Redis lets
 // through while full, so that no attempt is made whose outcome cannot be
 // recorded. The Redis error stays in the chain.
 var ErrOutOfMemory = errors.New("redis is out of memory (used memory above maxmemory)")
@@ -411,19 +411,25 @@ func (s *Store) exec(ctx context.Context, pipe redis.Pipeliner) ([]redis.Cmder, 
 			cc.ReloadState(ctx)
 		}
 		for _, c := range cmds {
-			if e := c.Err(); outOfMemory(e) != e {
-				c.SetErr(outOfMemory(e))
+			if refusedFull(c.Err()) {
+				c.SetErr(outOfMemory(c.Err()))
 			}
 		}
 	}
 	return cmds, outOfMemory(err)
 }
 
+// refusedFull reports whether err is Redis's refusal of a write at
+// maxmemory, not yet marked with ErrOutOfMemory.
+func refusedFull(err error) bool {
+	return redis.HasErrorPrefix(err, "OOM") && !errors.Is(err, ErrOutOfMemory)
+}
+
 // outOfMemory marks Redis's refusal of a write at maxmemory with
 // ErrOutOfMemory, which a caller can tell from an outage; other errors
 // come back as they are.
 func outOfMemory(err error) error {
-	if !redis.HasErrorPrefix(err, "OOM") || errors.Is(err, ErrOutOfMemory) {
+	if !refusedFull(err) {
 		return err
 	}
 	return fmt.Errorf("%w: %w", ErrOutOfMemory, err)
