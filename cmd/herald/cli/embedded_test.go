@@ -278,8 +278,10 @@ func operate(t *testing.T, redisYAML string) []string {
 
 	// A paused topic: nothing is attempted until it resumes.
 	o.api(http.MethodPost, "/v1/topics/hooks/pause", "", http.StatusOK, nil)
-	// Due a second later: a dispatcher reads what is paused every 250ms.
-	o.api(http.MethodPost, "/v1/notifications", fmt.Sprintf(`{"id": "p1", "topic": "hooks", "channel": "webhook", "target": %q, "delay": "1s"}`, ok),
+	// Due 2s later: a dispatcher reads what is paused every 250ms, and one
+	// that had not read it since the pause would deliver p1; 2s covers a
+	// loaded machine's stall of that read.
+	o.api(http.MethodPost, "/v1/notifications", fmt.Sprintf(`{"id": "p1", "topic": "hooks", "channel": "webhook", "target": %q, "delay": "2s"}`, ok),
 		http.StatusCreated, nil)
 	o.await("p1", "parked", func(n *notify.Notification) bool { return n.Paused })
 	o.api(http.MethodPost, "/v1/topics/hooks/resume", "", http.StatusOK, nil)
@@ -292,9 +294,13 @@ func operate(t *testing.T, redisYAML string) []string {
 	o.api(http.MethodPut, "/v1/endpoints/ep-slow", fmt.Sprintf(`{"url": %q, "max_in_flight": 1, "rate": 5}`, o.rcv.URL+"/slow"),
 		http.StatusOK, nil)
 	o.api(http.MethodPost, "/v1/endpoints/ep-slow/pause", "", http.StatusOK, nil)
+	// Due 2s later, as p1; all four enqueued before the first is awaited,
+	// so that they wait out the 2s together.
 	for i := range 4 {
-		o.api(http.MethodPost, "/v1/notifications", fmt.Sprintf(`{"id": "e%d", "topic": "merchant-notify", "endpoint": "ep-slow", "delay": "1s"}`, i),
+		o.api(http.MethodPost, "/v1/notifications", fmt.Sprintf(`{"id": "e%d", "topic": "merchant-notify", "endpoint": "ep-slow", "delay": "2s"}`, i),
 			http.StatusCreated, nil)
+	}
+	for i := range 4 {
 		o.await(fmt.Sprintf("e%d", i), "parked", func(n *notify.Notification) bool { return n.Paused })
 	}
 	o.api(http.MethodGet, "/v1/endpoints/ep-slow", "", http.StatusOK, nil)
