@@ -65,11 +65,11 @@ func (s *Store) EndpointFailed(ctx context.Context, name string, disableAfter ti
 	// The pause lives in another slot than the health hash: set it after,
 	// on every failure reported while disabled, so a crash in between is
 	// made good by the next one.
-	set, err := s.client.HSetNX(ctx, s.keys.paused(), pauseField(PauseDisabled, name), ms(s.Now())).Result()
+	set, err := s.runScript(ctx, pauseDisabledScript, []string{s.keys.paused()}, pauseField(PauseDisabled, name), ms(s.Now()))
 	if err != nil {
 		return false, fmt.Errorf("store: disable endpoint %q: %w", name, err)
 	}
-	if set {
+	if set == int64(1) {
 		// EnableEndpoint may have run since the script, and resumed before
 		// this pause was set: then the endpoint is enabled, and the pause
 		// goes again.
@@ -145,11 +145,33 @@ var failedScript = newScript(`
 local now, after = tonumber(ARGV[1]), tonumber(ARGV[2])
 if not now or not after or after < 1 then return redis.error_reply('bad arguments') end
 if redis.call('HEXISTS', KEYS[1], 'disabled_at') == 1 then return 1 end
-redis.call('HSETNX', KEYS[1], 'failing_since', ARGV[1])
-local since = tonumber(redis.call('HGET', KEYS[1], 'failing_since'))
-if now - since < after then return 0 end
-redis.call('HSET', KEYS[1], 'disabled_at', ARGV[1])
+local since = redis.call('HGET', KEYS[1], 'failing_since') or ARGV[1]
+-- Out first, in again: Redis at maxmemory refuses a script's first write
+-- that may grow memory, and a streak, a field or two, must not wait for
+-- memory, or the endpoint's notifications would burn their attempts
+-- meanwhile rather than wait parked.
+redis.call('HDEL', KEYS[1], 'failing_since')
+if now - tonumber(since) < after then
+  redis.call('HSET', KEYS[1], 'failing_since', since)
+  return 0
+end
+redis.call('HSET', KEYS[1], 'failing_since', since, 'disabled_at', ARGV[1])
 return 2
+`)
+
+// pauseDisabledScript pauses a disabled endpoint's notifications unless
+// they are paused already.
+//
+// KEYS[1] the paused hash.
+// ARGV: the pause's field, now (ms).
+// Returns 1 when it set the pause, 0 when it was set.
+var pauseDisabledScript = newScript(`
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end
+-- A delete first, of nothing: Redis at maxmemory refuses a script's first
+-- write that may grow memory, and the field is all a disable adds.
+redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return 1
 `)
 
 // enableScript clears the health of a disabled endpoint, and leaves that

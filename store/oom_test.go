@@ -254,3 +254,36 @@ func TestResumeWhenRedisIsFull(t *testing.T) {
 	require.Equal(t, 3, moved)
 	require.Len(t, b.reserveAll(t), 3)
 }
+
+// TestEndpointDisabledWhenRedisIsFull: an endpoint whose attempts have
+// failed for its disable_after is disabled while Redis is full too, so
+// that its notifications wait parked rather than burn their attempts: the
+// disable takes a field or two, and a refusal would leave them to be
+// attempted, and to die, for as long as Redis stays full. A streak that
+// begins while Redis is full counts too.
+func TestEndpointDisabledWhenRedisIsFull(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b, c := setupFull(t, 4)
+	_, err := b.store.Shards(ctx) // a namespace opened before, as one in use is
+	require.NoError(t, err)
+	fillRedis(t, c)
+
+	disabled, err := b.store.EndpointFailed(ctx, "merchant", time.Minute)
+	require.NoError(t, err, "a streak begins")
+	require.False(t, disabled)
+	b.clock.Advance(30 * time.Second)
+	disabled, err = b.store.EndpointFailed(ctx, "merchant", time.Minute)
+	require.NoError(t, err)
+	require.False(t, disabled)
+	b.clock.Advance(time.Minute)
+	disabled, err = b.store.EndpointFailed(ctx, "merchant", time.Minute)
+	require.NoError(t, err)
+	require.True(t, disabled)
+	paused, err := b.store.IsPaused(ctx, store.PauseDisabled, "merchant")
+	require.NoError(t, err)
+	require.True(t, paused)
+	h, err := b.store.EndpointHealth(ctx, "merchant")
+	require.NoError(t, err)
+	require.NotNil(t, h.DisabledAt)
+}

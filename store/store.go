@@ -146,9 +146,9 @@ func (c *Config) validate() error {
 // enqueue, pause or endpoint write changed nothing; it succeeds once memory
 // is freed (a purge of dead letters, the sweep of expired records) or
 // maxmemory is raised. Reservations, outcomes, cancels, purges, sweeps,
-// quarantines and resumes delete before they write, which Redis lets
-// through while full, so that no attempt is made whose outcome cannot be
-// recorded. The Redis error stays in the chain.
+// quarantines, resumes and endpoints' health delete before they write,
+// which Redis lets through while full, so that no attempt is made whose
+// outcome cannot be recorded. The Redis error stays in the chain.
 var ErrOutOfMemory = errors.New("redis is out of memory (used memory above maxmemory)")
 
 // Store is Herald's Redis state. It is safe for concurrent use.
