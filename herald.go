@@ -109,6 +109,10 @@ var (
 	// replicas asked for (ClientConfig.WaitReplicas), so it is not reported
 	// done.
 	ErrNotReplicated = notify.ErrNotReplicated
+	// ErrOutOfMemory means Redis refused a write because its memory reached
+	// maxmemory: an enqueue refused so changed nothing, and succeeds once
+	// memory is freed or maxmemory raised.
+	ErrOutOfMemory = notify.ErrOutOfMemory
 	// ErrStaleReceipt means an ack or nack came after its reservation
 	// ended.
 	ErrStaleReceipt = notify.ErrStaleReceipt

@@ -8,7 +8,6 @@ import (
 
 	"github.com/heraldhq/herald/endpoint"
 	"github.com/heraldhq/herald/notify"
-	"github.com/heraldhq/herald/store"
 )
 
 // Error codes of the API's error body; each goes with one HTTP status.
@@ -82,7 +81,7 @@ func classify(err error) (int, Error) {
 	case errors.Is(err, notify.ErrNotReplicated):
 		return http.StatusServiceUnavailable, Error{Code: CodeUnavailable, Message: "the change reached Redis but not enough replicas " +
 			"in time (redis.wait_replicas): it may be lost if the master fails; read it back before trying again"}
-	case errors.Is(err, store.ErrOutOfMemory):
+	case errors.Is(err, notify.ErrOutOfMemory):
 		return http.StatusServiceUnavailable, Error{Code: CodeUnavailable, Message: "Redis is out of memory (maxmemory reached) and refused the change; " +
 			"send the same request again once memory is freed (purge dead letters, shorten retention) or maxmemory is raised"}
 	case errors.Is(err, notify.ErrOrdered):

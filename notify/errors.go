@@ -51,6 +51,17 @@ var (
 	// many replicas as redis.wait_replicas asks within redis.wait_timeout:
 	// it may not survive the master's loss, so it is not reported done.
 	ErrNotReplicated = errors.New("write not acknowledged by enough replicas")
+
+	// ErrOutOfMemory means Redis refused a write because its memory reached
+	// maxmemory (under noeviction, the policy Herald requires). A refused
+	// enqueue, pause or endpoint write changed nothing; it succeeds once
+	// memory is freed (a purge of dead letters, the sweep of expired
+	// records) or maxmemory is raised. Reservations, outcomes, cancels,
+	// purges, sweeps, quarantines, resumes and endpoints' health delete
+	// before they write, which Redis lets through while full, so that no
+	// attempt is made whose outcome cannot be recorded. The Redis error
+	// stays in the chain.
+	ErrOutOfMemory = errors.New("redis is out of memory (used memory above maxmemory)")
 )
 
 // FieldError is a validation error that names the offending field, such as

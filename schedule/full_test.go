@@ -14,14 +14,13 @@ import (
 	"github.com/heraldhq/herald/internal/redistest"
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/schedule"
-	"github.com/heraldhq/herald/store"
 )
 
 // TestDispatchWhenRedisIsFull runs a dispatcher on a Redis at maxmemory
 // (noeviction): what was stored before is delivered on schedule, each
 // attempt recorded once, retries included, none early, none twice at
 // once; the dispatcher logs no warning, as nothing it does fails; an
-// enqueue is refused with store.ErrOutOfMemory; once the limit is lifted,
+// enqueue is refused with notify.ErrOutOfMemory; once the limit is lifted,
 // what is enqueued then is delivered too.
 func TestDispatchWhenRedisIsFull(t *testing.T) {
 	t.Parallel()
@@ -50,7 +49,7 @@ func TestDispatchWhenRedisIsFull(t *testing.T) {
 	b.start(t, schedule.Config{Senders: map[string]notify.Sender{notify.ChannelWebhook: rec}, Logger: logger})
 
 	_, _, err := b.store.Enqueue(ctx, heraldtest.Notification(t, "refused", time.Now()), false)
-	require.ErrorIs(t, err, store.ErrOutOfMemory)
+	require.ErrorIs(t, err, notify.ErrOutOfMemory)
 	for _, id := range ids {
 		got := b.waitState(t, id, notify.StateSucceeded)
 		requireOnSchedule(t, got)

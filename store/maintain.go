@@ -128,7 +128,7 @@ func (s *Store) Sweep(ctx context.Context, limit int) (deleted int, more bool, e
 	// refuses HSETNX even where the count is there: that fails nothing,
 	// as the sweep is what frees memory, and a later sweep records it.
 	firstErr := outOfMemory(s.client.HSetNX(ctx, k.meta(), "shards", k.shards).Err())
-	if errors.Is(firstErr, ErrOutOfMemory) {
+	if errors.Is(firstErr, notify.ErrOutOfMemory) {
 		firstErr = nil
 	}
 	for shard, c := range calls {

@@ -67,7 +67,7 @@ func setupFull(t *testing.T, shards int) (*testBundle, *redis.Client) {
 }
 
 // TestEnqueueWhenRedisIsFull: a Redis at maxmemory refuses every kind of
-// enqueue with store.ErrOutOfMemory, which the API answers as 503 naming
+// enqueue with notify.ErrOutOfMemory, which the API answers as 503 naming
 // the cause, and the refused call leaves Redis as it was, byte for byte:
 // no record without its queue entry, no stub without its record. Once the
 // limit is lifted the same enqueues succeed.
@@ -103,7 +103,7 @@ func TestEnqueueWhenRedisIsFull(t *testing.T) {
 				},
 			}
 			for name, enqueue := range enqueues {
-				require.ErrorIs(t, enqueue(), store.ErrOutOfMemory, name)
+				require.ErrorIs(t, enqueue(), notify.ErrOutOfMemory, name)
 				require.Equal(t, before, snapshot(t, c, b.store.Namespace()), "%s changed Redis", name)
 			}
 

@@ -141,16 +141,6 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// ErrOutOfMemory means Redis refused a write because its memory reached
-// maxmemory (under noeviction, the policy Herald requires). A refused
-// enqueue, pause or endpoint write changed nothing; it succeeds once memory
-// is freed (a purge of dead letters, the sweep of expired records) or
-// maxmemory is raised. Reservations, outcomes, cancels, purges, sweeps,
-// quarantines, resumes and endpoints' health delete before they write,
-// which Redis lets through while full, so that no attempt is made whose
-// outcome cannot be recorded. The Redis error stays in the chain.
-var ErrOutOfMemory = errors.New("redis is out of memory (used memory above maxmemory)")
-
 // Store is Herald's Redis state. It is safe for concurrent use.
 type Store struct {
 	client redis.UniversalClient
@@ -420,19 +410,19 @@ func (s *Store) exec(ctx context.Context, pipe redis.Pipeliner) ([]redis.Cmder, 
 }
 
 // refusedFull reports whether err is Redis's refusal of a write at
-// maxmemory, not yet marked with ErrOutOfMemory.
+// maxmemory, not yet marked with notify.ErrOutOfMemory.
 func refusedFull(err error) bool {
-	return redis.HasErrorPrefix(err, "OOM") && !errors.Is(err, ErrOutOfMemory)
+	return redis.HasErrorPrefix(err, "OOM") && !errors.Is(err, notify.ErrOutOfMemory)
 }
 
 // outOfMemory marks Redis's refusal of a write at maxmemory with
-// ErrOutOfMemory, which a caller can tell from an outage; other errors
+// notify.ErrOutOfMemory, which a caller can tell from an outage; other errors
 // come back as they are.
 func outOfMemory(err error) error {
 	if !refusedFull(err) {
 		return err
 	}
-	return fmt.Errorf("%w: %w", ErrOutOfMemory, err)
+	return fmt.Errorf("%w: %w", notify.ErrOutOfMemory, err)
 }
 
 // allFailed returns the first call's error when every call failed, nil

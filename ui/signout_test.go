@@ -144,7 +144,7 @@ func TestSignOut(t *testing.T) {
 		require.NoError(t, rdb.ConfigSet(context.Background(), "maxmemory", "1").Err())
 		res, body := b.post(t, "/ui/logout", url.Values{"csrf": {csrf(t, page)}}, b.server.URL)
 		require.Equal(t, http.StatusServiceUnavailable, res.StatusCode)
-		require.Contains(t, body, "The store did not answer")
+		require.Contains(t, body, "Redis is out of memory")
 		require.Empty(t, res.Cookies(), "the cookie is kept")
 		require.NoError(t, rdb.ConfigSet(context.Background(), "maxmemory", "0").Err())
 		status, _ := b.get(t, "/ui/policies")
