@@ -244,3 +244,29 @@ func (h *failCommand) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (h *failCommand) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
+
+// TestEndpointStreakWrittenByHand: a failing streak whose start is not a
+// number (set by hand with redis-cli) starts anew at the next failure,
+// rather than failing every failure's record after the script's first
+// write, which would leave the endpoint with no streak at all.
+func TestEndpointStreakWrittenByHand(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := server.Client(t)
+	b := setup(t, store.Config{Client: c})
+	health := b.store.Namespace() + ":{ep:m}:health"
+	require.NoError(t, c.HSet(ctx, health, "failing_since", "yesterday").Err())
+
+	disabled, err := b.store.EndpointFailed(ctx, "m", time.Hour)
+	require.NoError(t, err)
+	require.False(t, disabled)
+	h, err := b.store.EndpointHealth(ctx, "m")
+	require.NoError(t, err)
+	require.NotNil(t, h.FailingSince)
+	require.True(t, b.clock.Now().Equal(*h.FailingSince), "streak from %v", *h.FailingSince)
+
+	b.clock.Advance(time.Hour)
+	disabled, err = b.store.EndpointFailed(ctx, "m", time.Hour)
+	require.NoError(t, err)
+	require.True(t, disabled, "failing for its disable_after from the new start")
+}

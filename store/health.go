@@ -145,17 +145,19 @@ var failedScript = newScript(`
 local now, after = tonumber(ARGV[1]), tonumber(ARGV[2])
 if not now or not after or after < 1 then return redis.error_reply('bad arguments') end
 if redis.call('HEXISTS', KEYS[1], 'disabled_at') == 1 then return 1 end
-local since = redis.call('HGET', KEYS[1], 'failing_since') or ARGV[1]
+-- A streak start that is not a number (written by hand) starts anew,
+-- rather than failing the script after its first write.
+local since = tonumber(redis.call('HGET', KEYS[1], 'failing_since') or '') or now
 -- Out first, in again: Redis at maxmemory refuses a script's first write
 -- that may grow memory, and a streak, a field or two, must not wait for
 -- memory, or the endpoint's notifications would burn their attempts
 -- meanwhile rather than wait parked.
 redis.call('HDEL', KEYS[1], 'failing_since')
-if now - tonumber(since) < after then
-  redis.call('HSET', KEYS[1], 'failing_since', since)
+if now - since < after then
+  redis.call('HSET', KEYS[1], 'failing_since', string.format('%d', since))
   return 0
 end
-redis.call('HSET', KEYS[1], 'failing_since', since, 'disabled_at', ARGV[1])
+redis.call('HSET', KEYS[1], 'failing_since', string.format('%d', since), 'disabled_at', ARGV[1])
 return 2
 `)
 
