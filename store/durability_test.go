@@ -123,6 +123,52 @@ func TestLateRepliesRunScriptsOnce(t *testing.T) {
 	require.Contains(t, stats, "cmdstat_lpop:calls=1,", "the reservation's script ran once")
 }
 
+// TestReservationBehindAWritePause: a reservation whose script waits
+// behind CLIENT PAUSE WRITE (as an operator's switchover pauses writes)
+// past the client's read timeout fails, and leaves nothing reserved for no
+// one once the pause ends: the notification is due and handed out when
+// asked again, with no attempt counted. (Redis drops a paused command
+// whose client hung up, and the give-back, whose reads a write pause lets
+// through, finds nothing to give back.)
+func TestReservationBehindAWritePause(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := redistest.Start(t, redistest.Options{})
+	opts := srv.Options()
+	opts.ReadTimeout = 200 * time.Millisecond
+	client := redis.NewClient(opts)
+	t.Cleanup(func() { _ = client.Close() })
+	st, err := store.New(&store.Config{Client: client, Logger: heraldtest.Logger(t)})
+	require.NoError(t, err)
+	_, _, err = st.Enqueue(ctx, heraldtest.Notification(t, "a", time.Now().Add(-time.Second)), false)
+	require.NoError(t, err)
+	_, _, err = st.Reserve(ctx, store.PullQueue("other"), heraldtest.AllShards(t, st), 1) // loads the script
+	require.NoError(t, err)
+
+	admin := srv.Client(t)
+	require.NoError(t, admin.Do(ctx, "client", "pause", 1000, "write").Err())
+	items, _, err := st.Reserve(ctx, store.PullQueue("jobs"), heraldtest.AllShards(t, st), 10)
+	require.Error(t, err, "no answer within the read timeout (%d items)", len(items))
+	var lost *store.ReserveError
+	if errors.As(err, &lost) {
+		require.Eventually(t, func() bool {
+			_, err := st.GiveBack(ctx, lost.Lost)
+			return err == nil
+		}, 10*time.Second, 10*time.Millisecond)
+	}
+	require.NoError(t, admin.Do(ctx, "client", "unpause").Err())
+	// The paused script has run once a write after it has.
+	require.NoError(t, admin.Set(ctx, redistest.Namespace(t)+":after", "1", time.Minute).Err())
+
+	n, err := st.Get(ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, notify.StateScheduled, n.State, "reserved for no one after the pause")
+	require.Zero(t, n.Attempts)
+	got, _, err := st.Reserve(ctx, store.PullQueue("jobs"), heraldtest.AllShards(t, st), 10)
+	require.NoError(t, err)
+	require.Len(t, got, 1, "due, and handed out once asked again")
+}
+
 // TestWaitReplicasCoverSettings: with redis.wait_replicas, the changes an
 // operator is answered about besides notifications (a pause and a resume,
 // an endpoint stored, enabled or deleted, a dashboard sign-out) wait for
