@@ -116,10 +116,16 @@ func TestLargeBodiesTakeTurns(t *testing.T) {
 	}
 	// The server sees a body end a moment after its client has given up,
 	// and a loaded machine can stretch that past Timeout: ask again until
-	// the turns are free.
+	// the turns are free. Two notifications make this body large: large's
+	// 300 enqueues ran past Timeout on every try of a loaded machine (503s
+	// after 2.2s and 7.9s), so that no try could tell whether the turns
+	// were free.
+	pad := strings.Repeat("z", 150<<10)
+	two := `{"notifications":[{"topic":"jobs","payload":{"pad":"` + pad + `"}},{"topic":"jobs","payload":{"pad":"` + pad + `"}}]}`
+	require.Greater(t, len(two), api.MaxBodyDefault)
 	require.Eventually(t, func() bool {
-		status, out = b.do(t, http.MethodPost, "/v1/notifications/batch", large)
+		status, out = b.do(t, http.MethodPost, "/v1/notifications/batch", two)
 		return status != http.StatusServiceUnavailable
-	}, 10*time.Second, 10*time.Millisecond, "the turns were never given back")
+	}, 30*time.Second, 10*time.Millisecond, "the turns were never given back")
 	require.Equal(t, http.StatusOK, status, "once the others are done: %.300s", out)
 }
