@@ -95,6 +95,11 @@ func TestEndpointLimits(t *testing.T) {
 		for i := range 20 {
 			b.waitState(t, fmt.Sprint("o", i), notify.StateSucceeded)
 		}
+		// One wait for the whole backlog: each record's wait below is 15s,
+		// and a loaded machine took longer than that from l2's success to
+		// l3's.
+		require.Eventually(t, func() bool { return len(limited.requests()) >= total }, 2*time.Minute, 10*time.Millisecond,
+			"the backlog never drained")
 		for i := range total {
 			rec := b.waitState(t, fmt.Sprint("l", i), notify.StateSucceeded)
 			require.Len(t, rec.History, 1, "waiting for room burnt an attempt")
@@ -136,7 +141,12 @@ func TestEndpointLimits(t *testing.T) {
 			}
 		}
 		t.Logf("rate 50: %d requests in the first 10s", in)
-		require.InDelta(t, 500, in, 50, "rate: 50 held within 10%% over 10s")
+		// More than 10% over is the limiter's fault however loaded the
+		// machine. Fewer can be the machine's: three dispatchers starved of
+		// CPU made 381. A limiter that grants half the rate, or a third
+		// (one dispatcher's share), makes 250 or fewer.
+		require.LessOrEqual(t, in, 550, "rate: 50 exceeded by more than 10%% over 10s")
+		require.GreaterOrEqual(t, in, 300, "rate: 50 held back to under 30/s")
 	})
 }
 
