@@ -515,7 +515,10 @@ func TestObserverCountsRecordedAttemptsOnly(t *testing.T) {
 		var logs heraldtest.Buffer
 		d := b.start(t, schedule.Config{Handlers: map[string]notify.Sender{"jobs": rec}, Observer: obs,
 			Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-		zero, ttr := notify.Duration(0), notify.Duration(50*time.Millisecond)
+		// A ttr long enough for the handler to start: with 50ms, a loaded
+		// machine's reservation ran out while it waited for a worker, and
+		// the reaper recorded an attempt the handler never began.
+		zero, ttr := notify.Duration(0), notify.Duration(time.Second)
 		n, err := b.policies.Resolve(&notify.Request{ID: "job1", Topic: "jobs", Channel: notify.ChannelPull,
 			Backoff: ms(0), Delay: &zero, TTR: &ttr}, time.Now(), 0)
 		require.NoError(t, err)
