@@ -83,18 +83,7 @@ func reserveEventually(t *testing.T, st *store.Store, n int) []*notify.Notificat
 func TestLateRepliesRunScriptsOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	srv := redistest.Start(t, redistest.Options{})
-	opts := srv.Options()
-	opts.ReadTimeout = 200 * time.Millisecond
-	opts.MaxRetries = 3
-	client := redis.NewClient(opts)
-	t.Cleanup(func() { _ = client.Close() })
-	st, err := store.New(&store.Config{Client: client, Logger: heraldtest.Logger(t)})
-	require.NoError(t, err)
-	_, _, err = st.Enqueue(ctx, heraldtest.Notification(t, "a", time.Now().Add(-time.Second)), false)
-	require.NoError(t, err)
-	_, _, err = st.Reserve(ctx, store.PullQueue("other"), heraldtest.AllShards(t, st), 1) // loads the script
-	require.NoError(t, err)
+	srv, client, st := lateReplyStore(t, 3)
 	require.NoError(t, client.ConfigResetStat(ctx).Err())
 
 	srv.Pause()
@@ -103,14 +92,7 @@ func TestLateRepliesRunScriptsOnce(t *testing.T) {
 	defer resumed.Stop()
 	items, _, err := st.Reserve(ctx, store.PullQueue("jobs"), heraldtest.AllShards(t, st), 10)
 	require.Error(t, err, "no answer within the read timeout, not an empty queue (%d items)", len(items))
-	var lost *store.ReserveError
-	if errors.As(err, &lost) {
-		// Reserve could not give it back before Redis came back.
-		require.Eventually(t, func() bool {
-			_, err := st.GiveBack(ctx, lost.Lost)
-			return err == nil
-		}, 5*time.Second, 10*time.Millisecond)
-	}
+	giveBackLost(t, st, err)
 
 	n, err := st.Get(ctx, "a")
 	require.NoError(t, err)
@@ -133,31 +115,15 @@ func TestLateRepliesRunScriptsOnce(t *testing.T) {
 func TestReservationBehindAWritePause(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	srv := redistest.Start(t, redistest.Options{})
-	opts := srv.Options()
-	opts.ReadTimeout = 200 * time.Millisecond
-	client := redis.NewClient(opts)
-	t.Cleanup(func() { _ = client.Close() })
-	st, err := store.New(&store.Config{Client: client, Logger: heraldtest.Logger(t)})
-	require.NoError(t, err)
-	_, _, err = st.Enqueue(ctx, heraldtest.Notification(t, "a", time.Now().Add(-time.Second)), false)
-	require.NoError(t, err)
-	_, _, err = st.Reserve(ctx, store.PullQueue("other"), heraldtest.AllShards(t, st), 1) // loads the script
-	require.NoError(t, err)
-
+	srv, _, st := lateReplyStore(t, 1)
 	admin := srv.Client(t)
 	require.NoError(t, admin.Do(ctx, "client", "pause", 1000, "write").Err())
 	items, _, err := st.Reserve(ctx, store.PullQueue("jobs"), heraldtest.AllShards(t, st), 10)
 	require.Error(t, err, "no answer within the read timeout (%d items)", len(items))
-	var lost *store.ReserveError
-	if errors.As(err, &lost) {
-		require.Eventually(t, func() bool {
-			_, err := st.GiveBack(ctx, lost.Lost)
-			return err == nil
-		}, 10*time.Second, 10*time.Millisecond)
-	}
+	giveBackLost(t, st, err)
 	require.NoError(t, admin.Do(ctx, "client", "unpause").Err())
-	// The paused script has run once a write after it has.
+	// Redis answers a write sent after the unpause once it has run what the
+	// pause held, if anything.
 	require.NoError(t, admin.Set(ctx, redistest.Namespace(t)+":after", "1", time.Minute).Err())
 
 	n, err := st.Get(ctx, "a")
@@ -167,6 +133,41 @@ func TestReservationBehindAWritePause(t *testing.T) {
 	got, _, err := st.Reserve(ctx, store.PullQueue("jobs"), heraldtest.AllShards(t, st), 10)
 	require.NoError(t, err)
 	require.Len(t, got, 1, "due, and handed out once asked again")
+}
+
+// lateReplyStore opens a store on a Redis of the test's own, through a
+// client that gives up on a reply after 200ms and retries a failed command
+// up to maxRetries times, with notification "a" due and the reserve
+// script loaded.
+func lateReplyStore(t *testing.T, maxRetries int) (*redistest.Server, *redis.Client, *store.Store) {
+	t.Helper()
+	ctx := context.Background()
+	srv := redistest.Start(t, redistest.Options{})
+	opts := srv.Options()
+	opts.ReadTimeout = 200 * time.Millisecond
+	opts.MaxRetries = maxRetries
+	client := redis.NewClient(opts)
+	t.Cleanup(func() { _ = client.Close() })
+	st, err := store.New(&store.Config{Client: client, Logger: heraldtest.Logger(t)})
+	require.NoError(t, err)
+	_, _, err = st.Enqueue(ctx, heraldtest.Notification(t, "a", time.Now().Add(-time.Second)), false)
+	require.NoError(t, err)
+	_, _, err = st.Reserve(ctx, store.PullQueue("other"), heraldtest.AllShards(t, st), 1) // loads the script
+	require.NoError(t, err)
+	return srv, client, st
+}
+
+// giveBackLost gives back what the failed Reserve whose error is err left
+// reserved, when Reserve could not do so itself before Redis came back.
+func giveBackLost(t *testing.T, st *store.Store, err error) {
+	t.Helper()
+	var lost *store.ReserveError
+	if errors.As(err, &lost) {
+		require.Eventually(t, func() bool {
+			_, err := st.GiveBack(context.Background(), lost.Lost)
+			return err == nil
+		}, 10*time.Second, 10*time.Millisecond)
+	}
 }
 
 // TestWaitReplicasCoverSettings: with redis.wait_replicas, the changes an
