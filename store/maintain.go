@@ -127,9 +127,9 @@ func (s *Store) Sweep(ctx context.Context, limit int) (deleted int, more bool, e
 	// it is what the next store to open the namespace reads. A full Redis
 	// refuses HSETNX even where the count is there: that fails nothing,
 	// as the sweep is what frees memory, and a later sweep records it.
-	firstErr := outOfMemory(s.client.HSetNX(ctx, k.meta(), "shards", k.shards).Err())
-	if errors.Is(firstErr, notify.ErrOutOfMemory) {
-		firstErr = nil
+	var firstErr error
+	if err := s.client.HSetNX(ctx, k.meta(), "shards", k.shards).Err(); !refusedFull(err) {
+		firstErr = err
 	}
 	for shard, c := range calls {
 		n, left, keyed, err := replySwept(c.cmd.Result())

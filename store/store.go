@@ -639,13 +639,11 @@ func (s *Store) sendWaited(ctx context.Context, key string, queue func(redis.Pip
 	if err != nil {
 		return err
 	}
-	var wait *redis.Cmd
-	if _, err := node.Pipelined(ctx, func(p redis.Pipeliner) error {
-		queue(p)
-		wait = p.Do(ctx, "wait", n, s.cfg.WaitTimeout.Milliseconds())
-		return nil
-	}); err != nil {
-		return outOfMemory(err)
+	pipe := node.Pipeline()
+	queue(pipe)
+	wait := pipe.Do(ctx, "wait", n, s.cfg.WaitTimeout.Milliseconds())
+	if _, err := s.exec(ctx, pipe); err != nil {
+		return err
 	}
 	return s.replicated(wait, n)
 }
