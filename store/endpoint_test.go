@@ -247,8 +247,8 @@ func (h *failCommand) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 
 // TestEndpointStreakWrittenByHand: a failing streak whose start is not a
 // number (set by hand with redis-cli) starts anew at the next failure,
-// rather than failing every failure's record after the script's first
-// write, which would leave the endpoint with no streak at all.
+// rather than failing every failure's record, which would never disable
+// the endpoint.
 func TestEndpointStreakWrittenByHand(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

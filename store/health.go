@@ -146,15 +146,18 @@ local now, after = tonumber(ARGV[1]), tonumber(ARGV[2])
 if not now or not after or after < 1 then return redis.error_reply('bad arguments') end
 if redis.call('HEXISTS', KEYS[1], 'disabled_at') == 1 then return 1 end
 -- A streak start that is not a number (written by hand) starts anew,
--- rather than failing the script after its first write.
-local since = tonumber(redis.call('HGET', KEYS[1], 'failing_since') or '') or now
--- Out first, in again: Redis at maxmemory refuses a script's first write
--- that may grow memory, and a streak, a field or two, must not wait for
--- memory, or the endpoint's notifications would burn their attempts
--- meanwhile rather than wait parked.
+-- rather than failing every failure's record. A streak going on writes
+-- nothing.
+local since = tonumber(redis.call('HGET', KEYS[1], 'failing_since') or '')
+if since and now - since < after then return 0 end
+-- A streak that starts, or that disables the endpoint: out first, in
+-- again. Redis at maxmemory refuses a script's first write that may grow
+-- memory (a delete of nothing counts as a write), and a streak must not
+-- wait for memory, or the endpoint's notifications would burn their
+-- attempts meanwhile rather than wait parked.
 redis.call('HDEL', KEYS[1], 'failing_since')
-if now - since < after then
-  redis.call('HSET', KEYS[1], 'failing_since', string.format('%d', since))
+if not since then
+  redis.call('HSET', KEYS[1], 'failing_since', ARGV[1])
   return 0
 end
 redis.call('HSET', KEYS[1], 'failing_since', string.format('%d', since), 'disabled_at', ARGV[1])
