@@ -1,8 +1,12 @@
 package store_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -83,7 +87,7 @@ func reserveEventually(t *testing.T, st *store.Store, n int) []*notify.Notificat
 func TestLateRepliesRunScriptsOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	srv, client, st := lateReplyStore(t, 3)
+	srv, client, st := lateReplyStore(t, func(o *redis.Options) { o.MaxRetries = 3 })
 	require.NoError(t, client.ConfigResetStat(ctx).Err())
 
 	srv.Pause()
@@ -115,7 +119,7 @@ func TestLateRepliesRunScriptsOnce(t *testing.T) {
 func TestReservationBehindAWritePause(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	srv, _, st := lateReplyStore(t, 1)
+	srv, _, st := lateReplyStore(t, func(o *redis.Options) { o.MaxRetries = 1 })
 	admin := srv.Client(t)
 	require.NoError(t, admin.Do(ctx, "client", "pause", 1000, "write").Err())
 	items, _, err := st.Reserve(ctx, store.PullQueue("jobs"), heraldtest.AllShards(t, st), 10)
@@ -135,17 +139,104 @@ func TestReservationBehindAWritePause(t *testing.T) {
 	require.Len(t, got, 1, "due, and handed out once asked again")
 }
 
+// TestReservationArrivingAfterItsGiveBack: a reservation whose request
+// reaches Redis only after the caller gave up on it, and after the
+// give-back looked for what it reserved and found nothing (a request held
+// up on its way, as a stalled link's retransmission is), reserves nothing:
+// the notification stays due, where it was left reserved for no one, to
+// wait out its ttr and count an attempt never made.
+func TestReservationArrivingAfterItsGiveBack(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	held := &heldWrite{}
+	_, _, st := lateReplyStore(t, func(o *redis.Options) { o.Dialer = held.dial })
+
+	held.armed.Store(true)
+	items, _, err := st.Reserve(ctx, store.PullQueue("jobs"), heraldtest.AllShards(t, st), 10)
+	require.Error(t, err, "no answer within the read timeout (%d items)", len(items))
+	var lost *store.ReserveError
+	require.False(t, errors.As(err, &lost), "Redis answered the give-back: %v", err)
+	held.release(t)
+
+	n, err := st.Get(ctx, "a")
+	require.NoError(t, err)
+	require.Equal(t, notify.StateScheduled, n.State, "not reserved for no one")
+	got, _, err := st.Reserve(ctx, store.PullQueue("jobs"), heraldtest.AllShards(t, st), 10)
+	require.NoError(t, err)
+	require.Len(t, got, 1, "due, and handed out once asked again")
+	require.Zero(t, got[0].Attempts)
+}
+
+// heldWrite is a dialer whose connections, once armed, keep the first
+// script call written from Redis until release: the client takes it as
+// sent, times out waiting for the answer and closes the connection, which
+// stays open underneath for release to deliver the call late.
+type heldWrite struct {
+	armed atomic.Bool
+	mu    sync.Mutex
+	conn  net.Conn
+	call  []byte
+}
+
+func (h *heldWrite) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &holdingConn{Conn: c, h: h}, nil
+}
+
+// release writes the held call to Redis and waits for its answer, so that
+// the call has run when release returns.
+func (h *heldWrite) release(t *testing.T) {
+	t.Helper()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	require.NotNil(t, h.conn, "a script call was held")
+	defer func() { _ = h.conn.Close() }()
+	_, err := h.conn.Write(h.call)
+	require.NoError(t, err)
+	require.NoError(t, h.conn.SetReadDeadline(time.Now().Add(10*time.Second)))
+	_, err = h.conn.Read(make([]byte, 1))
+	require.NoError(t, err, "Redis answered the late call")
+}
+
+type holdingConn struct {
+	net.Conn
+	h       *heldWrite
+	holding atomic.Bool
+}
+
+func (c *holdingConn) Write(b []byte) (int, error) {
+	if bytes.Contains(bytes.ToLower(b), []byte("evalsha")) && c.h.armed.CompareAndSwap(true, false) {
+		c.h.mu.Lock()
+		c.h.conn, c.h.call = c.Conn, bytes.Clone(b)
+		c.h.mu.Unlock()
+		c.holding.Store(true)
+		return len(b), nil
+	}
+	return c.Conn.Write(b)
+}
+
+// Close leaves a connection holding a call open for release.
+func (c *holdingConn) Close() error {
+	if c.holding.Load() {
+		return nil
+	}
+	return c.Conn.Close()
+}
+
 // lateReplyStore opens a store on a Redis of the test's own, through a
-// client that gives up on a reply after 200ms and retries a failed command
-// up to maxRetries times, with notification "a" due and the reserve
-// script loaded.
-func lateReplyStore(t *testing.T, maxRetries int) (*redistest.Server, *redis.Client, *store.Store) {
+// client that gives up on a reply after 200ms, with the rest of its
+// options as opt sets them, notification "a" due and the reserve script
+// loaded.
+func lateReplyStore(t *testing.T, opt func(*redis.Options)) (*redistest.Server, *redis.Client, *store.Store) {
 	t.Helper()
 	ctx := context.Background()
 	srv := redistest.Start(t, redistest.Options{})
 	opts := srv.Options()
 	opts.ReadTimeout = 200 * time.Millisecond
-	opts.MaxRetries = maxRetries
+	opt(opts)
 	client := redis.NewClient(opts)
 	t.Cleanup(func() { _ = client.Close() })
 	st, err := store.New(&store.Config{Client: client, Logger: heraldtest.Logger(t)})

@@ -97,6 +97,12 @@ func (k *keys) ready(shard int, queue string) string { return k.prefix(shard) + 
 
 func (k *keys) dead(shard int, topic string) string { return k.prefix(shard) + "dead:" + topic }
 
+// givenBack marks the Reserve call of receipt given back, in the slot of
+// shard's counters, where that call's script looks for it.
+func (k *keys) givenBack(shard int, receipt string) string {
+	return k.prefix(shard) + "given:" + receipt
+}
+
 func (k *keys) activity(shard int, minute int64) string {
 	return k.prefix(shard) + "act:" + strconv.FormatInt(minute, 10)
 }

@@ -287,3 +287,27 @@ func TestEndpointDisabledWhenRedisIsFull(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, h.DisabledAt)
 }
+
+// TestGiveBackWhenRedisIsFull: what a reservation whose answer was lost
+// holds is given back while Redis is full, as the rest of a reservation's
+// life is: its mark, written first, takes a few bytes Redis would refuse
+// as a script's first write, and a refused give-back would leave the
+// notification reserved for no one until its ttr.
+func TestGiveBackWhenRedisIsFull(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b, c := setupFull(t, 1)
+	b.enqueue(t, b.newNotification(t, "a", 0, 0))
+	lost := store.LostReservation{Queue: store.PullQueue("jobs"), Shards: []int{0}, At: b.clock.Now()}
+	got := b.reserveAll(t)
+	require.Len(t, got, 1)
+	lost.Receipt = strings.TrimSuffix(got[0].Receipt, "0")
+	fillRedis(t, c)
+
+	given, err := b.store.GiveBack(ctx, lost)
+	require.NoError(t, err)
+	require.Equal(t, 1, given)
+	again := b.reserveAll(t)
+	require.Len(t, again, 1, "due again")
+	require.Zero(t, again[0].Attempts)
+}

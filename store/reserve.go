@@ -58,7 +58,7 @@ func (s *Store) Reserve(ctx context.Context, queue string, shards []int, limit i
 	calls := make([]*scriptCall, len(groups))
 	k := &s.keys
 	for i, g := range groups {
-		keyList := make([]string, 1, 1+5*len(g))
+		keyList := make([]string, 1, 2+5*len(g))
 		keyList[0] = k.stats(s.counters(g[0].shard))
 		args := make([]any, 1, 1+2*len(g))
 		args[0] = now
@@ -66,6 +66,7 @@ func (s *Store) Reserve(ctx context.Context, queue string, shards []int, limit i
 			keyList = append(keyList, k.due(q.shard, queue), k.reserved(q.shard), k.job(q.shard), k.state(q.shard), k.ready(q.shard, queue))
 			args = append(args, q.max, receipt+strconv.Itoa(q.shard))
 		}
+		keyList = append(keyList, k.givenBack(s.counters(g[0].shard), receipt))
 		calls[i] = &scriptCall{script: reserveScript, keys: keyList, args: args}
 	}
 	// lost names the shards of the calls whose answers were lost.
@@ -243,8 +244,17 @@ const (
 // the reservations of lost's shards whose deadlines are at or after
 // lost.At, a page at a time, and releases those holding lost's receipt: a
 // failure path, which costs a read of the shards' current reservations.
+//
+// Before it reads, it marks lost's call given back, so that the call, if
+// Redis has not run it yet (a request held up on its way, which reaches
+// Redis after this read), reserves nothing when it arrives: left to run,
+// it would reserve for no one, and its notifications would wait out their
+// ttr and count an attempt never made.
 func (s *Store) GiveBack(ctx context.Context, lost LostReservation) (int, error) {
 	if err := s.open(ctx); err != nil {
+		return 0, err
+	}
+	if err := s.markGivenBack(ctx, lost); err != nil {
 		return 0, err
 	}
 	held, err := s.heldBy(ctx, lost)
@@ -262,6 +272,36 @@ func (s *Store) GiveBack(ctx context.Context, lost LostReservation) (int, error)
 		}
 	}
 	return given, nil
+}
+
+// givenBackFor is how long a lost reservation's call stays marked given
+// back: longer than a request can be held up on its way, which TCP's
+// retransmissions bound at about 15 minutes (tcp_retries2).
+const givenBackFor = 20 * time.Minute
+
+// markGivenBack marks lost's call given back in the slot of each of its
+// shards' counters, where the call's script looks (reserveScript).
+func (s *Store) markGivenBack(ctx context.Context, lost LostReservation) error {
+	var calls []*scriptCall
+	marked := map[int]bool{}
+	for _, shard := range lost.Shards {
+		c := s.counters(shard)
+		if marked[c] {
+			continue
+		}
+		marked[c] = true
+		calls = append(calls, &scriptCall{script: givenBackScript,
+			keys: []string{s.keys.givenBack(c, lost.Receipt)}, args: []any{givenBackFor.Milliseconds()}})
+	}
+	if err := s.runScripts(ctx, calls); err != nil {
+		return fmt.Errorf("mark a lost reserve call given back: %w", err)
+	}
+	for _, c := range calls {
+		if err := c.cmd.Err(); err != nil {
+			return fmt.Errorf("mark a lost reserve call given back: %w", err)
+		}
+	}
+	return nil
 }
 
 // GiveBackUnstarted gives back reserved notifications whose attempts never

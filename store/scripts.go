@@ -22,7 +22,7 @@ import (
 //     holds what they need;
 //   - those that must work while Redis is at maxmemory (reserve, finish,
 //     cancel, purge, sweep, quarantine, unpark, an endpoint's failing
-//     streak and disable) delete before their first write that may grow
+//     streak and disable, a give-back's mark) delete before their first write that may grow
 //     memory: Redis refuses such a write only as a script's first, so the
 //     others (enqueue) change nothing when refused.
 //
@@ -588,6 +588,7 @@ return codes
 //	KEYS[1]           stats HASH that counts the moves
 //	KEYS[5g-3..5g+1]  shard g's due ZSET of the queue, reserved ZSET, job
 //	                  HASH, st HASH and ready LIST of the queue (g from 1)
+//	KEYS[2+5G]        the call's given-back mark (givenBackScript)
 //	ARGV[1]           now (ms): nothing due later is taken
 //	ARGV[2g, 2g+1]    shard g's limit, and the receipt of its reservations,
 //	                  unique to this call and shard: with the id, it names
@@ -604,6 +605,10 @@ return codes
 // early or twice. A due-set entry whose state is not scheduled is dropped
 // too, for the same reason.
 //
+// A call whose mark is set was given back before Redis ran it (its request
+// held up on its way while the caller gave up and GiveBack found nothing
+// it held): it reserves nothing, and answers an error no one reads.
+//
 // Returns per shard {head, ids, contents, lines}: the queue's earliest due
 // time left in it (now while its ready list holds more; "" when empty), and
 // the ids taken with their contents and new state lines (reserved, receipt,
@@ -613,7 +618,7 @@ return codes
 // is read or formatted per notification.
 var reserveScript = newScript(`
 local now, G = tonumber(ARGV[1]), (#ARGV - 1) / 2
-if not now or G < 1 or G % 1 ~= 0 or #KEYS ~= 1 + 5 * G then
+if not now or G < 1 or G % 1 ~= 0 or #KEYS ~= 2 + 5 * G then
   return redis.error_reply('ERR herald reserve: bad arguments')
 end
 local total = 0
@@ -625,6 +630,9 @@ for g = 1, G do
   total = total + limit
 end
 if total > MAX_BATCH then return redis.error_reply('ERR herald reserve: bad arguments') end
+if redis.call('EXISTS', KEYS[#KEYS]) == 1 then
+  return redis.error_reply('ERR herald reserve: given back before it ran')
+end
 -- routes caches, by the header line after its digest, what a reservation
 -- needs of it: {channel letter, deadline, topic}. The notifications of a
 -- topic share one, so each is parsed once per call.
@@ -718,6 +726,19 @@ for topic, c in pairs(counts) do
   redis.call('HINCRBY', KEYS[1], topic .. ':scheduled', '-' .. d)
 end
 return res
+`)
+
+// givenBackScript marks a lost Reserve call given back (reserveScript).
+//
+// KEYS[1] the call's mark.
+// ARGV[1] how long the mark lasts (ms).
+var givenBackScript = newScript(`
+if not int_arg(ARGV[1], 1, 9007199254740991) then return redis.error_reply('ERR herald given back: bad arguments') end
+-- A delete first, of nothing: Redis at maxmemory refuses a script's first
+-- write that may grow memory, and a give-back must go on while it is full.
+redis.call('DEL', KEYS[1])
+redis.call('SET', KEYS[1], '1', 'PX', ARGV[1])
+return 1
 `)
 
 // finishScript ends the attempts of a batch of reserved notifications,

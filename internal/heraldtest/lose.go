@@ -20,8 +20,8 @@ import (
 // "{3}:") and no other, as a Cluster node that stalls while others answer.
 // With ThenDown, Down is set as the answer is lost: while it is, every
 // command fails unsent, as in an outage that goes on after the stall, and
-// Refused counts the give-backs refused (a ZRANGEBYSCORE of its own, as
-// store.GiveBack's first read is; the reaper's are pipelined).
+// Refused counts the give-backs refused (store.GiveBack first marks the
+// lost call given back, in a key holding ":given:").
 type LoseReservation struct {
 	Armed, Lost, Down atomic.Bool
 	Refused           atomic.Int64
@@ -40,9 +40,6 @@ func (*LoseReservation) DialHook(next redis.DialHook) redis.DialHook { return ne
 func (h *LoseReservation) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if h.Down.Load() {
-			if cmd.Name() == "zrangebyscore" {
-				h.Refused.Add(1)
-			}
 			cmd.SetErr(errDown)
 			return errDown
 		}
@@ -55,6 +52,9 @@ func (h *LoseReservation) ProcessHook(next redis.ProcessHook) redis.ProcessHook 
 func (h *LoseReservation) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		if h.Down.Load() {
+			if slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return names(c, ":given:") }) {
+				h.Refused.Add(1)
+			}
 			for _, c := range cmds {
 				c.SetErr(errDown)
 			}
