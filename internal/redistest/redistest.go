@@ -748,3 +748,62 @@ func (ss *Sentinels) Master(ctx context.Context) (string, error) {
 	}
 	return net.JoinHostPort(got[0], got[1]), nil
 }
+
+// Fill fills the server c is connected to up to its maxmemory, as writes
+// that outgrew it would, for a test of a Redis that is full: it sets
+// maxmemory a little above what the server uses, writes 4 KiB values
+// (keys filler:0, filler:1, ...) until the server refuses one with OOM,
+// then sets maxmemory 64 KiB below what it then uses, so that every write
+// that may grow memory is refused, however small, while deletes still go
+// through. lift sets maxmemory to 0 (no limit) again; the fillers stay.
+// Fill a server of the test's own (Start), never a shared one.
+func Fill(tb testing.TB, c *redis.Client) (lift func()) {
+	tb.Helper()
+	ctx := context.Background()
+	used := func() int64 {
+		tb.Helper()
+		n, _, err := Memory(ctx, c)
+		if err != nil {
+			tb.Fatalf("redistest: %v", err)
+		}
+		return n
+	}
+	setMax := func(n int64) {
+		tb.Helper()
+		if err := c.ConfigSet(ctx, "maxmemory", strconv.FormatInt(n, 10)).Err(); err != nil {
+			tb.Fatalf("redistest: set maxmemory: %v", err)
+		}
+	}
+	setMax(used() + 256<<10)
+	for i := 0; ; i++ {
+		err := c.Set(ctx, "filler:"+strconv.Itoa(i), strings.Repeat("x", 4096), 0).Err()
+		if err == nil {
+			continue
+		}
+		if !strings.HasPrefix(err.Error(), "OOM") {
+			tb.Fatalf("redistest: fill: want an OOM refusal, got %v", err)
+		}
+		break
+	}
+	setMax(used() - 64<<10)
+	return func() { tb.Helper(); setMax(0) }
+}
+
+// Memory returns used_memory and maxmemory (0: no limit) from INFO memory
+// of the server c is connected to. It reports an error rather than failing
+// a test, so that it can stand in for Herald's own reading of Redis in
+// handlers and collectors, which run outside the test's goroutine.
+func Memory(ctx context.Context, c redis.Cmdable) (used, limit int64, err error) {
+	info, err := c.InfoMap(ctx, "memory").Result()
+	if err != nil {
+		return 0, 0, fmt.Errorf("INFO memory: %w", err)
+	}
+	fields := info["Memory"]
+	if used, err = strconv.ParseInt(fields["used_memory"], 10, 64); err != nil {
+		return 0, 0, fmt.Errorf("INFO memory used_memory: %w", err)
+	}
+	if limit, err = strconv.ParseInt(fields["maxmemory"], 10, 64); err != nil {
+		return 0, 0, fmt.Errorf("INFO memory maxmemory: %w", err)
+	}
+	return used, limit, nil
+}
