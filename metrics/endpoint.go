@@ -50,7 +50,7 @@ func (c *endpointCollector) Collect(ch chan<- prometheus.Metric) {
 	defer cancel()
 	paused, err := c.store.Paused(ctx)
 	if err != nil {
-		c.errors.WithLabelValues("paused").Inc()
+		countError(c.errors, "paused", err)
 		return
 	}
 	for f, since := range paused {

@@ -14,6 +14,7 @@ package metrics
 import (
 	"cmp"
 	"context"
+	"errors"
 	"maps"
 	"net/http"
 	"slices"
@@ -47,7 +48,9 @@ const (
 	// by topic and channel.
 	LatenessSeconds = "herald_lateness_seconds"
 	// RedisErrorsTotal counts failed store calls by operation (reserve,
-	// finish, reap, sweep, enqueue, get, cancel, stats).
+	// finish, reap, sweep, enqueue, get, cancel, stats, memory) and kind:
+	// KindOutOfMemory, KindNotReplicated or KindOther. Summed by op it
+	// counts what it counted before it had a kind.
 	RedisErrorsTotal = "herald_redis_errors_total"
 	// QuarantinedTotal counts the notifications this process moved aside
 	// because their stored record could not be decoded (Store.Quarantined):
@@ -75,6 +78,24 @@ const (
 	// RedisPersistenceOK is 1 when Redis keeps its data on disk (AOF or
 	// RDB) and 0 when a restart loses it; absent while unknown.
 	RedisPersistenceOK = "herald_redis_persistence_ok"
+	// RedisMemoryUsedBytes and RedisMemoryMaxBytes are Redis's used_memory
+	// and maxmemory (0: no limit), read at scrape time (Config.RedisMemoryFunc):
+	// at maxmemory Redis refuses enqueues, so their ratio warns of it.
+	RedisMemoryUsedBytes = "herald_redis_memory_used_bytes"
+	RedisMemoryMaxBytes  = "herald_redis_memory_max_bytes"
+)
+
+// Kinds of RedisErrorsTotal.
+const (
+	// KindOutOfMemory is a write Redis refused at maxmemory
+	// (notify.ErrOutOfMemory): Redis answers, and deliveries go on.
+	KindOutOfMemory = "out_of_memory"
+	// KindNotReplicated is a change the master made but too few replicas
+	// confirmed in time (notify.ErrNotReplicated).
+	KindNotReplicated = "not_replicated"
+	// KindOther is any other failure: Redis did not answer in time, or
+	// could not be reached, or failed the call.
+	KindOther = "other"
 )
 
 // Defaults of Config.
@@ -127,6 +148,15 @@ type Config struct {
 	// persists (AOF or RDB). They are the gauges RedisEvictionPolicyOK and
 	// RedisPersistenceOK; nil leaves a gauge out, as unknown. Optional.
 	RedisSafetyFunc func() (evictionOK, persistenceOK *bool)
+	// RedisMemoryFunc returns, at scrape time, Redis's used_memory and its
+	// maxmemory (0: no limit), for RedisMemoryUsedBytes and
+	// RedisMemoryMaxBytes; on a Cluster, those of the master closest to its
+	// limit, where enqueues are refused first. It is called with
+	// ScrapeTimeout, once per scrape: a caller whose scrapes are frequent
+	// caches its answer. An error leaves the gauges out of the scrape and
+	// counts in RedisErrorsTotal as op memory. Optional: without it the
+	// gauges are left out.
+	RedisMemoryFunc func(ctx context.Context) (used, limit int64, err error)
 }
 
 // Metrics counts what Herald does and serves it to Prometheus.
@@ -168,16 +198,19 @@ func New(cfg *Config) *Metrics {
 			Name: LatenessSeconds, Help: "How late attempts started after their due time, by topic and channel.", Buckets: latenessBuckets,
 		}, []string{"topic", "channel"}),
 		redisErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: RedisErrorsTotal, Help: "Failed store calls, by operation.",
-		}, []string{"op"}),
+			Name: RedisErrorsTotal, Help: "Failed store calls, by operation and kind (out_of_memory: refused at maxmemory; not_replicated; other).",
+		}, []string{"op", "kind"}),
 	}
 	m.registry.MustRegister(m.enqueued, m.attempts, m.dead, m.duration, m.lateness, m.redisErrors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if cfg.RedisSafetyFunc != nil {
 		m.registry.MustRegister(safetyCollector(cfg.RedisSafetyFunc))
 	}
+	timeout := cmp.Or(cfg.ScrapeTimeout, ScrapeTimeoutDefault)
+	if cfg.RedisMemoryFunc != nil {
+		m.registry.MustRegister(&memoryCollector{read: cfg.RedisMemoryFunc, timeout: timeout, errors: m.redisErrors})
+	}
 	if cfg.Store != nil {
-		timeout := cmp.Or(cfg.ScrapeTimeout, ScrapeTimeoutDefault)
 		m.registry.MustRegister(&queueCollector{store: cfg.Store, timeout: timeout, errors: m.redisErrors, topics: m.topics})
 		m.registry.MustRegister(&endpointCollector{store: cfg.Store, timeout: timeout, errors: m.redisErrors})
 		m.registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
@@ -222,9 +255,26 @@ func (m *Metrics) AttemptFinished(n *notify.Notification, a notify.Attempt, acti
 	}
 }
 
-// StoreError implements schedule.Observer.
-func (m *Metrics) StoreError(op string, _ error) {
-	m.redisErrors.WithLabelValues(op).Inc()
+// StoreError implements schedule.Observer and client.Observer, counting
+// err by its kind.
+func (m *Metrics) StoreError(op string, err error) {
+	countError(m.redisErrors, op, err)
+}
+
+// countError counts err, a failed call of op, in counter by its kind.
+func countError(counter *prometheus.CounterVec, op string, err error) {
+	counter.WithLabelValues(op, errorKind(err)).Inc()
+}
+
+// errorKind returns the kind of RedisErrorsTotal err counts as.
+func errorKind(err error) string {
+	switch {
+	case errors.Is(err, notify.ErrOutOfMemory):
+		return KindOutOfMemory
+	case errors.Is(err, notify.ErrNotReplicated):
+		return KindNotReplicated
+	}
+	return KindOther
 }
 
 // queueCollector reads the per-topic gauges from the store at scrape time.
@@ -270,7 +320,7 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 		// The gauges are left out of this scrape rather than reported as
 		// zero; the failure shows in the error counter (from the next
 		// scrape on: the registry collects concurrently).
-		c.errors.WithLabelValues("stats").Inc()
+		countError(c.errors, "stats", err)
 		return
 	}
 	// Sorted, so that the topics that keep their names do not depend on
@@ -305,7 +355,7 @@ func (c *queueCollector) collectOldestDue(ctx context.Context, ch chan<- prometh
 	}
 	oldest, err := c.store.OldestDue(ctx, queues)
 	if err != nil {
-		c.errors.WithLabelValues("oldest_due").Inc()
+		countError(c.errors, "oldest_due", err)
 		return
 	}
 	now := c.store.Now()
