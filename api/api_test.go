@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -133,18 +134,46 @@ func testLogger(tb testing.TB) *slog.Logger { return countingLogger(tb, nil) }
 // countingLogger is testLogger that also counts its lines in lines, when
 // that is not nil.
 func countingLogger(tb testing.TB, lines *atomic.Int64) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tWriter{tb, lines}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	return slog.New(slog.NewTextHandler(tWriter{tb: tb, lines: lines}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// recordingLogger is testLogger that also keeps its lines in lines.
+func recordingLogger(tb testing.TB, lines *logLines) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tWriter{tb: tb, kept: lines}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// logLines are the lines a recordingLogger wrote; safe for concurrent use.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) add(line string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, line)
+}
+
+// all returns a copy of the lines so far.
+func (l *logLines) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.lines)
 }
 
 type tWriter struct {
 	tb    testing.TB
 	lines *atomic.Int64
+	kept  *logLines
 }
 
 func (w tWriter) Write(p []byte) (int, error) {
 	w.tb.Log(string(p))
 	if w.lines != nil {
 		w.lines.Add(1)
+	}
+	if w.kept != nil {
+		w.kept.add(string(p))
 	}
 	return len(p), nil
 }

@@ -92,4 +92,13 @@
 // writes: try again; or, with
 // redis.wait_replicas, a change not confirmed by enough replicas in time,
 // which the master has: read it back before trying again).
+//
+// # A full Redis
+//
+// While Redis is at maxmemory, the writes it refuses are 503 as above, and
+// the log has the first refusal, then a summary of how many followed at
+// most every 10 s, not a warning each; their request lines are at info.
+// /readyz stays 200, since deliveries and pull workers go on, and with
+// Config.RedisMemoryFunc shows under details.memory how full Redis is,
+// warning from MemoryWarningRatio (90%) of maxmemory on.
 package api

@@ -91,10 +91,18 @@ func classify(err error) (int, Error) {
 }
 
 // fail writes err's response and logs what a client does not see; a
-// client that has gone away is not a store failure and is not logged.
+// client that has gone away is not a store failure and is not logged. A
+// write a full Redis refused goes to the refusals' log, which summarises
+// them, and its request line drops to info: while Redis is full every
+// enqueue is refused, and a warning each would flood the log.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	status, body := classify(err)
-	if status >= http.StatusInternalServerError && r.Context().Err() == nil {
+	switch {
+	case status < http.StatusInternalServerError || r.Context().Err() != nil:
+	case errors.Is(err, notify.ErrOutOfMemory):
+		s.refusals.refused(r, err)
+		quietRequest(w)
+	default:
 		s.log.WarnContext(r.Context(), "api: store call failed", "method", r.Method, "path", r.URL.Path, "error", err)
 	}
 	writeJSON(w, status, errorBody{body})

@@ -19,8 +19,17 @@ type ProbeConfig struct {
 	// as while a process waits for Redis at start-up.
 	ReadyFunc func(ctx context.Context) error
 	// DetailsFunc, when set, adds what it returns to /readyz answers as
-	// "details", such as the Redis settings that put data at risk.
+	// "details", such as the Redis settings that put data at risk. It
+	// returns a JSON object (a map or a struct) or nil.
 	DetailsFunc func() any
+	// MemoryFunc, when set, reads what Redis uses against its maxmemory
+	// once ReadyFunc says ready, for "memory" in the details of /readyz,
+	// with a warning past MemoryWarningRatio. A full Redis leaves the
+	// process ready: it refuses enqueues, but deliveries, pull workers and
+	// the purge of dead letters that frees memory go on, and every process
+	// on that Redis would leave the load balancer at once. Bounded by
+	// Timeout, like ReadyFunc.
+	MemoryFunc func(ctx context.Context) (RedisMemory, error)
 	// Unavailable, when set, answers every other path 503 with this
 	// message: a process whose API is not up yet. Empty: 404.
 	Unavailable string
@@ -78,7 +87,7 @@ func (p *probes) healthz(w http.ResponseWriter, _ *http.Request) {
 }
 
 // readyz handles GET /readyz: 200 when Redis answers within Timeout, 503
-// otherwise, with the details either way.
+// otherwise, with the details either way, and Redis's memory when ready.
 func (p *probes) readyz(w http.ResponseWriter, r *http.Request) {
 	var details any
 	if p.cfg.DetailsFunc != nil {
@@ -100,6 +109,9 @@ func (p *probes) readyz(w http.ResponseWriter, r *http.Request) {
 		p.cfg.Logger.WarnContext(ctx, "api: not ready", "error", err)
 		notReady("Redis is unreachable, or unfit for Herald (see details); the log says why")
 		return
+	}
+	if p.cfg.MemoryFunc != nil {
+		details = withMemory(details, readMemory(ctx, p.cfg.MemoryFunc))
 	}
 	writeJSON(w, http.StatusOK, statusResponse{Status: "ready", Details: details})
 }

@@ -112,6 +112,11 @@ type Config struct {
 	// as "details" (herald serve: the Redis settings that put data at
 	// risk).
 	ReadyDetailsFunc func() any
+	// RedisMemoryFunc, when set, reads what Redis uses against its
+	// maxmemory for /readyz, which shows it under details.memory and warns
+	// past MemoryWarningRatio; see ProbeConfig.MemoryFunc. herald serve
+	// caches its reads briefly, so frequent probes cost Redis little.
+	RedisMemoryFunc func(ctx context.Context) (RedisMemory, error)
 	// Logger receives one line per request (method, path, status, time; no
 	// headers, so no tokens) and the detail of 5xx answers. Default: a
 	// warn-level text handler on stderr.
@@ -174,6 +179,8 @@ type Server struct {
 	tokens [][sha256.Size]byte
 	// hosts are the names answered without tokens.
 	hosts *hosts
+	// refusals logs the writes a full Redis refused.
+	refusals *refusalLog
 
 	// closing ends when Close is called; waiting reservations watch it so
 	// that a shutdown does not wait out their long polls.
@@ -204,9 +211,11 @@ func New(cfg *Config) (*Server, error) {
 		Metrics:     cfg.Metrics,
 		ReadyFunc:   cfg.ReadyFunc,
 		DetailsFunc: cfg.ReadyDetailsFunc,
+		MemoryFunc:  cfg.RedisMemoryFunc,
 		Timeout:     cfg.Timeout,
 		Logger:      cfg.Logger,
 	})}
+	s.refusals = &refusalLog{log: cfg.Logger, every: refusalLogEvery}
 	s.closing, s.close = context.WithCancel(context.Background())
 	s.large = make(chan struct{}, cfg.MaxLargeBodies)
 	for _, t := range cfg.Tokens {
@@ -258,12 +267,15 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 }
 
 // Close ends waiting reservations (they answer with what they have) and the
-// client's wake-up subscription. Requests after Close are still served, but
-// reservations no longer wait. A second Close does nothing.
+// client's wake-up subscription, and logs the summary of refusals of a full
+// Redis not yet logged. Requests after Close are still served, but
+// reservations no longer wait, and each refusal is logged. A second Close
+// does nothing.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		s.close()
 		_ = s.client.Close()
+		s.refusals.close()
 	})
 	return nil
 }
@@ -352,7 +364,7 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 			// An answer to a client that has hung up (a pull consumer
 			// stopping mid-poll) reached no one and is no fault of ours.
 			level := slog.LevelInfo
-			if sw.status >= http.StatusInternalServerError && r.Context().Err() == nil {
+			if sw.status >= http.StatusInternalServerError && r.Context().Err() == nil && !sw.quiet {
 				level = slog.LevelWarn
 			}
 			s.log.Log(r.Context(), level, "api: request", "method", r.Method, "path", r.URL.Path, "route", r.Pattern,
@@ -367,6 +379,24 @@ type statusWriter struct {
 	http.ResponseWriter
 	status int
 	bytes  int64
+	// quiet says that a 5xx answer is logged elsewhere, in a summary, so
+	// its request line is at info.
+	quiet bool
+}
+
+// quietRequest logs the request w answers at info whatever its status.
+func quietRequest(w http.ResponseWriter) {
+	for {
+		switch v := w.(type) {
+		case *statusWriter:
+			v.quiet = true
+			return
+		case interface{ Unwrap() http.ResponseWriter }:
+			w = v.Unwrap()
+		default:
+			return
+		}
+	}
 }
 
 func (w *statusWriter) WriteHeader(status int) {
