@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -183,19 +184,29 @@ func (s *Store) Purge(ctx context.Context, f DeadFilter, opts DeadOptions) (matc
 	if err := s.open(ctx); err != nil {
 		return 0, 0, err
 	}
-	k := &s.keys
 	return s.eachDead(ctx, f, opts, func(shard int, topic string, ids []string) *scriptCall {
-		args := []any{topic}
-		for _, id := range ids {
-			args = append(args, id)
-		}
-		return &scriptCall{
-			script: purgeScript,
-			keys: []string{k.job(shard), k.state(shard), k.hist(shard), k.deadAll(shard), k.dead(shard, topic),
-				k.stats(shard)},
-			args: args,
-		}
+		return s.purgeCall(shard, "", map[string][]string{topic: ids}, nil)
 	})
+}
+
+// purgeCall builds the call that deletes the dead notifications of shard
+// listed by topic, those of them that died at upto (ms) or before ("" for
+// any), and the entries orphans of the every-topic set whose records are
+// gone.
+func (s *Store) purgeCall(shard int, upto string, byTopic map[string][]string, orphans []string) *scriptCall {
+	k := &s.keys
+	keyList := []string{k.job(shard), k.state(shard), k.hist(shard), k.deadAll(shard), k.stats(shard)}
+	args := []any{upto}
+	for _, topic := range slices.Sorted(maps.Keys(byTopic)) {
+		keyList = append(keyList, k.dead(shard, topic))
+		for _, id := range byTopic[topic] {
+			args = append(args, id, len(keyList)-5)
+		}
+	}
+	for _, id := range orphans {
+		args = append(args, id, 0)
+	}
+	return &scriptCall{script: purgeScript, keys: keyList, args: args}
 }
 
 // eachDead finds the dead notifications f selects in bounded batches and runs

@@ -18,7 +18,7 @@ import (
 //	herald:{3}:due:pull.T   ZSET  id -> due time (ms): work for topic T's consumers
 //	herald:{3}:ready:Q      LIST  ids of queue Q's notifications that were due when enqueued, oldest first; an entry whose notification has moved on is skipped
 //	herald:{3}:reserved     ZSET  id -> reservation deadline (ms)
-//	herald:{3}:dead         ZSET  id -> time of death (ms), every topic: the dead-letter listing
+//	herald:{3}:dead         ZSET  id -> time of death (ms), every topic: the dead-letter listing, swept past Config.DeadRetention
 //	herald:{3}:dead:T       ZSET  id -> time of death (ms), topic T: replay and purge by topic
 //	herald:{3}:finished     ZSET  "ua|id id ..." -> expiry time (ms): the succeeded records of one finish call (or one cancelled record), ua its time
 //	herald:{3}:stats        HASH  "T:scheduled", "T:reserved", "T:dead", "T:succeeded_total", "T:failed_attempts_total" -> count

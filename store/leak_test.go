@@ -33,6 +33,150 @@ import (
 // them (requireNothingLeft).
 func TestNothingLeftBehind(t *testing.T) {
 	t.Parallel()
+	onEachDeployment(t, func(t *testing.T, client redis.UniversalClient, shards int) {
+		ctx := context.Background()
+		b := setup(t, store.Config{Client: client, Shards: shards, Retention: time.Minute})
+		hook := heraldtest.Channel(notify.ChannelWebhook, "https://example.com/hook")
+		ep := &endpoint.Endpoint{URL: "https://example.com/ep", MaxInFlight: 4, Rate: 100, DisableAfter: notify.Duration(time.Hour)}
+		enqueue := func(id string, opts ...heraldtest.NotificationOption) {
+			t.Helper()
+			opts = append([]heraldtest.NotificationOption{heraldtest.Backoff(0, time.Second, time.Second)}, opts...)
+			b.enqueue(t, heraldtest.Notification(t, id, b.clock.Now(), opts...))
+		}
+		held := map[string]*notify.Notification{}
+		reserve := func() {
+			t.Helper()
+			for _, q := range []string{store.PullQueue("jobs"), store.PullQueue("other"), store.QueuePush} {
+				items, _, err := b.store.Reserve(ctx, q, heraldtest.AllShards(t, b.store), store.MaxReserve)
+				require.NoError(t, err)
+				for _, n := range items {
+					held[n.ID] = n
+				}
+			}
+		}
+		finish := func(id string, action notify.Action) {
+			t.Helper()
+			n := held[id]
+			require.NotNil(t, n, "%s is not reserved", id)
+			delete(held, id)
+			if n.Endpoint != "" {
+				lease := n.ID + "|" + n.Receipt
+				ok, _, err := b.store.Acquire(ctx, n.Endpoint, ep, lease, time.Duration(n.TTR))
+				require.NoError(t, err)
+				require.True(t, ok)
+				require.NoError(t, b.store.Release(ctx, n.Endpoint, lease))
+				if action == notify.ActionAck {
+					require.NoError(t, b.store.EndpointSucceeded(ctx, n.Endpoint))
+				} else {
+					_, err := b.store.EndpointFailed(ctx, n.Endpoint, time.Duration(ep.DisableAfter))
+					require.NoError(t, err)
+				}
+			}
+			b.finishOne(t, b.finish(action, n, b.clock.Now()))
+		}
+
+		enqueue("ok")
+		enqueue("ok-push", hook, heraldtest.Topic("hooks"))
+		enqueue("ok-ep", heraldtest.Endpoint("ep"), heraldtest.Topic("hooks"))
+		enqueue("dead")
+		enqueue("dead-ep", heraldtest.Endpoint("ep"), heraldtest.Topic("hooks"))
+		enqueue("cancel-later", heraldtest.Delay(time.Hour))
+		enqueue("cancel-due")
+		enqueue("cancel-due-push", hook, heraldtest.Topic("hooks"))
+		enqueue("cancel-reserved")
+		enqueue("replay")
+		enqueue("replace", heraldtest.Delay(time.Hour))
+		enqueue("release")
+		enqueue("reap", heraldtest.Topic("other"))
+		enqueue("k1", heraldtest.OrderKey("trade"))
+		enqueue("k2", heraldtest.OrderKey("trade"))
+		enqueue("k3", heraldtest.OrderKey("trade"))
+		enqueue("k4", heraldtest.OrderKey("trade"))
+		enqueue("k-push", hook, heraldtest.Topic("hooks"), heraldtest.OrderKey("trade"))
+		enqueue("k-alone", heraldtest.OrderKey("lonely"))
+		_, status, err := b.store.Enqueue(ctx, heraldtest.Notification(t, "replace", b.clock.Now(), heraldtest.Payload(`{"v":2}`)), true)
+		require.NoError(t, err)
+		require.Equal(t, store.Replaced, status)
+		_, err = b.store.Cancel(ctx, "cancel-later")
+		require.NoError(t, err)
+		_, err = b.store.Cancel(ctx, "cancel-due")
+		require.NoError(t, err)
+		_, err = b.store.Cancel(ctx, "cancel-due-push")
+		require.NoError(t, err)
+		_, err = b.store.Cancel(ctx, "k3")
+		require.NoError(t, err, "cancelled while waiting in its key's line")
+		imported := heraldtest.Notification(t, "imported", b.clock.Now())
+		_, err = b.store.EnqueueBatch(ctx, []store.EnqueueRequest{{Notification: imported,
+			Dead: &notify.Attempt{StartedAt: b.clock.Now(), FinishedAt: b.clock.Now(), Outcome: notify.OutcomePermanent}}})
+		require.NoError(t, err)
+		require.NoError(t, b.store.Pause(ctx, store.PauseEndpoint, "ep"))
+
+		reserve()
+		require.NoError(t, b.store.Pause(ctx, store.PauseTopic, "jobs"))
+		_, err = b.store.Resume(ctx, store.PauseTopic, "jobs")
+		require.NoError(t, err)
+		_, err = b.store.Resume(ctx, store.PauseEndpoint, "ep")
+		require.NoError(t, err)
+		finish("ok", notify.ActionAck)
+		finish("ok-push", notify.ActionAck)
+		finish("ok-ep", notify.ActionRetry)
+		finish("dead", notify.ActionDead)
+		finish("dead-ep", notify.ActionDead)
+		_, err = b.store.Cancel(ctx, "cancel-reserved")
+		require.NoError(t, err)
+		errs, err := b.store.Finish(ctx, []store.Finish{b.finish(notify.ActionAck, held["cancel-reserved"], time.Time{})})
+		require.NoError(t, err)
+		require.ErrorIs(t, errs[0], notify.ErrCancelledMeanwhile, "its attempt is recorded")
+		delete(held, "cancel-reserved")
+		finish("replay", notify.ActionDead)
+		finish("replace", notify.ActionAck)
+		finish("release", notify.ActionRelease)
+		finish("k1", notify.ActionAck)
+		finish("k-alone", notify.ActionRetry)
+		b.clock.Advance(10 * time.Minute) // reap's ttr has passed
+		expired, err := b.store.Expired(ctx, 0, 100)
+		require.NoError(t, err)
+		for _, n := range expired {
+			f := b.finish(notify.ActionRetry, n, b.clock.Now())
+			f.Attempt.Outcome = notify.OutcomeTTRExpired
+			b.finishOne(t, f)
+			delete(held, n.ID)
+		}
+		require.Empty(t, held, "every reservation has ended")
+		_, _, err = b.store.Replay(ctx, store.DeadFilter{IDs: []string{"replay"}}, store.DeadOptions{})
+		require.NoError(t, err)
+
+		reserve()
+		finish("ok-ep", notify.ActionAck)
+		finish("replay", notify.ActionAck)
+		finish("release", notify.ActionAck)
+		finish("reap", notify.ActionAck)
+		finish("k2", notify.ActionDead)
+		finish("k-alone", notify.ActionAck)
+		reserve()
+		finish("k4", notify.ActionAck)
+		reserve()
+		finish("k-push", notify.ActionAck)
+		require.Empty(t, held)
+		_, _, err = b.store.Purge(ctx, store.DeadFilter{Topic: "jobs"}, store.DeadOptions{})
+		require.NoError(t, err)
+		_, _, err = b.store.Purge(ctx, store.DeadFilter{IDs: []string{"dead-ep"}}, store.DeadOptions{})
+		require.NoError(t, err)
+
+		b.clock.Advance(time.Minute)
+		for more := true; more; {
+			_, more, err = b.store.Sweep(ctx, 3)
+			require.NoError(t, err)
+		}
+		requireNothingLeft(t, client, b.store)
+	})
+}
+
+// onEachDeployment runs test in parallel subtests on one Redis, with one
+// shard and with four, and on a 3-master Cluster with four shards, where
+// every script call must touch one slot.
+func onEachDeployment(t *testing.T, test func(t *testing.T, client redis.UniversalClient, shards int)) {
+	t.Helper()
 	for _, tt := range []struct {
 		name    string
 		shards  int
@@ -40,145 +184,11 @@ func TestNothingLeftBehind(t *testing.T) {
 	}{{"Shards1", 1, false}, {"Shards4", 4, false}, {"Cluster", 4, true}} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			ctx := context.Background()
 			var client redis.UniversalClient = server.Client(t)
 			if tt.cluster {
 				client = redistest.StartCluster(t, 3).Client(t)
 			}
-			b := setup(t, store.Config{Client: client, Shards: tt.shards, Retention: time.Minute})
-			hook := heraldtest.Channel(notify.ChannelWebhook, "https://example.com/hook")
-			ep := &endpoint.Endpoint{URL: "https://example.com/ep", MaxInFlight: 4, Rate: 100, DisableAfter: notify.Duration(time.Hour)}
-			enqueue := func(id string, opts ...heraldtest.NotificationOption) {
-				t.Helper()
-				opts = append([]heraldtest.NotificationOption{heraldtest.Backoff(0, time.Second, time.Second)}, opts...)
-				b.enqueue(t, heraldtest.Notification(t, id, b.clock.Now(), opts...))
-			}
-			held := map[string]*notify.Notification{}
-			reserve := func() {
-				t.Helper()
-				for _, q := range []string{store.PullQueue("jobs"), store.PullQueue("other"), store.QueuePush} {
-					items, _, err := b.store.Reserve(ctx, q, heraldtest.AllShards(t, b.store), store.MaxReserve)
-					require.NoError(t, err)
-					for _, n := range items {
-						held[n.ID] = n
-					}
-				}
-			}
-			finish := func(id string, action notify.Action) {
-				t.Helper()
-				n := held[id]
-				require.NotNil(t, n, "%s is not reserved", id)
-				delete(held, id)
-				if n.Endpoint != "" {
-					lease := n.ID + "|" + n.Receipt
-					ok, _, err := b.store.Acquire(ctx, n.Endpoint, ep, lease, time.Duration(n.TTR))
-					require.NoError(t, err)
-					require.True(t, ok)
-					require.NoError(t, b.store.Release(ctx, n.Endpoint, lease))
-					if action == notify.ActionAck {
-						require.NoError(t, b.store.EndpointSucceeded(ctx, n.Endpoint))
-					} else {
-						_, err := b.store.EndpointFailed(ctx, n.Endpoint, time.Duration(ep.DisableAfter))
-						require.NoError(t, err)
-					}
-				}
-				b.finishOne(t, b.finish(action, n, b.clock.Now()))
-			}
-
-			enqueue("ok")
-			enqueue("ok-push", hook, heraldtest.Topic("hooks"))
-			enqueue("ok-ep", heraldtest.Endpoint("ep"), heraldtest.Topic("hooks"))
-			enqueue("dead")
-			enqueue("dead-ep", heraldtest.Endpoint("ep"), heraldtest.Topic("hooks"))
-			enqueue("cancel-later", heraldtest.Delay(time.Hour))
-			enqueue("cancel-due")
-			enqueue("cancel-due-push", hook, heraldtest.Topic("hooks"))
-			enqueue("cancel-reserved")
-			enqueue("replay")
-			enqueue("replace", heraldtest.Delay(time.Hour))
-			enqueue("release")
-			enqueue("reap", heraldtest.Topic("other"))
-			enqueue("k1", heraldtest.OrderKey("trade"))
-			enqueue("k2", heraldtest.OrderKey("trade"))
-			enqueue("k3", heraldtest.OrderKey("trade"))
-			enqueue("k4", heraldtest.OrderKey("trade"))
-			enqueue("k-push", hook, heraldtest.Topic("hooks"), heraldtest.OrderKey("trade"))
-			enqueue("k-alone", heraldtest.OrderKey("lonely"))
-			_, status, err := b.store.Enqueue(ctx, heraldtest.Notification(t, "replace", b.clock.Now(), heraldtest.Payload(`{"v":2}`)), true)
-			require.NoError(t, err)
-			require.Equal(t, store.Replaced, status)
-			_, err = b.store.Cancel(ctx, "cancel-later")
-			require.NoError(t, err)
-			_, err = b.store.Cancel(ctx, "cancel-due")
-			require.NoError(t, err)
-			_, err = b.store.Cancel(ctx, "cancel-due-push")
-			require.NoError(t, err)
-			_, err = b.store.Cancel(ctx, "k3")
-			require.NoError(t, err, "cancelled while waiting in its key's line")
-			imported := heraldtest.Notification(t, "imported", b.clock.Now())
-			_, err = b.store.EnqueueBatch(ctx, []store.EnqueueRequest{{Notification: imported,
-				Dead: &notify.Attempt{StartedAt: b.clock.Now(), FinishedAt: b.clock.Now(), Outcome: notify.OutcomePermanent}}})
-			require.NoError(t, err)
-			require.NoError(t, b.store.Pause(ctx, store.PauseEndpoint, "ep"))
-
-			reserve()
-			require.NoError(t, b.store.Pause(ctx, store.PauseTopic, "jobs"))
-			_, err = b.store.Resume(ctx, store.PauseTopic, "jobs")
-			require.NoError(t, err)
-			_, err = b.store.Resume(ctx, store.PauseEndpoint, "ep")
-			require.NoError(t, err)
-			finish("ok", notify.ActionAck)
-			finish("ok-push", notify.ActionAck)
-			finish("ok-ep", notify.ActionRetry)
-			finish("dead", notify.ActionDead)
-			finish("dead-ep", notify.ActionDead)
-			_, err = b.store.Cancel(ctx, "cancel-reserved")
-			require.NoError(t, err)
-			errs, err := b.store.Finish(ctx, []store.Finish{b.finish(notify.ActionAck, held["cancel-reserved"], time.Time{})})
-			require.NoError(t, err)
-			require.ErrorIs(t, errs[0], notify.ErrCancelledMeanwhile, "its attempt is recorded")
-			delete(held, "cancel-reserved")
-			finish("replay", notify.ActionDead)
-			finish("replace", notify.ActionAck)
-			finish("release", notify.ActionRelease)
-			finish("k1", notify.ActionAck)
-			finish("k-alone", notify.ActionRetry)
-			b.clock.Advance(10 * time.Minute) // reap's ttr has passed
-			expired, err := b.store.Expired(ctx, 0, 100)
-			require.NoError(t, err)
-			for _, n := range expired {
-				f := b.finish(notify.ActionRetry, n, b.clock.Now())
-				f.Attempt.Outcome = notify.OutcomeTTRExpired
-				b.finishOne(t, f)
-				delete(held, n.ID)
-			}
-			require.Empty(t, held, "every reservation has ended")
-			_, _, err = b.store.Replay(ctx, store.DeadFilter{IDs: []string{"replay"}}, store.DeadOptions{})
-			require.NoError(t, err)
-
-			reserve()
-			finish("ok-ep", notify.ActionAck)
-			finish("replay", notify.ActionAck)
-			finish("release", notify.ActionAck)
-			finish("reap", notify.ActionAck)
-			finish("k2", notify.ActionDead)
-			finish("k-alone", notify.ActionAck)
-			reserve()
-			finish("k4", notify.ActionAck)
-			reserve()
-			finish("k-push", notify.ActionAck)
-			require.Empty(t, held)
-			_, _, err = b.store.Purge(ctx, store.DeadFilter{Topic: "jobs"}, store.DeadOptions{})
-			require.NoError(t, err)
-			_, _, err = b.store.Purge(ctx, store.DeadFilter{IDs: []string{"dead-ep"}}, store.DeadOptions{})
-			require.NoError(t, err)
-
-			b.clock.Advance(time.Minute)
-			for more := true; more; {
-				_, more, err = b.store.Sweep(ctx, 3)
-				require.NoError(t, err)
-			}
-			requireNothingLeft(t, client, b.store)
+			test(t, client, tt.shards)
 		})
 	}
 }

@@ -100,10 +100,11 @@ func (s *Store) quarantine(ctx context.Context, shard int, id, content string, w
 func (s *Store) Quarantined() int64 { return s.quarantined.Load() }
 
 // Sweep deletes about limit records per shard whose retention has passed,
-// and returns how many it deleted and whether any shard may hold more that
-// have: the count alone cannot tell, as records replaced since they were
-// finished are kept. It records the namespace's shard count again where it
-// is missing.
+// and up to limit dead notifications per shard dead longer than
+// Config.DeadRetention, and returns how many it deleted and whether any
+// shard may hold more that have: the count alone cannot tell, as records
+// replaced since they were finished are kept. It records the namespace's
+// shard count again where it is missing.
 func (s *Store) Sweep(ctx context.Context, limit int) (deleted int, more bool, err error) {
 	if err := s.open(ctx); err != nil {
 		return 0, false, err
@@ -141,8 +142,100 @@ func (s *Store) Sweep(ctx context.Context, limit int) (deleted int, more bool, e
 		more = more || left
 		s.dropStubs(ctx, shard, keyed)
 	}
+	n, left, err := s.sweepDead(ctx, limit)
+	deleted += n
+	more = more || left
+	firstErr = errors.Join(firstErr, err)
 	if firstErr != nil {
 		return deleted, more, fmt.Errorf("sweep: %w", firstErr)
+	}
+	return deleted, more, nil
+}
+
+// sweepDead deletes up to limit dead notifications per shard that died
+// longer than Config.DeadRetention ago, with the purge script: it reads the
+// oldest entries of each shard's dead-letter set, their topics from their
+// records' headers, and deletes them by topic, each only if it is still
+// dead from that time. An entry whose record is gone is deleted alone. It
+// says more may be due where a shard's batch was full and deleted some: a
+// batch that deleted none would come back the same.
+func (s *Store) sweepDead(ctx context.Context, limit int) (deleted int, more bool, err error) {
+	if s.cfg.DeadRetention < 0 {
+		return 0, false, nil
+	}
+	k := &s.keys
+	upto := strconv.FormatInt(ms(s.Now())-s.cfg.DeadRetention.Milliseconds(), 10)
+	pipe := s.client.Pipeline()
+	cmds := make([]*redis.StringSliceCmd, k.shards)
+	for shard := range cmds {
+		cmds[shard] = pipe.ZRangeByScore(ctx, k.deadAll(shard), &redis.ZRangeBy{Min: "-inf", Max: upto, Count: int64(limit)})
+	}
+	if _, err := s.exec(ctx, pipe); err != nil {
+		return 0, false, fmt.Errorf("find expired dead letters: %w", err)
+	}
+	var at []located
+	for shard, c := range cmds {
+		for _, id := range c.Val() {
+			at = append(at, located{id: id, shard: shard})
+		}
+	}
+	if len(at) == 0 {
+		return 0, false, nil
+	}
+	found, err := s.locate(ctx, at)
+	if err != nil {
+		return 0, false, fmt.Errorf("read expired dead letters: %w", err)
+	}
+	// A dead notification's record lives in the shard of its entry: one
+	// found elsewhere, through a stub, is another's, and the entry's
+	// record is gone.
+	type entry struct {
+		id    string
+		shard int
+	}
+	topics := map[entry]string{}
+	for _, l := range found {
+		topics[entry{l.id, l.shard}] = l.topic
+	}
+	calls := make([]*scriptCall, 0, k.shards)
+	var shards []int
+	for shard, c := range cmds {
+		if len(c.Val()) == 0 {
+			continue
+		}
+		byTopic := map[string][]string{}
+		var orphans []string
+		for _, id := range c.Val() {
+			if topic, ok := topics[entry{id, shard}]; ok {
+				byTopic[topic] = append(byTopic[topic], id)
+			} else {
+				orphans = append(orphans, id)
+			}
+		}
+		calls = append(calls, s.purgeCall(shard, upto, byTopic, orphans))
+		shards = append(shards, shard)
+	}
+	if err := s.runScripts(ctx, calls); err != nil {
+		return 0, false, fmt.Errorf("delete expired dead letters: %w", err)
+	}
+	var firstErr error
+	for i, c := range calls {
+		v, err := c.cmd.Result()
+		var n int
+		var keyed []string
+		if err == nil {
+			n, keyed, err = replyDeleted(v)
+		}
+		if err != nil {
+			firstErr = errors.Join(firstErr, err)
+			continue
+		}
+		deleted += n
+		more = more || (n > 0 && len(cmds[shards[i]].Val()) == limit)
+		s.dropStubs(ctx, shards[i], keyed)
+	}
+	if firstErr != nil {
+		return deleted, more, fmt.Errorf("delete expired dead letters: %w", firstErr)
 	}
 	return deleted, more, nil
 }

@@ -311,3 +311,33 @@ func TestGiveBackWhenRedisIsFull(t *testing.T) {
 	require.Len(t, again, 1, "due again")
 	require.Zero(t, again[0].Attempts)
 }
+
+// TestDeadRetentionWhenRedisIsFull: the sweep deletes the dead letters past
+// DeadRetention while Redis is full, as it does finished records, since
+// that is what frees the memory of a deployment whose receivers stay
+// broken.
+func TestDeadRetentionWhenRedisIsFull(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := redistest.Start(t, redistest.Options{}).Client(t)
+	b := setup(t, store.Config{Client: c, Shards: 4, DeadRetention: time.Hour})
+	var dead []string
+	for i := range 6 {
+		id := "d" + strconv.Itoa(i)
+		b.enqueue(t, heraldtest.Notification(t, id, b.clock.Now(), heraldtest.Backoff(0), heraldtest.OrderKey(id)))
+		dead = append(dead, id)
+	}
+	require.Len(t, b.kill(t, "jobs"), 6)
+	fillRedis(t, c)
+
+	b.clock.Advance(time.Hour)
+	require.Equal(t, 6, b.sweepAll(t), "the sweep frees memory: a full Redis must not fail it")
+	for _, id := range dead {
+		_, err := b.store.Get(ctx, id)
+		require.ErrorIs(t, err, notify.ErrNotFound, id)
+	}
+	b.requireDeadListed(t, "")
+	stats, err := b.store.Stats(ctx)
+	require.NoError(t, err)
+	require.Zero(t, stats["jobs"].Dead)
+}

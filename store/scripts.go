@@ -1092,45 +1092,80 @@ end
 return #moved
 `)
 
-// purgeScript deletes dead notifications of one topic in one shard.
+// purgeScript deletes dead notifications of one shard: those an operator
+// purges, and those the sweep finds dead longer than their retention.
 //
-//	KEYS[1]  job HASH
-//	KEYS[2]  st HASH
-//	KEYS[3]  hist HASH
-//	KEYS[4]  dead ZSET (every topic)
-//	KEYS[5]  dead ZSET of the topic
-//	KEYS[6]  stats HASH
-//	ARGV[1]  topic
-//	ARGV[2..] ids (a bounded batch)
+//	KEYS[1]   job HASH
+//	KEYS[2]   st HASH
+//	KEYS[3]   hist HASH
+//	KEYS[4]   dead ZSET (every topic)
+//	KEYS[5]   stats HASH
+//	KEYS[6..] dead ZSETs of topics
+//	ARGV[1]   the latest time of death (ms) to delete; "" for any
+//	ARGV[2..] 2 per id (a bounded batch): id, and the KEYS index of its
+//	          topic's dead ZSET, or 0 for an entry of the every-topic set
+//	          whose record is gone, which is deleted alone
 //
-// Returns {how many were deleted, ids with an order key among them...}: the
-// caller deletes their stubs. Ids not dead in the topic are skipped.
+// An id is deleted only if its topic's set holds it, dead no later than
+// ARGV[1]: one replayed since is not dead, and one that died again since
+// is dead from its new time. It leaves both sets, its record, its history
+// and its topic's dead count. Returns {how many were deleted, ids with an
+// order key among them...}: the caller deletes their stubs. Ids not dead in
+// their topic are skipped.
 var purgeScript = newScript(`
-if ARGV[1] == '' or #ARGV < 2 or #ARGV > 1 + MAX_BATCH then return redis.error_reply('ERR herald purge: bad arguments') end
-local ids = {unpack(ARGV, 2)}
-local scores = redis.call('ZMSCORE', KEYS[5], unpack(ids))
-local states = redis.call('HMGET', KEYS[2], unpack(ids))
-local gone, hist, deltas, keyed = {}, {}, {}, {}
-for i, id in ipairs(ids) do
-  if scores[i] then
-    gone[#gone + 1] = id
+local upto, NT, n = ARGV[1], #KEYS - 5, (#ARGV - 1) / 2
+if (upto ~= '' and not int_arg(upto, -9007199254740991, 9007199254740991)) or NT < 0 or n < 1 or n > MAX_BATCH or n % 1 ~= 0 then
+  return redis.error_reply('ERR herald purge: bad arguments')
+end
+upto = tonumber(upto)
+local topics = {}
+for k = 1, NT do
+  topics[k] = string.match(KEYS[5 + k], '^.*:dead:(.+)$')
+  if not topics[k] then return redis.error_reply('ERR herald purge: bad arguments') end
+end
+-- byKey lists, per dead key index (0 for the every-topic set), the ids
+-- that name it.
+local byKey = {}
+for i = 1, n do
+  local id, k = ARGV[2 * i], int_arg(ARGV[2 * i + 1], 0, NT)
+  if id == '' or not k then return redis.error_reply('ERR herald purge: bad item ' .. i) end
+  push(byKey, k, id)
+end
+local gone, orphans, hist, deltas, keyed, rm, seen = {}, {}, {}, {}, {}, {}, {}
+for k, l in pairs(byKey) do
+  local scores = redis.call('ZMSCORE', KEYS[k == 0 and 4 or 5 + k], unpack(l))
+  local contents = k == 0 and redis.call('HMGET', KEYS[1], unpack(l)) or {}
+  for i, id in ipairs(l) do
+    if scores[i] and not seen[id] and (not upto or tonumber(scores[i]) <= upto) then
+      seen[id] = true
+      if k > 0 then
+        gone[#gone + 1] = id
+        push(rm, k, id)
+        bump(deltas, topics[k], 'dead', -1)
+      elseif not contents[i] or string.sub(contents[i], 1, 1) == '@' then
+        orphans[#orphans + 1] = id
+      end
+    end
+  end
+end
+if #gone > 0 then
+  local states = redis.call('HMGET', KEYS[2], unpack(gone))
+  for i, id in ipairs(gone) do
     local o = st_parse(states[i])
     if o then
       hist_fields(hist, id, o.h)
       if o.x ~= '' then keyed[#keyed + 1] = id end
     end
   end
-end
-if #gone > 0 then
-  redis.call('ZREM', KEYS[5], unpack(gone))
+  for k, l in pairs(rm) do redis.call('ZREM', KEYS[5 + k], unpack(l)) end
   redis.call('ZREM', KEYS[4], unpack(gone))
   redis.call('HDEL', KEYS[1], unpack(gone))
   redis.call('HDEL', KEYS[2], unpack(gone))
   if #hist > 0 then chunked('HDEL', KEYS[3], hist) end
-  bump(deltas, ARGV[1], 'dead', -#gone)
-  flush(KEYS[6], deltas)
+  flush(KEYS[5], deltas)
 end
-return {#gone, unpack(keyed)}
+if #orphans > 0 then redis.call('ZREM', KEYS[4], unpack(orphans)) end
+return {#gone + #orphans, unpack(keyed)}
 `)
 
 // sweepScript deletes finished records whose retention has passed.

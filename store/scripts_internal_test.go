@@ -81,6 +81,11 @@ func TestRejectedCallChangesNothing(t *testing.T) {
 	reserved, _, err := st.Reserve(ctx, PullQueue("jobs"), []int{0}, 2)
 	require.NoError(t, err)
 	require.Len(t, reserved, 2)
+	// x is dead: a purge deletes it, unless the call is refused.
+	x := &notify.Notification{ID: "x", Topic: "jobs", Channel: notify.ChannelPull, Payload: json.RawMessage(`{}`),
+		Backoff: []notify.Duration{0}, TTR: notify.Duration(time.Minute), SendAt: now, Digest: "x"}
+	_, err = st.EnqueueBatch(ctx, []EnqueueRequest{{Notification: x, Dead: &notify.Attempt{Outcome: notify.OutcomePermanent}}})
+	require.NoError(t, err)
 	before := dumpAll(t, st)
 
 	k := st.keys
@@ -88,6 +93,7 @@ func TestRejectedCallChangesNothing(t *testing.T) {
 		TTR: notify.Duration(time.Minute), SendAt: now, Digest: "d"}
 	enqueueKeys := []string{k.job(0), k.state(0), k.hist(0), k.stats(0), k.finished(0), k.deadAll(0), k.order(0), k.link(0),
 		k.due(0, PullQueue("jobs")), k.dead(0, "jobs")}
+	purgeKeys := []string{k.job(0), k.state(0), k.hist(0), k.deadAll(0), k.stats(0), k.dead(0, "jobs")}
 	var finishKeys []string
 	// finishArgs is a valid finish of the two reserved ones, an ack and a
 	// retry, changed by bad.
@@ -149,6 +155,10 @@ func TestRejectedCallChangesNothing(t *testing.T) {
 		{"FinishRetryWithoutDue", finishScript, finishKeys, finishArgs(func(a []any) { a[len(a)-2] = "soon" })},
 		{"FinishRetryBadKey", finishScript, finishKeys, finishArgs(func(a []any) { a[len(a)-1] = 7 })},
 		{"FinishCountsDisagree", finishScript, finishKeys, finishArgs(func(a []any) { a[10] = 1 })},
+		{"PurgeBadKeyIndex", purgeScript, purgeKeys, []any{"", "x", 1, "a", 2}},
+		{"PurgeBadUpto", purgeScript, purgeKeys, []any{"soon", "x", 1}},
+		{"PurgeBadTopicKey", purgeScript, append(purgeKeys, k.deadAll(0)), []any{"", "x", 1, "a", 2}},
+		{"PurgeHalfAnItem", purgeScript, purgeKeys, []any{"", "x", 1, "a"}},
 	}
 	for _, tc := range tests {
 		_, err := st.runScript(ctx, tc.script, tc.keys, tc.args...)
@@ -162,6 +172,9 @@ func TestRejectedCallChangesNothing(t *testing.T) {
 	v, err = st.runScript(ctx, enqueueNewScript, newKeys, enqueueNewArgs(now, func([]any) {})...)
 	require.NoError(t, err)
 	require.Equal(t, []any{int64(codeOK), int64(codeOK)}, v)
+	v, err = st.runScript(ctx, purgeScript, purgeKeys, "", "x", 1)
+	require.NoError(t, err)
+	require.Equal(t, []any{int64(1)}, v)
 }
 
 // TestQuarantine corrupts one stored notification: reservations and the

@@ -53,6 +53,9 @@ const (
 	// one a batch touches costs its own commands.
 	ShardsSingleDefault = 1
 	RetentionDefault    = 7 * 24 * time.Hour
+	// DeadRetentionDefault is Config.DeadRetention's default: dead
+	// notifications are kept until replayed or purged.
+	DeadRetentionDefault time.Duration = -1
 	// MaxShards bounds Shards; more only costs idle round trips.
 	MaxShards = 1024
 	// WaitTimeoutDefault is Config.WaitTimeout's default.
@@ -81,9 +84,19 @@ type Config struct {
 	Shards int
 	// Retention is how long succeeded and cancelled records are kept, and
 	// a shard's quarantine after the last record moved there. Default
-	// RetentionDefault (7 days); -1 keeps them forever. Dead records stay
-	// until replayed or purged.
+	// RetentionDefault (7 days); -1 keeps them forever. Dead records go by
+	// DeadRetention.
 	Retention time.Duration
+	// DeadRetention is how long a dead notification stays in the
+	// dead-letter set, to be replayed or purged, counted from the time it
+	// died (or was imported dead): Sweep then deletes it with its record
+	// and history. A replay takes it out of the set, and a later death
+	// counts afresh. Each Store's sweep deletes by its own setting, so the
+	// shortest of a namespace's processes applies. Default
+	// DeadRetentionDefault (-1): kept until replayed or purged, so that
+	// setting nothing never deletes a dead letter an operator still means
+	// to replay.
+	DeadRetention time.Duration
 	// WaitReplicas, when above 0, makes every write whose success is
 	// reported (enqueue, cancel, replay, purge, finish; a pause or resume,
 	// an endpoint stored, enabled or deleted, a sign-out) wait until that
@@ -111,6 +124,7 @@ func (c *Config) WithDefaults() *Config {
 	out := *c
 	out.Namespace = cmp.Or(out.Namespace, NamespaceDefault)
 	out.Retention = cmp.Or(out.Retention, RetentionDefault)
+	out.DeadRetention = cmp.Or(out.DeadRetention, DeadRetentionDefault)
 	out.WakeHorizon = cmp.Or(out.WakeHorizon, WakeHorizonDefault)
 	out.WaitTimeout = cmp.Or(out.WaitTimeout, WaitTimeoutDefault)
 	if out.Logger == nil {
@@ -132,6 +146,8 @@ func (c *Config) validate() error {
 		return errors.New("store: namespace must not contain { or }")
 	case c.Retention < -1:
 		return errors.New("store: retention must be positive, or -1 to keep records")
+	case c.DeadRetention < -1:
+		return errors.New("store: dead_retention must be positive, or -1 to keep dead notifications")
 	case c.WaitReplicas < 0 || c.WaitTimeout < 0:
 		return errors.New("store: wait_replicas and wait_timeout must not be negative")
 	case c.WaitTimeout > 0 && c.WaitTimeout < time.Millisecond:
