@@ -753,9 +753,11 @@ func (ss *Sentinels) Master(ctx context.Context) (string, error) {
 // that outgrew it would, for a test of a Redis that is full: it sets
 // maxmemory a little above what the server uses, writes 4 KiB values
 // (keys filler:0, filler:1, ...) until the server refuses one with OOM,
-// then sets maxmemory 64 KiB below what it then uses, so that every write
+// then sets maxmemory 512 KiB below what it then uses, so that every write
 // that may grow memory is refused, however small, while deletes still go
-// through. lift sets maxmemory to 0 (no limit) again; the fillers stay.
+// through: Redis counts its clients' buffers in used_memory and frees them
+// lazily, so its use falls by tens of KiB after a burst of requests, and a
+// limit just below it would soon let writes through again. lift sets maxmemory to 0 (no limit) again; the fillers stay.
 // Fill a server of the test's own (Start), never a shared one.
 func Fill(tb testing.TB, c *redis.Client) (lift func()) {
 	tb.Helper()
@@ -785,7 +787,7 @@ func Fill(tb testing.TB, c *redis.Client) (lift func()) {
 		}
 		break
 	}
-	setMax(used() - 64<<10)
+	setMax(max(used()-512<<10, 1))
 	return func() { tb.Helper(); setMax(0) }
 }
 
