@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -48,6 +50,9 @@ type wiring struct {
 	tracer *tracing.Tracer
 	// templates is set by newSenders: the templates they render.
 	templates *templates.Set
+	// memory reads Redis's memory for /readyz; nil on an embedded Redis,
+	// which has no maxmemory and no INFO memory.
+	memory *redisMemory
 }
 
 // wire connects to the configured Redis and opens the store on it for cmd.
@@ -85,7 +90,102 @@ func (b *Base) wireWatched(cmd *cobra.Command, allowEmbedded bool, onConnect fun
 		rc.close()
 		return nil, err
 	}
-	return &wiring{cfg: b.Config, log: b.Logger, redis: rc, store: st}, nil
+	w := &wiring{cfg: b.Config, log: b.Logger, redis: rc, store: st}
+	if rc.embedded == nil {
+		w.memory = &redisMemory{client: rc.client}
+	}
+	return w, nil
+}
+
+// memoryCacheFor is how long one reading of Redis's memory answers /readyz
+// and the memory gauges: probes and scrapes of every process then cost
+// Redis at most one INFO memory per master a second each.
+const memoryCacheFor = time.Second
+
+// redisMemory reads what Redis uses against its maxmemory, caching a
+// reading for memoryCacheFor. It is safe for concurrent use.
+type redisMemory struct {
+	client redis.UniversalClient
+
+	// mu guards the reading last, taken at at; a caller that finds it
+	// stale reads Redis while holding mu, so that those arriving meanwhile
+	// wait for its reading rather than each send their own.
+	mu   sync.Mutex
+	at   time.Time
+	last api.RedisMemory
+}
+
+// read returns the cached reading, or a new one once it is stale. A failed
+// read is not cached: the next caller tries again.
+func (m *redisMemory) read(ctx context.Context) (api.RedisMemory, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.at.IsZero() && time.Since(m.at) < memoryCacheFor {
+		return m.last, nil
+	}
+	got, err := readRedisMemory(ctx, m.client)
+	if err != nil {
+		return api.RedisMemory{}, err
+	}
+	m.at, m.last = time.Now(), got
+	return got, nil
+}
+
+// readRedisMemory reads used_memory and maxmemory with INFO memory. On a
+// Cluster it reads every master and returns the one closest to its
+// maxmemory, with its address: enqueues are spread over the masters by
+// shard, and those to its slots are refused first.
+func readRedisMemory(ctx context.Context, c redis.UniversalClient) (api.RedisMemory, error) {
+	cluster, ok := c.(*redis.ClusterClient)
+	if !ok {
+		return nodeMemory(ctx, c)
+	}
+	var mu sync.Mutex
+	var fullest *api.RedisMemory
+	err := cluster.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		m, err := nodeMemory(ctx, node)
+		if err != nil {
+			return fmt.Errorf("%s: %w", node.Options().Addr, err)
+		}
+		m.Addr = node.Options().Addr
+		mu.Lock()
+		defer mu.Unlock()
+		if fullest == nil || fuller(m, *fullest) {
+			fullest = &m
+		}
+		return nil
+	})
+	if err != nil {
+		return api.RedisMemory{}, err
+	}
+	return *fullest, nil
+}
+
+// fuller reports whether a is closer to its maxmemory than b: a larger
+// share of it used, a limit against none, or without limits more used.
+func fuller(a, b api.RedisMemory) bool {
+	switch {
+	case a.Max > 0 && b.Max > 0:
+		return float64(a.Used)/float64(a.Max) > float64(b.Used)/float64(b.Max)
+	case a.Max > 0 || b.Max > 0:
+		return a.Max > 0
+	}
+	return a.Used > b.Used
+}
+
+// nodeMemory reads used_memory and maxmemory from one server's INFO memory.
+func nodeMemory(ctx context.Context, c redis.Cmdable) (api.RedisMemory, error) {
+	info, err := c.InfoMap(ctx, "memory").Result()
+	if err != nil {
+		return api.RedisMemory{}, fmt.Errorf("INFO memory: %w", err)
+	}
+	var m api.RedisMemory
+	for field, v := range map[string]*int64{"used_memory": &m.Used, "maxmemory": &m.Max} {
+		if *v, err = strconv.ParseInt(info["Memory"][field], 10, 64); err != nil {
+			return api.RedisMemory{}, fmt.Errorf("INFO memory %s: %w", field, err)
+		}
+	}
+	return m, nil
 }
 
 // Close closes the Redis connection and stops an embedded Redis.
@@ -270,8 +370,8 @@ func (w *wiring) newDispatcher(policies func() *policy.Set, obs schedule.Observe
 const minTokenLen = 16
 
 // newAPI returns the HTTP API of the api section, listening on addr,
-// serving m at /metrics, ready and details on /readyz and the dashboard at
-// /ui/.
+// serving m at /metrics, ready and details on /readyz, with Redis's memory
+// against its maxmemory, and the dashboard at /ui/.
 func (w *wiring) newAPI(ctx context.Context, addr net.Addr, policies func() *policy.Set, m *metrics.Metrics,
 	ready func(context.Context) error, details func() any,
 ) (*api.Server, error) {
@@ -313,6 +413,9 @@ func (w *wiring) newAPI(ctx context.Context, addr net.Addr, policies func() *pol
 		StrictTopics:     w.cfg.TopicsStrict,
 		Observer:         m,
 		Logger:           w.log,
+	}
+	if w.memory != nil {
+		cfg.RedisMemoryFunc = w.memory.read
 	}
 	if w.tracer != nil {
 		cfg.Tracer, cfg.Middleware = w.tracer, w.tracer.Middleware

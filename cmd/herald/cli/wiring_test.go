@@ -1,0 +1,120 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/internal/redistest"
+)
+
+// infoCalls returns how many INFO commands c's server has run since its
+// statistics were reset.
+func infoCalls(t *testing.T, c *redis.Client) int {
+	t.Helper()
+	stats, err := c.InfoMap(context.Background(), "commandstats").Result()
+	require.NoError(t, err)
+	var calls int
+	if v := stats["Commandstats"]["cmdstat_info"]; v != "" {
+		_, err = fmt.Sscanf(v, "calls=%d", &calls)
+		require.NoError(t, err)
+	}
+	return calls
+}
+
+// TestRedisMemoryReadsBriefly: the memory behind /readyz and the gauges is
+// Redis's used_memory and maxmemory, read at most once per
+// memoryCacheFor however often probes and scrapes ask, and a change of
+// maxmemory shows within that.
+func TestRedisMemoryReadsBriefly(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := redistest.Start(t, redistest.Options{}).Client(t)
+	m := &redisMemory{client: c}
+	require.NoError(t, c.ConfigResetStat(ctx).Err())
+	start := time.Now()
+	for range 50 {
+		got, err := m.read(ctx)
+		require.NoError(t, err)
+		require.Positive(t, got.Used)
+		require.Zero(t, got.Max)
+	}
+	// The INFO commandstats of infoCalls counts once it has run.
+	require.LessOrEqual(t, infoCalls(t, c), 1+int(time.Since(start)/memoryCacheFor))
+
+	require.NoError(t, c.ConfigSet(ctx, "maxmemory", "1000000000").Err())
+	require.Eventually(t, func() bool {
+		got, err := m.read(ctx)
+		return err == nil && got.Max == 1000000000
+	}, 10*time.Second, 50*time.Millisecond)
+}
+
+// TestRedisMemoryOfTheFullestMaster: on a Cluster the memory shown is the
+// master's closest to its maxmemory, named by its address, since
+// enqueues to its slots are refused first; a master with no limit is
+// never the fullest while another has one.
+func TestRedisMemoryOfTheFullestMaster(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cl := redistest.StartCluster(t, 3)
+	nodes := make([]*redis.Client, len(cl.Nodes))
+	for i, n := range cl.Nodes {
+		nodes[i] = n.Client(t)
+	}
+	used, _, err := redistest.Memory(ctx, nodes[1])
+	require.NoError(t, err)
+	// nodes[1] is half full, nodes[2] has ten times its use as limit.
+	require.NoError(t, nodes[1].ConfigSet(ctx, "maxmemory", strconv.FormatInt(2*used, 10)).Err())
+	require.NoError(t, nodes[2].ConfigSet(ctx, "maxmemory", strconv.FormatInt(10*used, 10)).Err())
+	got, err := readRedisMemory(ctx, cl.Client(t))
+	require.NoError(t, err)
+	require.Equal(t, cl.Nodes[1].Addr, got.Addr)
+	require.Equal(t, 2*used, got.Max)
+	require.InDelta(t, 0.5, float64(got.Used)/float64(got.Max), 0.1)
+}
+
+// TestServeWhenRedisIsFull: herald serve on a full Redis stays ready and
+// says on /readyz that Redis is at maxmemory and refuses enqueues, which
+// are 503; the log has the first refusal, not one warning per request.
+func TestServeWhenRedisIsFull(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	s := startServe(t, newEnv(t, fmt.Sprintf("redis: {addrs: [%q]}", srv.Addr)).config)
+	var ready struct {
+		Status  string `json:"status"`
+		Details struct {
+			Redis  map[string]any `json:"redis"`
+			Memory struct {
+				UsedBytes int64  `json:"used_bytes"`
+				MaxBytes  int64  `json:"max_bytes"`
+				Warning   string `json:"warning"`
+			} `json:"memory"`
+		} `json:"details"`
+	}
+	require.Equal(t, http.StatusOK, s.call(t, http.MethodGet, "/readyz", "", &ready))
+	require.NotEmpty(t, ready.Details.Redis, "the settings stay")
+	require.Positive(t, ready.Details.Memory.UsedBytes)
+	require.Empty(t, ready.Details.Memory.Warning)
+
+	redistest.Fill(t, srv.Client(t))
+	for i := range 20 {
+		require.Equal(t, http.StatusServiceUnavailable,
+			s.call(t, http.MethodPost, "/v1/notifications", fmt.Sprintf(`{"id": "n%d", "topic": "jobs", "channel": "pull"}`, i), nil))
+	}
+	require.Eventually(t, func() bool {
+		ready.Details.Memory.Warning = ""
+		return s.call(t, http.MethodGet, "/readyz", "", &ready) == http.StatusOK && ready.Details.Memory.Warning != ""
+	}, 10*time.Second, 100*time.Millisecond)
+	require.Equal(t, "ready", ready.Status)
+	require.Contains(t, ready.Details.Memory.Warning, "Redis is at maxmemory")
+	require.GreaterOrEqual(t, ready.Details.Memory.UsedBytes, ready.Details.Memory.MaxBytes)
+	require.Equal(t, 1, strings.Count(s.logs.String(), "out of memory and refuses writes"), "%s", s.logs.String())
+	require.NotContains(t, s.logs.String(), "store call failed")
+}
