@@ -50,8 +50,8 @@ const (
 	PoliciesFileDefault = "configs/policies.yaml"
 )
 
-// RetentionForever is the retention that keeps finished records, as
-// store.Config's -1 does.
+// RetentionForever is the retention that keeps finished records, and the
+// dead_retention that keeps dead ones, as store.Config's -1 does.
 const RetentionForever time.Duration = -1
 
 // Redis deployment modes.
@@ -78,9 +78,15 @@ type Config struct {
 	// Cluster and store.ShardsSingleDefault (1) on a single Redis.
 	Shards int `koanf:"shards"`
 	// Retention is how long succeeded and cancelled records are kept;
-	// RetentionForever (-1) keeps them. Dead records stay until replayed or
-	// purged. Default store.RetentionDefault (168h).
+	// RetentionForever (-1) keeps them. Dead records go by DeadRetention.
+	// Default store.RetentionDefault (168h).
 	Retention time.Duration `koanf:"retention"`
+	// DeadRetention is how long a dead notification stays in the
+	// dead-letter set, from the time it died, before the sweep deletes it
+	// with its record and history; RetentionForever (-1) keeps it until
+	// replayed or purged. Default store.DeadRetentionDefault (-1), so that
+	// an upgrade deletes no dead letter an operator still means to replay.
+	DeadRetention time.Duration `koanf:"dead_retention"`
 	// Dispatcher sizes the dispatcher.
 	Dispatcher DispatcherConfig `koanf:"dispatcher"`
 	// API configures the HTTP API.
@@ -230,16 +236,17 @@ type OtelConfig struct {
 // environment nor a flag sets a key. Each call returns fresh slices.
 func Default() Config {
 	return Config{
-		Redis:        RedisConfig{Addrs: []string{RedisAddrDefault}, Mode: RedisModeStandalone, WaitTimeout: store.WaitTimeoutDefault},
-		Namespace:    store.NamespaceDefault,
-		Retention:    store.RetentionDefault,
-		Dispatcher:   DispatcherConfig{Concurrency: schedule.ConcurrencyDefault, Batch: schedule.BatchDefault},
-		API:          APIConfig{Listen: ListenDefault, Tokens: []Secret{}, Hosts: []string{}, MaxBody: notify.MaxPayloadDefault},
-		Senders:      SendersConfig{Webhook: WebhookConfig{Timeout: httpsend.TimeoutDefault, AllowNetworks: []string{}}, SMS: SMSConfig{Provider: sms.ProviderDefault}},
-		TemplatesDir: TemplatesDirDefault,
-		PoliciesFile: PoliciesFileDefault,
-		Metrics:      MetricsConfig{MaxTopics: metrics.MaxTopicsDefault},
-		Log:          LogConfig{Level: "info", Format: "text"},
+		Redis:         RedisConfig{Addrs: []string{RedisAddrDefault}, Mode: RedisModeStandalone, WaitTimeout: store.WaitTimeoutDefault},
+		Namespace:     store.NamespaceDefault,
+		Retention:     store.RetentionDefault,
+		DeadRetention: store.DeadRetentionDefault,
+		Dispatcher:    DispatcherConfig{Concurrency: schedule.ConcurrencyDefault, Batch: schedule.BatchDefault},
+		API:           APIConfig{Listen: ListenDefault, Tokens: []Secret{}, Hosts: []string{}, MaxBody: notify.MaxPayloadDefault},
+		Senders:       SendersConfig{Webhook: WebhookConfig{Timeout: httpsend.TimeoutDefault, AllowNetworks: []string{}}, SMS: SMSConfig{Provider: sms.ProviderDefault}},
+		TemplatesDir:  TemplatesDirDefault,
+		PoliciesFile:  PoliciesFileDefault,
+		Metrics:       MetricsConfig{MaxTopics: metrics.MaxTopicsDefault},
+		Log:           LogConfig{Level: "info", Format: "text"},
 	}
 }
 
@@ -286,6 +293,8 @@ func (c *Config) Validate() error {
 		return notify.Errorf("shards", "must be between 1 and %d, or 0 for the namespace's recorded count", store.MaxShards)
 	case c.Retention <= 0 && c.Retention != RetentionForever:
 		return notify.Errorf("retention", "must be positive, or -1 to keep finished records forever")
+	case c.DeadRetention <= 0 && c.DeadRetention != RetentionForever:
+		return notify.Errorf("dead_retention", "must be positive, or -1 to keep dead notifications until replayed or purged")
 	case c.Dispatcher.Concurrency < 1:
 		return notify.Errorf("dispatcher.concurrency", "must be at least 1")
 	case c.Dispatcher.Batch < 1:

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -32,10 +33,11 @@ func TestConfigKeys(t *testing.T) {
 		"HERALD_LOG_LEVEL":                      "log.level",
 		"HERALD_OTEL_ENDPOINT":                  "otel.endpoint",
 		"HERALD_REDIS_WAIT_REPLICAS":            "redis.wait_replicas",
+		"HERALD_DEAD_RETENTION":                 "dead_retention",
 	} {
 		require.Equal(t, key, keys.byEnv[env], env)
 	}
-	require.Len(t, keys.byEnv, 33, "the keys of DESIGN.md, topics_strict, metrics.max_topics, api.hosts and redis.username")
+	require.Len(t, keys.byEnv, 34, "the keys of DESIGN.md, topics_strict, metrics.max_topics, api.hosts, redis.username and dead_retention")
 
 	require.Panics(t, func() { BindFlag(pflag.NewFlagSet("x", pflag.ContinueOnError), "x", "redis.adress") })
 }
@@ -137,4 +139,66 @@ func TestClusterNodeRefusingFailsFast(t *testing.T) {
 	// refused dial took at most 50ms in 200 runs under -race on a loaded
 	// 2-core machine; 350ms leaves room for a scheduling stall on top.
 	require.Less(t, time.Since(start), 350*time.Millisecond)
+}
+
+// loadFile runs Load on a config file holding yaml, with no flags.
+func loadFile(t *testing.T, yaml string) (*Config, error) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "herald.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(yaml), 0o600))
+	return Load(&Source{File: path, FileRequired: true, Flags: pflag.NewFlagSet("x", pflag.ContinueOnError)})
+}
+
+// TestDeadRetention: dead_retention is a positive duration, or -1 (the
+// default) to keep dead notifications until replayed or purged; anything
+// else stops Herald naming the key.
+func TestDeadRetention(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		yaml string
+		want time.Duration // when valid
+		bad  bool
+	}{
+		{name: "Default", yaml: "", want: -1},
+		{name: "Keep", yaml: "dead_retention: -1\n", want: -1},
+		{name: "KeepQuoted", yaml: "dead_retention: \"-1\"\n", want: -1},
+		{name: "Duration", yaml: "dead_retention: 2160h\n", want: 90 * 24 * time.Hour},
+		{name: "Seconds", yaml: "dead_retention: 3600\n", want: time.Hour},
+		{name: "WithRetentionForever", yaml: "retention: -1\ndead_retention: 720h\n", want: 720 * time.Hour},
+		{name: "Zero", yaml: "dead_retention: 0\n", bad: true},
+		{name: "Negative", yaml: "dead_retention: -2h\n", bad: true},
+		{name: "MinusTwo", yaml: "dead_retention: -2\n", bad: true},
+		{name: "NotADuration", yaml: "dead_retention: forever\n", bad: true},
+		{name: "List", yaml: "dead_retention: [1h]\n", bad: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg, err := loadFile(t, tt.yaml)
+			if tt.bad {
+				var fe *notify.FieldError
+				require.ErrorAs(t, err, &fe)
+				require.Equal(t, "dead_retention", fe.Field, "%v", err)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.want, cfg.DeadRetention)
+		})
+	}
+}
+
+// TestDeadRetentionFromEnv sets HERALD_DEAD_RETENTION, so it does not run
+// in parallel.
+func TestDeadRetentionFromEnv(t *testing.T) {
+	t.Setenv("HERALD_DEAD_RETENTION", "-1")
+	cfg, err := loadFile(t, "dead_retention: 24h\n")
+	require.NoError(t, err)
+	require.Equal(t, RetentionForever, cfg.DeadRetention, "the environment overrides the file")
+
+	t.Setenv("HERALD_DEAD_RETENTION", "90d")
+	_, err = loadFile(t, "")
+	var fe *notify.FieldError
+	require.ErrorAs(t, err, &fe)
+	require.Equal(t, "dead_retention", fe.Field)
+	require.Contains(t, fe.Message, "HERALD_DEAD_RETENTION", "says what set it")
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/knadh/koanf/parsers/yaml"
 	"github.com/knadh/koanf/providers/env/v2"
@@ -107,15 +108,19 @@ func load(src *Source, setBy map[string]string) (*Config, error) {
 	cfg := Default()
 	raw := k.Raw()
 	// -1 is not a duration to the decoder, which refuses negative ones.
-	forever := fmt.Sprint(raw["retention"]) == "-1"
-	if forever {
-		delete(raw, "retention")
+	forever := map[string]*time.Duration{"retention": &cfg.Retention, "dead_retention": &cfg.DeadRetention}
+	for key := range forever {
+		if fmt.Sprint(raw[key]) == "-1" {
+			delete(raw, key)
+		} else {
+			delete(forever, key)
+		}
 	}
 	if err := policy.Decode("", raw, &cfg); err != nil {
 		return nil, hideSecrets(err)
 	}
-	if forever {
-		cfg.Retention = RetentionForever
+	for _, d := range forever {
+		*d = RetentionForever
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
