@@ -1209,8 +1209,9 @@ func (d *Dispatcher) reap(ctx context.Context, failing *failureLog) {
 	}
 }
 
-// sweep deletes finished records past their retention, in full batches
-// until none is left, and logs its failures to failing.
+// sweep deletes finished records past their retention, and dead ones past
+// the store's DeadRetention, in full batches until none is left, and logs
+// its failures to failing.
 func (d *Dispatcher) sweep(ctx context.Context, failing *failureLog) {
 	for ctx.Err() == nil {
 		_, more, err := d.store.Sweep(ctx, d.cfg.Batch)
