@@ -120,7 +120,7 @@ func TestReadyzShowsRedisMemory(t *testing.T) {
 	ready = must[readyBody](t, b, http.StatusOK, "GET", "/readyz", nil)
 	require.Equal(t, "ready", ready.Status)
 	require.GreaterOrEqual(t, ready.Details.Memory.UsedBytes, ready.Details.Memory.MaxBytes)
-	require.Contains(t, ready.Details.Memory.Warning, "refuses enqueues")
+	require.Contains(t, ready.Details.Memory.Warning, "Redis is at maxmemory")
 	b.requireError(t, http.StatusServiceUnavailable, api.CodeUnavailable, "", "POST", "/v1/notifications", map[string]any{"topic": "jobs"})
 	status, text := b.do(t, "GET", "/metrics", nil)
 	require.Equal(t, http.StatusOK, status)
