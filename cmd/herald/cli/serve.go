@@ -139,7 +139,16 @@ func (c *app) serveOn(cmd *cobra.Command, role string, addr net.Addr, h *handler
 		return err
 	}
 	defer stopTracing()
-	m := metrics.New(&metrics.Config{
+	// A Redis replaced by one too old since the start is not ready: every
+	// enqueue and attempt would fail.
+	ready := func(ctx context.Context) error { return cmp.Or(watch.Check(), w.store.Ping(ctx)) }
+	details := func() any {
+		if s, ok := watch.Settings(); ok {
+			return map[string]any{"redis": s}
+		}
+		return nil
+	}
+	mcfg := &metrics.Config{
 		Store:     w.store,
 		MaxTopics: w.cfg.Metrics.MaxTopics,
 		KeepTopicFunc: func(topic string) bool {
@@ -150,16 +159,13 @@ func (c *app) serveOn(cmd *cobra.Command, role string, addr net.Addr, h *handler
 			s, _ := watch.Settings()
 			return s.EvictionOK, s.PersistenceOK
 		},
-	})
-	// A Redis replaced by one too old since the start is not ready: every
-	// enqueue and attempt would fail.
-	ready := func(ctx context.Context) error { return cmp.Or(watch.Check(), w.store.Ping(ctx)) }
-	details := func() any {
-		if s, ok := watch.Settings(); ok {
-			return map[string]any{"redis": s}
-		}
-		return nil
 	}
+	probes := &api.ProbeConfig{ReadyFunc: ready, DetailsFunc: details, Logger: c.base.Logger}
+	if w.memory != nil {
+		mcfg.RedisMemoryFunc, probes.MemoryFunc = w.memory.usage, w.memory.read
+	}
+	m := metrics.New(mcfg)
+	probes.Metrics = m.Handler()
 	if role != RoleAPI {
 		d, err := w.newDispatcher(policies.Current, m)
 		if err != nil {
@@ -175,7 +181,7 @@ func (c *app) serveOn(cmd *cobra.Command, role string, addr net.Addr, h *handler
 		defer reloaded.Store(nil)
 	}
 	if role == RoleDispatcher {
-		h.set(api.NewProbes(&api.ProbeConfig{Metrics: m.Handler(), ReadyFunc: ready, DetailsFunc: details, Logger: c.base.Logger}))
+		h.set(api.NewProbes(probes))
 		fmt.Fprintf(c.base.Out, "herald: dispatcher running, metrics on http://%s/metrics; stop with Ctrl-C\n", addr)
 		return wait()
 	}

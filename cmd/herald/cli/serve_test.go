@@ -212,12 +212,22 @@ func TestServe(t *testing.T) {
 			defer res.Body.Close()
 			b, err := io.ReadAll(res.Body)
 			require.NoError(t, err)
-			return strings.Contains(string(b), `herald_attempts_total{channel="webhook",outcome="success",topic="merchant-notify"} 1`)
+			return strings.Contains(string(b), `herald_attempts_total{channel="webhook",outcome="success",topic="merchant-notify"} 1`) &&
+				strings.Contains(string(b), "\nherald_redis_memory_used_bytes ")
 		})
 		res, err := http.Get(strings.TrimSuffix(metricsURL, "/metrics") + "/readyz")
 		require.NoError(t, err)
+		var ready struct {
+			Details struct {
+				Memory struct {
+					UsedBytes int64 `json:"used_bytes"`
+				} `json:"memory"`
+			} `json:"details"`
+		}
+		require.NoError(t, json.NewDecoder(res.Body).Decode(&ready))
 		require.NoError(t, res.Body.Close())
 		require.Equal(t, http.StatusOK, res.StatusCode)
+		require.Positive(t, ready.Details.Memory.UsedBytes, "how full Redis is, as the API's /readyz says")
 		help := e.run(t, "serve", "--help")
 		require.NoError(t, help.err)
 		require.Contains(t, strings.Join(strings.Fields(help.out), " "),

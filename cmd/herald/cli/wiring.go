@@ -131,6 +131,12 @@ func (m *redisMemory) read(ctx context.Context) (api.RedisMemory, error) {
 	return got, nil
 }
 
+// usage is read's figures, as the metrics' memory gauges take them.
+func (m *redisMemory) usage(ctx context.Context) (used, limit int64, err error) {
+	r, err := m.read(ctx)
+	return r.Used, r.Max, err
+}
+
 // readRedisMemory reads used_memory and maxmemory with INFO memory. On a
 // Cluster it reads every master and returns the one closest to its
 // maxmemory, with its address: enqueues are spread over the masters by
