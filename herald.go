@@ -529,6 +529,11 @@ type WorkerConfig struct {
 	// same, since each one's sweeps delete the finished records past its
 	// own. Default 7 days; -1 keeps them for ever.
 	Retention time.Duration
+	// DeadRetention is how long a dead notification stays in the
+	// dead-letter set before its worker's sweeps delete it, as herald
+	// serve's dead_retention; the shortest among a namespace's processes
+	// applies. Default -1: kept until replayed or purged.
+	DeadRetention time.Duration
 	// ShutdownTimeout is how long Stop waits for running attempts before
 	// it ends their contexts and gives their jobs back, due again at once
 	// and not counted as attempts: give it the longest a handler should be
@@ -630,7 +635,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		return errors.New("herald: worker already started")
 	}
 	st, err := openStore(&store.Config{Client: w.rdb, Namespace: w.cfg.Namespace, Shards: w.cfg.Shards,
-		Retention: w.cfg.Retention, Logger: w.log})
+		Retention: w.cfg.Retention, DeadRetention: w.cfg.DeadRetention, Logger: w.log})
 	if err != nil {
 		return err
 	}

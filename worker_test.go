@@ -237,29 +237,52 @@ func TestHandlerWrappedOutcomes(t *testing.T) {
 }
 
 // TestWorkerRetention: a worker keeps finished records for its Retention,
-// as herald serve does for its retention: its sweeps delete them past it,
-// and with -1 never.
+// and dead ones for its DeadRetention, as herald serve does for retention
+// and dead_retention: its sweeps delete them past it, and with -1 never.
 func TestWorkerRetention(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	for name, retention := range map[string]time.Duration{"Short": 300 * time.Millisecond, "Forever": -1} {
-		t.Run(name, func(t *testing.T) {
+	const short = 300 * time.Millisecond
+	cases := []struct {
+		name  string
+		cfg   herald.WorkerConfig
+		fails bool // the handler fails for good, so the job is dead
+		state herald.State
+	}{
+		{"Short", herald.WorkerConfig{Retention: short}, false, herald.StateSucceeded},
+		{"Forever", herald.WorkerConfig{Retention: -1}, false, herald.StateSucceeded},
+		{"DeadShort", herald.WorkerConfig{Retention: short, DeadRetention: short}, true, herald.StateDead},
+		// Dead letters wait to be replayed, whatever the retention of
+		// finished records.
+		{"DeadByDefault", herald.WorkerConfig{Retention: short}, true, herald.StateDead},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			rdb, ns, c := connect(t, nil)
 			done := make(chan string, 1)
-			startWorker(t, rdb, &herald.WorkerConfig{Namespace: ns, Retention: retention}, func(_ context.Context, job *herald.Job) error {
+			cfg := tc.cfg
+			cfg.Namespace = ns
+			startWorker(t, rdb, &cfg, func(_ context.Context, job *herald.Job) error {
 				done <- job.ID
+				if tc.fails {
+					return herald.Permanent(errors.New("card declined"))
+				}
 				return nil
 			})
 			_, err := c.Enqueue(ctx, "jobs", map[string]int{"n": 1}, herald.ID("kept"))
 			require.NoError(t, err)
 			received(t, done, "the job")
-			if retention < 0 {
+			require.Eventually(t, func() bool {
+				n, err := c.Get(ctx, "kept")
+				return errors.Is(err, herald.ErrNotFound) || err == nil && n.State == tc.state
+			}, 10*time.Second, 10*time.Millisecond, "recorded")
+			if tc.state == herald.StateDead && cfg.DeadRetention == 0 || cfg.Retention < 0 {
 				// Three sweeps at least, a second apart.
 				time.Sleep(3500 * time.Millisecond)
 				n, err := c.Get(ctx, "kept")
 				require.NoError(t, err, "a record kept for ever was swept")
-				require.Equal(t, herald.StateSucceeded, n.State)
+				require.Equal(t, tc.state, n.State)
 				return
 			}
 			require.Eventually(t, func() bool {

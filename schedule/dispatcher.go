@@ -2,7 +2,8 @@
 // batches, runs each attempt on a fixed pool of workers through the sender
 // of its channel (or a library-mode handler registered for its topic),
 // records the outcomes in batches, reaps reservations whose ttr ran out, and
-// deletes finished records past their retention.
+// deletes finished records past their retention and dead ones past their
+// dead retention.
 //
 // # Timing
 //

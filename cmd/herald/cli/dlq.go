@@ -33,7 +33,7 @@ func (c *app) dlqCommand() *cobra.Command {
 		Long: `A notification is dead when its last attempt failed, or an attempt failed
 permanently (a 4xx its policy does not retry, a bad target, a template that
 does not render). Dead notifications stay, with their history, until replayed
-or purged. The filters are those of the HTTP API: --ids, or --topic with an
+or purged, or dead_retention passes when it is set. The filters are those of the HTTP API: --ids, or --topic with an
 optional window of the time of death (--since inclusive, --until exclusive).
 Ids given that are not dead (unknown, or in another state) are named and
 fail the command, with exit status 1, once the others are done.`,

@@ -105,6 +105,9 @@ func (c *app) notFoundWhy() string {
 	if cfg.Retention > 0 {
 		why += fmt.Sprintf(", or succeeded or cancelled more than %s ago (retention)", show.Duration(notify.Duration(cfg.Retention)))
 	}
+	if cfg.DeadRetention > 0 {
+		why += fmt.Sprintf(", or dead more than %s ago (dead_retention)", show.Duration(notify.Duration(cfg.DeadRetention)))
+	}
 	return why
 }
 

@@ -210,6 +210,13 @@ func TestStatus(t *testing.T) {
 			", or purged from the dead letters, or succeeded or cancelled more than 168h ago (retention)")
 	})
 
+	t.Run("UnknownWithDeadRetention", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, fmt.Sprintf("redis: {addrs: [%q]}\ndead_retention: 720h", server.Addr))
+		r := e.run(t, "status", "nobody")
+		require.ErrorContains(t, r.err, "(retention), or dead more than 720h ago (dead_retention)")
+	})
+
 	t.Run("BadID", func(t *testing.T) {
 		t.Parallel()
 		r := e.run(t, "status", "no/such id")

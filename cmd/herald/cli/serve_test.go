@@ -174,6 +174,27 @@ func TestServe(t *testing.T) {
 		require.NotContains(t, s.logs.String(), "s3cr3t")
 	})
 
+	t.Run("DeadRetention", func(t *testing.T) {
+		t.Parallel()
+		refused := make(chan struct{}, 1)
+		rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.WriteHeader(http.StatusBadRequest) // permanent: dead at once
+			refused <- struct{}{}
+		}))
+		t.Cleanup(rcv.Close)
+		e := newEnv(t, fmt.Sprintf("redis: {addrs: [%q]}\ndead_retention: 300ms", server.Addr))
+		s := startServe(t, e.config)
+		require.NoError(t, e.run(t, "enqueue", "--topic", "merchant-notify", "--id", "dies", "--target", rcv.URL).err)
+		select {
+		case <-refused:
+		case <-time.After(10 * time.Second):
+			require.FailNow(t, "not attempted")
+		}
+		waitFor(t, 10*time.Second, "the dead letter to be swept", func() bool {
+			return s.call(t, http.MethodGet, "/v1/notifications/dies", "", nil) == http.StatusNotFound
+		})
+	})
+
 	t.Run("RoleAPIOnly", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t, "")

@@ -70,13 +70,14 @@ func (b *Base) wireWatched(cmd *cobra.Command, allowEmbedded bool, onConnect fun
 		return nil, err
 	}
 	st, err := store.New(&store.Config{
-		Client:       rc.client,
-		Namespace:    b.Config.Namespace,
-		Shards:       b.Config.Shards,
-		Retention:    b.Config.Retention,
-		WaitReplicas: b.Config.Redis.WaitReplicas,
-		WaitTimeout:  b.Config.Redis.WaitTimeout,
-		Logger:       b.Logger,
+		Client:        rc.client,
+		Namespace:     b.Config.Namespace,
+		Shards:        b.Config.Shards,
+		Retention:     b.Config.Retention,
+		DeadRetention: b.Config.DeadRetention,
+		WaitReplicas:  b.Config.Redis.WaitReplicas,
+		WaitTimeout:   b.Config.Redis.WaitTimeout,
+		Logger:        b.Logger,
 	})
 	if err == nil {
 		// Settle the namespace's shard count now, so that a shards setting
