@@ -16,32 +16,6 @@ import (
 	"github.com/heraldhq/herald/store"
 )
 
-// fillRedis fills c's Redis, which the test owns, the way production
-// reaches maxmemory under the noeviction policy Herald requires: maxmemory
-// just above what it uses, written until it refuses, then set a little
-// below what it uses, so that a refused write stays refused however a
-// call's own buffers come and go. The returned func lifts the limit.
-func fillRedis(t *testing.T, c *redis.Client) (lift func()) {
-	t.Helper()
-	ctx := context.Background()
-	used := func() int64 {
-		v, err := c.InfoMap(ctx, "memory").Result()
-		require.NoError(t, err)
-		n, err := strconv.ParseInt(v["Memory"]["used_memory"], 10, 64)
-		require.NoError(t, err)
-		return n
-	}
-	require.NoError(t, c.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used()+256<<10, 10)).Err())
-	for i := 0; ; i++ {
-		if err := c.Set(ctx, "filler:"+strconv.Itoa(i), strings.Repeat("x", 4096), 0).Err(); err != nil {
-			require.ErrorContains(t, err, "OOM")
-			break
-		}
-	}
-	require.NoError(t, c.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used()-64<<10, 10)).Err())
-	return func() { require.NoError(t, c.ConfigSet(ctx, "maxmemory", "0").Err()) }
-}
-
 // snapshot returns every key of ns with its DUMP, to show a call changed
 // nothing, byte for byte.
 func snapshot(t *testing.T, c *redis.Client, ns string) map[string]string {
@@ -59,7 +33,7 @@ func snapshot(t *testing.T, c *redis.Client, ns string) map[string]string {
 }
 
 // setupFull opens a store with shards on a Redis of the test's own, which
-// the test fills with fillRedis.
+// the test fills with redistest.Fill.
 func setupFull(t *testing.T, shards int) (*testBundle, *redis.Client) {
 	t.Helper()
 	c := redistest.Start(t, redistest.Options{}).Client(t)
@@ -80,7 +54,7 @@ func TestEnqueueWhenRedisIsFull(t *testing.T) {
 			b, c := setupFull(t, shards)
 			b.enqueue(t, b.newNotification(t, "old", time.Hour, 0))
 			b.enqueue(t, heraldtest.Notification(t, "first-in-line", b.clock.Now(), heraldtest.OrderKey("k")))
-			lift := fillRedis(t, c)
+			lift := redistest.Fill(t, c)
 			before := snapshot(t, c, b.store.Namespace())
 
 			enqueues := map[string]func() error{
@@ -129,7 +103,7 @@ func TestDispatchWhenRedisIsFull(t *testing.T) {
 	}
 	b.enqueue(t, b.newNotification(t, "cancelled", time.Hour, 0))
 	b.clock.Advance(time.Millisecond)
-	fillRedis(t, c)
+	redistest.Fill(t, c)
 
 	got := b.reserveAll(t)
 	require.Len(t, got, 4)
@@ -189,7 +163,7 @@ func TestMaintenanceWhenRedisIsFull(t *testing.T) {
 	}
 	_, err := b.store.Finish(ctx, items)
 	require.NoError(t, err)
-	fillRedis(t, c)
+	redistest.Fill(t, c)
 
 	matched, purged, err := b.store.Purge(ctx, store.DeadFilter{Topic: "jobs"}, store.DeadOptions{})
 	require.NoError(t, err)
@@ -220,7 +194,7 @@ func TestQuarantineWhenRedisIsFull(t *testing.T) {
 	b.clock.Advance(time.Millisecond)
 	job, quarantine := b.store.Namespace()+":{0}:job", b.store.Namespace()+":{0}:quarantine"
 	require.NoError(t, c.HSet(ctx, job, "bad", "d u 1000 jobs\nnot a body").Err())
-	fillRedis(t, c)
+	redistest.Fill(t, c)
 
 	got := b.reserveAll(t)
 	require.Len(t, got, 1)
@@ -247,7 +221,7 @@ func TestResumeWhenRedisIsFull(t *testing.T) {
 	}
 	require.NoError(t, b.store.Pause(ctx, store.PauseTopic, "jobs"))
 	b.park(t, 3)
-	fillRedis(t, c)
+	redistest.Fill(t, c)
 
 	moved, err := b.store.Resume(ctx, store.PauseTopic, "jobs")
 	require.NoError(t, err)
@@ -267,7 +241,7 @@ func TestEndpointDisabledWhenRedisIsFull(t *testing.T) {
 	b, c := setupFull(t, 4)
 	_, err := b.store.Shards(ctx) // a namespace opened before, as one in use is
 	require.NoError(t, err)
-	fillRedis(t, c)
+	redistest.Fill(t, c)
 
 	disabled, err := b.store.EndpointFailed(ctx, "merchant", time.Minute)
 	require.NoError(t, err, "a streak begins")
@@ -302,7 +276,7 @@ func TestGiveBackWhenRedisIsFull(t *testing.T) {
 	got := b.reserveAll(t)
 	require.Len(t, got, 1)
 	lost.Receipt = strings.TrimSuffix(got[0].Receipt, "0")
-	fillRedis(t, c)
+	redistest.Fill(t, c)
 
 	given, err := b.store.GiveBack(ctx, lost)
 	require.NoError(t, err)
@@ -328,7 +302,7 @@ func TestDeadRetentionWhenRedisIsFull(t *testing.T) {
 		dead = append(dead, id)
 	}
 	require.Len(t, b.kill(t, "jobs"), 6)
-	fillRedis(t, c)
+	redistest.Fill(t, c)
 
 	b.clock.Advance(time.Hour)
 	require.Equal(t, 6, b.sweepAll(t), "the sweep frees memory: a full Redis must not fail it")
