@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 )
 
 // memoryCollector reports Redis's memory use against its maxmemory at
@@ -36,7 +37,13 @@ func (c *memoryCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
 	if used, limit, err := c.read(ctx); err != nil {
-		countError(c.errors, "memory", err)
+		// A Redis user that may not run INFO (an ACL, a renamed command)
+		// leaves the gauges unknown, as RedisSafetyFunc's are: no store
+		// call failed, and counting one at every scrape would page for a
+		// Redis that answers every store call.
+		if !redis.IsPermissionError(err) && !redis.HasErrorPrefix(err, "unknown command") {
+			countError(c.errors, "memory", err)
+		}
 	} else {
 		ch <- prometheus.MustNewConstMetric(memoryUsedDesc, prometheus.GaugeValue, float64(used))
 		ch <- prometheus.MustNewConstMetric(memoryMaxDesc, prometheus.GaugeValue, float64(limit))

@@ -3,9 +3,12 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/redistest"
+	"github.com/heraldhq/herald/metrics"
 )
 
 // infoCalls returns how many INFO commands c's server has run since its
@@ -117,4 +121,71 @@ func TestServeWhenRedisIsFull(t *testing.T) {
 	require.GreaterOrEqual(t, ready.Details.Memory.UsedBytes, ready.Details.Memory.MaxBytes)
 	require.Equal(t, 1, strings.Count(s.logs.String(), "out of memory and refuses writes"), "%s", s.logs.String())
 	require.NotContains(t, s.logs.String(), "store call failed")
+}
+
+// TestRedisMemoryConcurrentReaders: probes and scrapes that ask at once
+// share one reading: callers that find it stale while another reads wait
+// for that reading rather than each send INFO, and all get the same
+// figures.
+func TestRedisMemoryConcurrentReaders(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := redistest.Start(t, redistest.Options{}).Client(t)
+	m := &redisMemory{client: c}
+	require.NoError(t, c.ConfigSet(ctx, "maxmemory", "1000000000").Err())
+	require.NoError(t, c.ConfigResetStat(ctx).Err())
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Go(func() {
+			for range 50 {
+				if w%2 == 0 {
+					got, err := m.read(ctx)
+					require.NoError(t, err)
+					require.Positive(t, got.Used)
+					require.EqualValues(t, 1000000000, got.Max)
+				} else {
+					used, limit, err := m.usage(ctx)
+					require.NoError(t, err)
+					require.Positive(t, used)
+					require.EqualValues(t, 1000000000, limit)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.LessOrEqual(t, infoCalls(t, c), 1+int(time.Since(start)/memoryCacheFor))
+}
+
+// TestRedisMemoryWhereINFOIsRefused: a Redis user that may not run INFO,
+// which Herald otherwise runs with (checkRedis gives such a server the
+// benefit of the doubt), leaves the memory gauges out as unknown, and
+// does not count a Redis error at every scrape: an alert on
+// herald_redis_errors_total would fire for as long as Herald runs on a
+// Redis that answers every store call.
+func TestRedisMemoryWhereINFOIsRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := redistest.Start(t, redistest.Options{})
+	require.NoError(t, srv.Client(t).Do(ctx, "ACL", "SETUSER", "herald", "on", ">secret", "~*", "&*", "+@all", "-info").Err())
+	opts := srv.Options()
+	opts.Username, opts.Password = "herald", "secret"
+	c := redis.NewClient(opts)
+	t.Cleanup(func() { _ = c.Close() })
+	require.NoError(t, c.Ping(ctx).Err())
+
+	m := metrics.New(&metrics.Config{RedisMemoryFunc: (&redisMemory{client: c}).usage})
+	for range 3 {
+		rec := httptest.NewRecorder()
+		m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		body, err := io.ReadAll(rec.Body)
+		require.NoError(t, err)
+		var errorLines []string
+		for line := range strings.Lines(string(body)) {
+			if strings.HasPrefix(line, metrics.RedisErrorsTotal+"{") || strings.HasPrefix(line, metrics.RedisMemoryUsedBytes+" ") {
+				errorLines = append(errorLines, line)
+			}
+		}
+		require.Empty(t, errorLines, "a refused INFO is no failed store call")
+	}
 }
