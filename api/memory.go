@@ -49,7 +49,7 @@ func readMemory(ctx context.Context, read func(context.Context) (RedisMemory, er
 	}
 	ratio := math.Round(float64(m.Used)/float64(m.Max)*1000) / 1000
 	d.UsedRatio = &ratio
-	const freeing = "purge dead letters, shorten retention or raise maxmemory"
+	const freeing = "purge dead letters, shorten retention, bound dead_retention or raise maxmemory"
 	switch {
 	case m.Used >= m.Max:
 		d.Warning = "Redis is at maxmemory: it refuses enqueues, pauses and endpoint registrations (503) until memory is freed; " +

@@ -198,26 +198,48 @@ func TestDeadRetentionConfig(t *testing.T) {
 	require.ErrorContains(t, err, "dead_retention")
 }
 
-// TestDeadRetentionPastEntriesWithoutRecords: entries of the dead-letter
-// set whose records are gone (written by hand, or left by a crash of an
-// older version) are deleted as they come due, rather than stop the sweep
-// of the dead notifications behind them.
-func TestDeadRetentionPastEntriesWithoutRecords(t *testing.T) {
+// TestDeadRetentionPastStaleEntries: entries of the dead-letter set left
+// stale (written by hand, or left by a crash of an older version) are
+// deleted as they come due, rather than stop the sweep of the dead
+// notifications behind them, however many there are: ones whose records
+// are gone, and ones whose ids were enqueued again since, whose records,
+// scheduled and not dead, stay.
+func TestDeadRetentionPastStaleEntries(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	b := setup(t, store.Config{Shards: 1, DeadRetention: time.Minute})
-	client := server.Client(t)
-	key := b.store.Namespace() + ":{0}:dead"
-	for i := range 5 {
-		require.NoError(t, client.ZAdd(ctx, key, redis.Z{Score: float64(b.clock.Now().UnixMilli()), Member: fmt.Sprint("ghost-", i)}).Err())
+	for _, live := range []bool{false, true} {
+		t.Run(map[bool]string{false: "WithoutRecords", true: "OfLiveRecords"}[live], func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			b := setup(t, store.Config{Shards: 1, DeadRetention: time.Minute})
+			client := server.Client(t)
+			key := b.store.Namespace() + ":{0}:dead"
+			var stale []string
+			for i := range 5 { // more than sweepAll's limit
+				id := fmt.Sprint("stale-", i)
+				require.NoError(t, client.ZAdd(ctx, key, redis.Z{Score: float64(b.clock.Now().UnixMilli()), Member: id}).Err())
+				if live {
+					b.enqueue(t, b.newNotification(t, id, time.Hour, 0))
+				}
+				stale = append(stale, id)
+			}
+			b.clock.Advance(time.Millisecond)
+			killAll(t, b, "real")
+			b.clock.Advance(time.Minute)
+			require.Equal(t, 6, b.sweepAll(t), "the five entries and real")
+			_, err := b.store.Get(ctx, "real")
+			require.ErrorIs(t, err, notify.ErrNotFound, "dead a minute, behind stale entries")
+			n, err := client.ZCard(ctx, key).Result()
+			require.NoError(t, err)
+			require.Zero(t, n)
+			for _, id := range stale {
+				n, err := b.store.Get(ctx, id)
+				if !live {
+					require.ErrorIs(t, err, notify.ErrNotFound, id)
+					continue
+				}
+				require.NoError(t, err, id)
+				require.Equal(t, notify.StateScheduled, n.State, id)
+			}
+		})
 	}
-	b.clock.Advance(time.Millisecond)
-	killAll(t, b, "real")
-	b.clock.Advance(time.Minute)
-	require.Equal(t, 6, b.sweepAll(t))
-	_, err := b.store.Get(ctx, "real")
-	require.ErrorIs(t, err, notify.ErrNotFound)
-	n, err := client.ZCard(ctx, key).Result()
-	require.NoError(t, err)
-	require.Zero(t, n)
 }

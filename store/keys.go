@@ -26,6 +26,7 @@ import (
 //	herald:{3}:quarantine   HASH  id -> why, and the content that could not be decoded
 //	herald:{3}:order        HASH  "T|key" -> the last notification of order key key in topic T that has not ended
 //	herald:{3}:link         HASH  "n|id" -> the notification waiting right behind id; "p|id" -> the one id waits behind
+//	herald:{3}:given:R      STRING a Reserve call of receipt prefix R whose answer was lost has been given back; it then reserves nothing if it arrives late (expires after 20 minutes)
 //	herald:wake             pub/sub channel: "queue shard due_ms" when a shard's head moves earlier
 //	herald:meta             HASH  "shards" -> the namespace's shard count, recorded at first use
 type keys struct {

@@ -1131,7 +1131,7 @@ for i = 1, n do
   if id == '' or not k then return redis.error_reply('ERR herald purge: bad item ' .. i) end
   push(byKey, k, id)
 end
-local gone, orphans, hist, deltas, keyed, rm, seen = {}, {}, {}, {}, {}, {}, {}
+local gone, orphans, hist, deltas, keyed, rm, seen, stale = {}, {}, {}, {}, {}, {}, {}, {}
 for k, l in pairs(byKey) do
   local scores = redis.call('ZMSCORE', KEYS[k == 0 and 4 or 5 + k], unpack(l))
   local contents = k == 0 and redis.call('HMGET', KEYS[1], unpack(l)) or {}
@@ -1145,7 +1145,23 @@ for k, l in pairs(byKey) do
       elseif not contents[i] or string.sub(contents[i], 1, 1) == '@' then
         orphans[#orphans + 1] = id
       end
+    elseif k > 0 and upto and not scores[i] and not seen[id] then
+      seen[id] = true
+      stale[#stale + 1] = id
     end
+  end
+end
+-- A dead notification is in both sets from one time of death. The sweep
+-- reads the every-topic set's oldest entries: one whose topic's set lacks
+-- it and whose record is not dead (an entry left stale, whose id was
+-- enqueued again) would come back at the head of every sweep and hold up
+-- the dead letters behind it, so its entry goes, and its record stays.
+if #stale > 0 then
+  local all = redis.call('ZMSCORE', KEYS[4], unpack(stale))
+  local states = redis.call('HMGET', KEYS[2], unpack(stale))
+  for i, id in ipairs(stale) do
+    local o = st_parse(states[i])
+    if all[i] and tonumber(all[i]) <= upto and not (o and o.s == 'D') then orphans[#orphans + 1] = id end
   end
 end
 if #gone > 0 then
