@@ -108,23 +108,47 @@ const memoryCacheFor = time.Second
 type redisMemory struct {
 	client redis.UniversalClient
 
-	// mu guards the reading last, taken at at; a caller that finds it
-	// stale reads Redis while holding mu, so that those arriving meanwhile
-	// wait for its reading rather than each send their own.
-	mu   sync.Mutex
-	at   time.Time
-	last api.RedisMemory
+	// mu guards the reading last, taken at at, and reading, which is
+	// closed when the read under way ends (nil while none is): callers
+	// that find the reading stale while another reads wait for its end,
+	// each no longer than its own context, rather than each send INFO.
+	mu      sync.Mutex
+	at      time.Time
+	last    api.RedisMemory
+	reading chan struct{}
 }
 
 // read returns the cached reading, or a new one once it is stale. A failed
 // read is not cached: the next caller tries again.
 func (m *redisMemory) read(ctx context.Context) (api.RedisMemory, error) {
+	for {
+		m.mu.Lock()
+		if !m.at.IsZero() && time.Since(m.at) < memoryCacheFor {
+			last := m.last
+			m.mu.Unlock()
+			return last, nil
+		}
+		wait := m.reading
+		if wait == nil {
+			break // m.mu held: this caller reads
+		}
+		m.mu.Unlock()
+		select {
+		case <-wait: // read, or failed: look again
+		case <-ctx.Done():
+			// A probe answers within its own timeout, however long a
+			// scrape's read waits for Redis.
+			return api.RedisMemory{}, fmt.Errorf("INFO memory: %w", ctx.Err())
+		}
+	}
+	done := make(chan struct{})
+	m.reading = done
+	m.mu.Unlock()
+	got, err := readRedisMemory(ctx, m.client)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if !m.at.IsZero() && time.Since(m.at) < memoryCacheFor {
-		return m.last, nil
-	}
-	got, err := readRedisMemory(ctx, m.client)
+	m.reading = nil
+	close(done)
 	if err != nil {
 		return api.RedisMemory{}, err
 	}

@@ -157,6 +157,44 @@ func TestRedisMemoryConcurrentReaders(t *testing.T) {
 	require.LessOrEqual(t, infoCalls(t, c), 1+int(time.Since(start)/memoryCacheFor))
 }
 
+// TestRedisMemoryReaderLeavesAtItsDeadline: a probe that finds another
+// caller's reading of Redis's memory under way, on a Redis that does not
+// answer, gives up at its own deadline rather than wait for the other's:
+// /readyz answers within its timeout whatever a slow scrape is doing.
+func TestRedisMemoryReaderLeavesAtItsDeadline(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	m := &redisMemory{client: srv.Client(t)}
+	srv.Pause()
+	t.Cleanup(srv.Resume)
+	slow := make(chan error, 1)
+	go func() {
+		_, err := m.read(context.Background())
+		slow <- err
+	}()
+	require.Eventually(t, func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.reading != nil
+	}, 10*time.Second, time.Millisecond, "the first read is under way")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := m.read(ctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Less(t, time.Since(start), 2*time.Second, "waited for the other read")
+	srv.Resume()
+	select {
+	case <-slow: // answered, or timed out: either way it ended
+	case <-time.After(15 * time.Second):
+		require.FailNow(t, "the first read never ended")
+	}
+	got, err := m.read(context.Background())
+	require.NoError(t, err, "read again once Redis answers")
+	require.Positive(t, got.Used)
+}
+
 // TestRedisMemoryWhereINFOIsRefused: a Redis user that may not run INFO,
 // which Herald otherwise runs with (checkRedis gives such a server the
 // benefit of the doubt), leaves the memory gauges out as unknown, and
