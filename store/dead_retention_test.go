@@ -202,25 +202,31 @@ func TestDeadRetentionConfig(t *testing.T) {
 // stale (written by hand, or left by a crash of an older version) are
 // deleted as they come due, rather than stop the sweep of the dead
 // notifications behind them, however many there are: ones whose records
-// are gone, and ones whose ids were enqueued again since, whose records,
-// scheduled and not dead, stay.
+// are gone; ones whose ids were enqueued again since, whose records,
+// scheduled and not dead, stay; and dead ones their topic's set lacks,
+// deleted with their records.
 func TestDeadRetentionPastStaleEntries(t *testing.T) {
 	t.Parallel()
-	for _, live := range []bool{false, true} {
-		t.Run(map[bool]string{false: "WithoutRecords", true: "OfLiveRecords"}[live], func(t *testing.T) {
+	for _, stale := range []string{"WithoutRecords", "OfLiveRecords", "OfDeadRecordsNotInTheirTopic"} {
+		t.Run(stale, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			b := setup(t, store.Config{Shards: 1, DeadRetention: time.Minute})
 			client := server.Client(t)
 			key := b.store.Namespace() + ":{0}:dead"
-			var stale []string
+			var ids []string
 			for i := range 5 { // more than sweepAll's limit
-				id := fmt.Sprint("stale-", i)
+				ids = append(ids, fmt.Sprint("stale-", i))
+			}
+			if stale == "OfDeadRecordsNotInTheirTopic" {
+				killAll(t, b, ids...)
+				require.NoError(t, client.ZRem(ctx, key+":jobs", ids).Err())
+			}
+			for _, id := range ids {
 				require.NoError(t, client.ZAdd(ctx, key, redis.Z{Score: float64(b.clock.Now().UnixMilli()), Member: id}).Err())
-				if live {
+				if stale == "OfLiveRecords" {
 					b.enqueue(t, b.newNotification(t, id, time.Hour, 0))
 				}
-				stale = append(stale, id)
 			}
 			b.clock.Advance(time.Millisecond)
 			killAll(t, b, "real")
@@ -231,9 +237,9 @@ func TestDeadRetentionPastStaleEntries(t *testing.T) {
 			n, err := client.ZCard(ctx, key).Result()
 			require.NoError(t, err)
 			require.Zero(t, n)
-			for _, id := range stale {
+			for _, id := range ids {
 				n, err := b.store.Get(ctx, id)
-				if !live {
+				if stale != "OfLiveRecords" {
 					require.ErrorIs(t, err, notify.ErrNotFound, id)
 					continue
 				}

@@ -1111,7 +1111,9 @@ return #moved
 // is dead from its new time. It leaves both sets, its record, its history
 // and its topic's dead count. Returns {how many were deleted, ids with an
 // order key among them...}: the caller deletes their stubs. Ids not dead in
-// their topic are skipped.
+// their topic are skipped, but for the sweep's (ARGV[1] set): an id its
+// topic's set lacks whose every-topic entry is due is a stale entry, which
+// goes (below).
 var purgeScript = newScript(`
 local upto, NT, n = ARGV[1], #KEYS - 5, (#ARGV - 1) / 2
 if (upto ~= '' and not int_arg(upto, -9007199254740991, 9007199254740991)) or NT < 0 or n < 1 or n > MAX_BATCH or n % 1 ~= 0 then
@@ -1131,7 +1133,7 @@ for i = 1, n do
   if id == '' or not k then return redis.error_reply('ERR herald purge: bad item ' .. i) end
   push(byKey, k, id)
 end
-local gone, orphans, hist, deltas, keyed, rm, seen, stale = {}, {}, {}, {}, {}, {}, {}, {}
+local gone, orphans, hist, deltas, keyed, rm, seen, stale, staleKey = {}, {}, {}, {}, {}, {}, {}, {}, {}
 for k, l in pairs(byKey) do
   local scores = redis.call('ZMSCORE', KEYS[k == 0 and 4 or 5 + k], unpack(l))
   local contents = k == 0 and redis.call('HMGET', KEYS[1], unpack(l)) or {}
@@ -1148,20 +1150,30 @@ for k, l in pairs(byKey) do
     elseif k > 0 and upto and not scores[i] and not seen[id] then
       seen[id] = true
       stale[#stale + 1] = id
+      staleKey[id] = k
     end
   end
 end
 -- A dead notification is in both sets from one time of death. The sweep
 -- reads the every-topic set's oldest entries: one whose topic's set lacks
--- it and whose record is not dead (an entry left stale, whose id was
--- enqueued again) would come back at the head of every sweep and hold up
--- the dead letters behind it, so its entry goes, and its record stays.
+-- it (written by hand, or left by an older version) would come back at
+-- the head of every sweep and hold up the dead letters behind it. So it
+-- goes: its entry alone where its record is not dead (its id was enqueued
+-- again), and with its record where that is dead, as the sweep deletes
+-- dead letters: the topic's dead count is of dead records.
 if #stale > 0 then
   local all = redis.call('ZMSCORE', KEYS[4], unpack(stale))
   local states = redis.call('HMGET', KEYS[2], unpack(stale))
   for i, id in ipairs(stale) do
-    local o = st_parse(states[i])
-    if all[i] and tonumber(all[i]) <= upto and not (o and o.s == 'D') then orphans[#orphans + 1] = id end
+    if all[i] and tonumber(all[i]) <= upto then
+      local o = st_parse(states[i])
+      if o and o.s == 'D' then
+        gone[#gone + 1] = id
+        bump(deltas, topics[staleKey[id]], 'dead', -1)
+      else
+        orphans[#orphans + 1] = id
+      end
+    end
   end
 end
 if #gone > 0 then
