@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/api"
+	"github.com/heraldhq/herald/internal/redisconf"
 	"github.com/heraldhq/herald/internal/redistest"
 	"github.com/heraldhq/herald/metrics"
 )
@@ -74,7 +75,7 @@ type readyBody struct {
 // redisMemory reads rdb's memory as herald serve's RedisMemoryFunc does.
 func redisMemory(rdb *redis.Client) func(ctx context.Context) (api.RedisMemory, error) {
 	return func(ctx context.Context) (api.RedisMemory, error) {
-		used, limit, err := redistest.Memory(ctx, rdb)
+		used, limit, err := redisconf.Memory(ctx, rdb)
 		return api.RedisMemory{Used: used, Max: limit}, err
 	}
 }
@@ -90,7 +91,7 @@ func TestReadyzShowsRedisMemory(t *testing.T) {
 	ctx := context.Background()
 	rdb := redistest.Start(t, redistest.Options{}).Client(t)
 	m := metrics.New(&metrics.Config{RedisMemoryFunc: func(ctx context.Context) (int64, int64, error) {
-		return redistest.Memory(ctx, rdb)
+		return redisconf.Memory(ctx, rdb)
 	}})
 	b := setupOn(t, rdb, api.Config{
 		RedisMemoryFunc:  redisMemory(rdb),
@@ -107,7 +108,7 @@ func TestReadyzShowsRedisMemory(t *testing.T) {
 	require.Nil(t, ready.Details.Memory.UsedRatio)
 	require.Empty(t, ready.Details.Memory.Warning)
 
-	used, _, err := redistest.Memory(ctx, rdb)
+	used, _, err := redisconf.Memory(ctx, rdb)
 	require.NoError(t, err)
 	require.NoError(t, rdb.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used*100/95, 10)).Err())
 	ready = must[readyBody](t, b, http.StatusOK, "GET", "/readyz", nil)

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldhq/herald/internal/redisconf"
 	"github.com/heraldhq/herald/internal/redistest"
 	"github.com/heraldhq/herald/metrics"
 	"github.com/heraldhq/herald/notify"
@@ -58,7 +59,7 @@ func TestRedisMemoryGauges(t *testing.T) {
 		if fail.Load() {
 			return 0, 0, redis.ErrClosed
 		}
-		return redistest.Memory(ctx, rdb)
+		return redisconf.Memory(ctx, rdb)
 	}})
 	text := scrape(t, m)
 	require.Positive(t, gauge(t, text, metrics.RedisMemoryUsedBytes))
@@ -67,7 +68,7 @@ func TestRedisMemoryGauges(t *testing.T) {
 	lift := redistest.Fill(t, rdb)
 	text = scrape(t, m)
 	used, limit := gauge(t, text, metrics.RedisMemoryUsedBytes), gauge(t, text, metrics.RedisMemoryMaxBytes)
-	_, want, err := redistest.Memory(context.Background(), rdb)
+	_, want, err := redisconf.Memory(context.Background(), rdb)
 	require.NoError(t, err)
 	require.Equal(t, want, limit)
 	require.GreaterOrEqual(t, used, limit, "full")

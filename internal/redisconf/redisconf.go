@@ -1,8 +1,8 @@
 // Package redisconf reads the settings of a Redis server that decide
 // whether Herald runs on it and whether what Herald stores survives: its
 // version (Herald needs VersionMin), maxmemory-policy (any policy but
-// noeviction lets Redis drop keys, records Herald answered 201 for) and
-// persistence (AOF or RDB). It is private plumbing of the herald command,
+// noeviction lets Redis drop keys, records Herald answered 201 for),
+// persistence (AOF or RDB), and its memory against maxmemory (Memory). It is private plumbing of the herald command,
 // which reads them when it connects and on every reconnect, refuses a
 // server too old at start, warns, and shows them on /readyz and as gauges.
 package redisconf
@@ -222,4 +222,20 @@ func (w *Watch) Settings() (Settings, bool) {
 func equal(a, b Settings) bool {
 	return a.MaxmemoryPolicy == b.MaxmemoryPolicy && a.AOF == b.AOF && a.RDB == b.RDB && a.Unknown == b.Unknown &&
 		a.Version == b.Version
+}
+
+// Memory returns the used_memory and maxmemory (0: no limit) of the server
+// c is connected to, from INFO memory: at maxmemory Redis refuses the
+// writes that would grow it.
+func Memory(ctx context.Context, c redis.Cmdable) (used, limit int64, err error) {
+	info, err := c.InfoMap(ctx, "memory").Result()
+	if err != nil {
+		return 0, 0, fmt.Errorf("INFO memory: %w", err)
+	}
+	for field, v := range map[string]*int64{"used_memory": &used, "maxmemory": &limit} {
+		if *v, err = strconv.ParseInt(info["Memory"][field], 10, 64); err != nil {
+			return 0, 0, fmt.Errorf("INFO memory %s: %w", field, err)
+		}
+	}
+	return used, limit, nil
 }

@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 	"github.com/heraldhq/herald/client"
 	"github.com/heraldhq/herald/cmd/herald/config"
 	"github.com/heraldhq/herald/endpoint"
+	"github.com/heraldhq/herald/internal/redisconf"
 	"github.com/heraldhq/herald/metrics"
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/notify/httpsend"
@@ -206,17 +206,8 @@ func fuller(a, b api.RedisMemory) bool {
 
 // nodeMemory reads used_memory and maxmemory from one server's INFO memory.
 func nodeMemory(ctx context.Context, c redis.Cmdable) (api.RedisMemory, error) {
-	info, err := c.InfoMap(ctx, "memory").Result()
-	if err != nil {
-		return api.RedisMemory{}, fmt.Errorf("INFO memory: %w", err)
-	}
-	var m api.RedisMemory
-	for field, v := range map[string]*int64{"used_memory": &m.Used, "maxmemory": &m.Max} {
-		if *v, err = strconv.ParseInt(info["Memory"][field], 10, 64); err != nil {
-			return api.RedisMemory{}, fmt.Errorf("INFO memory %s: %w", field, err)
-		}
-	}
-	return m, nil
+	used, limit, err := redisconf.Memory(ctx, c)
+	return api.RedisMemory{Used: used, Max: limit}, err
 }
 
 // Close closes the Redis connection and stops an embedded Redis.

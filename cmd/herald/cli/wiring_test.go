@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldhq/herald/internal/redisconf"
 	"github.com/heraldhq/herald/internal/redistest"
 	"github.com/heraldhq/herald/metrics"
 )
@@ -72,7 +73,7 @@ func TestRedisMemoryOfTheFullestMaster(t *testing.T) {
 	for i, n := range cl.Nodes {
 		nodes[i] = n.Client(t)
 	}
-	used, _, err := redistest.Memory(ctx, nodes[1])
+	used, _, err := redisconf.Memory(ctx, nodes[1])
 	require.NoError(t, err)
 	// nodes[1] is half full, nodes[2] has ten times its use as limit.
 	require.NoError(t, nodes[1].ConfigSet(ctx, "maxmemory", strconv.FormatInt(2*used, 10)).Err())
