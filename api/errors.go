@@ -83,7 +83,7 @@ func classify(err error) (int, Error) {
 			"in time (redis.wait_replicas): it may be lost if the master fails; read it back before trying again"}
 	case errors.Is(err, notify.ErrOutOfMemory):
 		return http.StatusServiceUnavailable, Error{Code: CodeUnavailable, Message: "Redis is out of memory (maxmemory reached) and refused the change; " +
-			"send the same request again once memory is freed (purge dead letters, shorten retention) or maxmemory is raised"}
+			"send the same request again once memory is freed (" + notify.FreeingMemory + ")"}
 	case errors.Is(err, notify.ErrOrdered):
 		return http.StatusConflict, Error{Code: CodeOrdered, Message: err.Error() + "; cancel it and enqueue anew to go to the back of its line"}
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"maps"
 	"math"
+
+	"github.com/heraldhq/herald/notify"
 )
 
 // MemoryWarningRatio is the share of Redis's maxmemory past which /readyz
@@ -49,14 +51,13 @@ func readMemory(ctx context.Context, read func(context.Context) (RedisMemory, er
 	}
 	ratio := math.Round(float64(m.Used)/float64(m.Max)*1000) / 1000
 	d.UsedRatio = &ratio
-	const freeing = "purge dead letters, shorten retention, bound dead_retention or raise maxmemory"
 	switch {
 	case m.Used >= m.Max:
 		d.Warning = "Redis is at maxmemory: it refuses enqueues, pauses and endpoint registrations (503) until memory is freed; " +
-			"deliveries go on. To free memory, " + freeing
+			"deliveries go on. To free memory, " + notify.FreeingMemory
 	case ratio >= MemoryWarningRatio:
 		d.Warning = fmt.Sprintf("Redis is %d%% full: at maxmemory it refuses enqueues (503), while deliveries go on; %s",
-			int(ratio*100), freeing)
+			int(ratio*100), notify.FreeingMemory)
 	}
 	return d
 }

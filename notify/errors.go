@@ -64,6 +64,10 @@ var (
 	ErrOutOfMemory = errors.New("redis is out of memory (used memory above maxmemory)")
 )
 
+// FreeingMemory says how an operator frees Redis's memory once it nears or
+// reaches maxmemory, for the answers and pages that report ErrOutOfMemory.
+const FreeingMemory = "purge dead letters, shorten retention, bound dead_retention or raise maxmemory"
+
 // FieldError is a validation error that names the offending field, such as
 // "backoff[2]" or "payload".
 type FieldError struct {

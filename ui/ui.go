@@ -244,7 +244,7 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, s *session, err e
 	case errors.Is(err, notify.ErrOutOfMemory):
 		h.log.WarnContext(r.Context(), "ui: Redis refused a write", "path", r.URL.Path, "error", err)
 		h.render(w, r, http.StatusServiceUnavailable, "error", s, &errorData{Title: "Redis is full",
-			Message: "Redis is out of memory (maxmemory reached) and refused the change; try again once memory is freed (purge dead letters, shorten retention) or maxmemory is raised."})
+			Message: "Redis is out of memory (maxmemory reached) and refused the change; try again once memory is freed (" + notify.FreeingMemory + ")."})
 	default:
 		h.log.WarnContext(r.Context(), "ui: store call failed", "path", r.URL.Path, "error", err)
 		h.render(w, r, http.StatusServiceUnavailable, "error", s, &errorData{Title: "Unavailable",
