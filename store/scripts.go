@@ -22,9 +22,9 @@ import (
 //     holds what they need;
 //   - those that must work while Redis is at maxmemory (reserve, finish,
 //     cancel, purge, sweep, quarantine, unpark, an endpoint's failing
-//     streak and disable, a give-back's mark) delete before their first write that may grow
-//     memory: Redis refuses such a write only as a script's first, so the
-//     others (enqueue) change nothing when refused.
+//     streak and disable, a give-back's mark) delete before their first
+//     write that may grow memory: Redis refuses such a write only as a
+//     script's first, so the others (enqueue) change nothing when refused.
 //
 // Result codes are named the same in Go and in the Lua, whose prelude is
 // generated from resultCodes.

@@ -409,7 +409,9 @@ func (s *Store) execScripts(ctx context.Context, r scripter, calls []*scriptCall
 // is, so without a reload here the shards of a master replaced by its
 // replica would keep failing until the periodic reload, a minute later,
 // their notifications starting that late. The reload runs in the
-// background, at most every 200ms however many calls ask.
+// background, at most every 200ms however many calls ask. A write Redis
+// refused at maxmemory comes back marked with notify.ErrOutOfMemory, in
+// its command and in the error.
 func (s *Store) exec(ctx context.Context, pipe redis.Pipeliner) ([]redis.Cmder, error) {
 	cmds, err := pipe.Exec(ctx)
 	if err != nil {
