@@ -16,7 +16,8 @@ const MemoryWarningRatio = 0.9
 
 // RedisMemory is what Redis uses against its maxmemory, for /readyz.
 type RedisMemory struct {
-	// Used is Redis's used_memory in bytes.
+	// Used is what Redis counts against its maxmemory, in bytes:
+	// used_memory less its replication and AOF buffers.
 	Used int64
 	// Max is Redis's maxmemory in bytes; 0 when it has none.
 	Max int64

@@ -18,7 +18,8 @@ type memoryCollector struct {
 
 var (
 	memoryUsedDesc = prometheus.NewDesc(RedisMemoryUsedBytes,
-		"Redis's used_memory in bytes; on a Cluster, of the master closest to its maxmemory."+shared, nil, nil)
+		"Bytes Redis counts against its maxmemory (used_memory less its replication and AOF buffers); "+
+			"on a Cluster, of the master closest to its maxmemory."+shared, nil, nil)
 	memoryMaxDesc = prometheus.NewDesc(RedisMemoryMaxBytes,
 		"Redis's maxmemory in bytes, 0 when unlimited; at it Redis refuses enqueues (503) while deliveries go on. "+
 			"On a Cluster, of the master closest to it."+shared, nil, nil)

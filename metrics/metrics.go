@@ -78,8 +78,10 @@ const (
 	// RedisPersistenceOK is 1 when Redis keeps its data on disk (AOF or
 	// RDB) and 0 when a restart loses it; absent while unknown.
 	RedisPersistenceOK = "herald_redis_persistence_ok"
-	// RedisMemoryUsedBytes and RedisMemoryMaxBytes are Redis's used_memory
-	// and maxmemory (0: no limit), read at scrape time (Config.RedisMemoryFunc):
+	// RedisMemoryUsedBytes and RedisMemoryMaxBytes are what Redis counts
+	// against its maxmemory (used_memory less its replication and AOF
+	// buffers) and that maxmemory (0: no limit), read at scrape time
+	// (Config.RedisMemoryFunc):
 	// at maxmemory Redis refuses enqueues, so their ratio warns of it.
 	RedisMemoryUsedBytes = "herald_redis_memory_used_bytes"
 	RedisMemoryMaxBytes  = "herald_redis_memory_max_bytes"
@@ -148,10 +150,10 @@ type Config struct {
 	// persists (AOF or RDB). They are the gauges RedisEvictionPolicyOK and
 	// RedisPersistenceOK; nil leaves a gauge out, as unknown. Optional.
 	RedisSafetyFunc func() (evictionOK, persistenceOK *bool)
-	// RedisMemoryFunc returns, at scrape time, Redis's used_memory and its
-	// maxmemory (0: no limit), for RedisMemoryUsedBytes and
-	// RedisMemoryMaxBytes; on a Cluster, those of the master closest to its
-	// limit, where enqueues are refused first. It is called with
+	// RedisMemoryFunc returns, at scrape time, what Redis counts against
+	// its maxmemory and that maxmemory (0: no limit), for
+	// RedisMemoryUsedBytes and RedisMemoryMaxBytes; on a Cluster, those of
+	// the master closest to its limit, where enqueues are refused first. It is called with
 	// ScrapeTimeout, once per scrape: a caller whose scrapes are frequent
 	// caches its answer. An error leaves the gauges out of the scrape and
 	// counts in RedisErrorsTotal as op memory. Optional: without it the

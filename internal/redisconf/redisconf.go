@@ -224,18 +224,24 @@ func equal(a, b Settings) bool {
 		a.Version == b.Version
 }
 
-// Memory returns the used_memory and maxmemory (0: no limit) of the server
-// c is connected to, from INFO memory: at maxmemory Redis refuses the
-// writes that would grow it.
+// Memory returns what the server c is connected to counts against its
+// maxmemory, and that maxmemory (0: no limit), from INFO memory: at
+// maxmemory Redis refuses the writes that would grow it. Redis leaves the
+// replicas' share of its replication buffer and the AOF buffer out of that
+// count, so used is used_memory less mem_not_counted_for_evict: with a
+// stalled replica used_memory can pass maxmemory while writes still go
+// through.
 func Memory(ctx context.Context, c redis.Cmdable) (used, limit int64, err error) {
 	info, err := c.InfoMap(ctx, "memory").Result()
 	if err != nil {
 		return 0, 0, fmt.Errorf("INFO memory: %w", err)
 	}
-	for field, v := range map[string]*int64{"used_memory": &used, "maxmemory": &limit} {
+	var buffers int64
+	for field, v := range map[string]*int64{"used_memory": &used, "maxmemory": &limit, "mem_not_counted_for_evict": &buffers} {
 		if *v, err = strconv.ParseInt(info["Memory"][field], 10, 64); err != nil {
 			return 0, 0, fmt.Errorf("INFO memory %s: %w", field, err)
 		}
 	}
+	used -= buffers
 	return used, limit, nil
 }

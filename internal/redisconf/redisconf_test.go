@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -139,4 +140,35 @@ func TestWatchLogsOldVersion(t *testing.T) {
 	require.NoError(t, w.Check())
 	w.report(ctx, tooOld, errors.New("CONFIG GET refused"))
 	require.Equal(t, 2, strings.Count(logs.String(), "too old"), "said again on a server that changed back, CONFIG refused or not: %s", logs.String())
+}
+
+// TestMemoryCountsAsRedisDoes stalls a replica so that the master's
+// replication buffer grows, and sets maxmemory between what Redis counts
+// against it and its whole used_memory: Redis still takes writes, so
+// Memory must not say it is at its limit.
+func TestMemoryCountsAsRedisDoes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	master := redistest.Start(t, redistest.Options{})
+	replica := redistest.StartReplica(t, master)
+	replica.Pause()
+	t.Cleanup(replica.Resume)
+	rdb := master.Client(t)
+	value := strings.Repeat("x", 1<<20)
+	for i := range 32 {
+		require.NoError(t, rdb.Set(ctx, "value:"+strconv.Itoa(i), value, 0).Err())
+	}
+	info := rdb.InfoMap(ctx, "memory").Val()["Memory"]
+	raw, err := strconv.ParseInt(info["used_memory"], 10, 64)
+	require.NoError(t, err)
+	buffers, err := strconv.ParseInt(info["mem_not_counted_for_evict"], 10, 64)
+	require.NoError(t, err)
+	require.Greater(t, buffers, int64(8<<20), "the stalled replica's buffer")
+	require.NoError(t, rdb.ConfigSet(ctx, "maxmemory", strconv.FormatInt(raw-buffers/2, 10)).Err())
+
+	require.NoError(t, rdb.Set(ctx, "one-more", "x", 0).Err(), "Redis takes writes")
+	used, limit, err := Memory(ctx, rdb)
+	require.NoError(t, err)
+	require.Equal(t, raw-buffers/2, limit)
+	require.Less(t, used, limit)
 }

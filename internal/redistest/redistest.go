@@ -792,8 +792,9 @@ func Fill(tb testing.TB, c *redis.Client) (lift func()) {
 }
 
 // usedMemory returns the used_memory of the server c is connected to.
-// (redisconf.Memory reads it for Herald; redisconf's own tests start
-// servers with this package, which therefore cannot import it.)
+// (redisconf.Memory reads what Redis counts against maxmemory for Herald;
+// redisconf's own tests start servers with this package, which therefore
+// cannot import it.)
 func usedMemory(ctx context.Context, c redis.Cmdable) (int64, error) {
 	info, err := c.InfoMap(ctx, "memory").Result()
 	if err != nil {

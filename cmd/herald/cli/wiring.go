@@ -162,7 +162,8 @@ func (m *redisMemory) usage(ctx context.Context) (used, limit int64, err error) 
 	return r.Used, r.Max, err
 }
 
-// readRedisMemory reads used_memory and maxmemory with INFO memory. On a
+// readRedisMemory reads what Redis counts against its maxmemory, and that
+// maxmemory, with INFO memory (redisconf.Memory). On a
 // Cluster it reads every master and returns the one closest to its
 // maxmemory, with its address: enqueues are spread over the masters by
 // shard, and those to its slots are refused first.
@@ -204,7 +205,7 @@ func fuller(a, b api.RedisMemory) bool {
 	return a.Used > b.Used
 }
 
-// nodeMemory reads used_memory and maxmemory from one server's INFO memory.
+// nodeMemory reads one server's memory against its maxmemory.
 func nodeMemory(ctx context.Context, c redis.Cmdable) (api.RedisMemory, error) {
 	used, limit, err := redisconf.Memory(ctx, c)
 	return api.RedisMemory{Used: used, Max: limit}, err
