@@ -315,3 +315,19 @@ func TestDeadRetentionWhenRedisIsFull(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, stats["jobs"].Dead)
 }
+
+// TestSignOutWhenRedisIsFull: a dashboard session is signed out while Redis
+// is full, since an operator who cannot sign out keeps a session open on
+// every API process until it ends.
+func TestSignOutWhenRedisIsFull(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b, c := setupFull(t, 1)
+	b.enqueue(t, b.newNotification(t, "a", 0, 0))
+	redistest.Fill(t, c)
+
+	require.NoError(t, b.store.SignOut(ctx, "session", time.Minute))
+	out, err := b.store.SignedOut(ctx, "session")
+	require.NoError(t, err)
+	require.True(t, out)
+}

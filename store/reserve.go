@@ -290,7 +290,7 @@ func (s *Store) markGivenBack(ctx context.Context, lost LostReservation) error {
 			continue
 		}
 		marked[c] = true
-		calls = append(calls, &scriptCall{script: givenBackScript,
+		calls = append(calls, &scriptCall{script: markScript,
 			keys: []string{s.keys.givenBack(c, lost.Receipt)}, args: []any{givenBackFor.Milliseconds()}})
 	}
 	if err := s.runScripts(ctx, calls); err != nil {

@@ -588,7 +588,7 @@ return codes
 //	KEYS[1]           stats HASH that counts the moves
 //	KEYS[5g-3..5g+1]  shard g's due ZSET of the queue, reserved ZSET, job
 //	                  HASH, st HASH and ready LIST of the queue (g from 1)
-//	KEYS[2+5G]        the call's given-back mark (givenBackScript)
+//	KEYS[2+5G]        the call's given-back mark (markScript)
 //	ARGV[1]           now (ms): nothing due later is taken
 //	ARGV[2g, 2g+1]    shard g's limit, and the receipt of its reservations,
 //	                  unique to this call and shard: with the id, it names
@@ -728,14 +728,16 @@ end
 return res
 `)
 
-// givenBackScript marks a lost Reserve call given back (reserveScript).
+// markScript sets a mark that expires, while Redis is full too: a lost
+// Reserve call given back (reserveScript), a dashboard session signed out.
 //
-// KEYS[1] the call's mark.
+// KEYS[1] the mark.
 // ARGV[1] how long the mark lasts (ms).
-var givenBackScript = newScript(`
-if not int_arg(ARGV[1], 1, 9007199254740991) then return redis.error_reply('ERR herald given back: bad arguments') end
+var markScript = newScript(`
+if not int_arg(ARGV[1], 1, 9007199254740991) then return redis.error_reply('ERR herald mark: bad arguments') end
 -- A delete first, of nothing: Redis at maxmemory refuses a script's first
--- write that may grow memory, and a give-back must go on while it is full.
+-- write that may grow memory, and a give-back or a sign-out must go on
+-- while it is full.
 redis.call('DEL', KEYS[1])
 redis.call('SET', KEYS[1], '1', 'PX', ARGV[1])
 return 1

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // A dashboard session is a signed cookie that each API process checks on
@@ -25,8 +23,9 @@ func (s *Store) SignOut(ctx context.Context, id string, ttl time.Duration) error
 	if ttl < time.Millisecond {
 		return nil
 	}
-	key := s.keys.signedOut(id)
-	if err := s.runAckedCmds(ctx, key, func(p redis.Pipeliner) { p.Set(ctx, key, 1, ttl) }); err != nil {
+	// Written while Redis is full too: a sign-out refused would leave the
+	// session open on every API process until its end.
+	if _, err := s.runAckedScript(ctx, markScript, []string{s.keys.signedOut(id)}, ttl.Milliseconds()); err != nil {
 		return fmt.Errorf("store: record a sign-out: %w", err)
 	}
 	return nil
