@@ -82,6 +82,14 @@ type Config struct {
 	// (1) on a single Redis; a namespace that holds records but no count
 	// was created with ShardsDefault.
 	Shards int
+	// ReadOnly opens the namespace without recording its shard count, for a
+	// tool that only reads (the CLI's status, stats and listings): pointed
+	// at the wrong Redis or namespace, it finds nothing and leaves nothing
+	// behind there, where recording would create the namespace. A namespace
+	// with no count recorded is read with the count recording would choose.
+	// A ReadOnly Store must not be written to: nothing would record the
+	// count its writes were laid out by.
+	ReadOnly bool
 	// Retention is how long succeeded and cancelled records are kept, and
 	// a shard's quarantine after the last record moved there. Default
 	// RetentionDefault (7 days); -1 keeps them forever. Dead records go by
@@ -238,7 +246,8 @@ func (s *Store) open(ctx context.Context) error {
 }
 
 // recordShards returns the namespace's shard count, recording it when it
-// has none: the configured count, or the default (see Config.Shards).
+// has none (unless Config.ReadOnly): the configured count, or the default
+// (see Config.Shards).
 func (s *Store) recordShards(ctx context.Context) (int, error) {
 	meta := s.keys.meta()
 	for range 2 {
@@ -269,6 +278,9 @@ func (s *Store) recordShards(ctx context.Context) (int, error) {
 					n = ShardsSingleDefault
 				}
 			}
+		}
+		if s.cfg.ReadOnly {
+			return n, nil
 		}
 		// Two processes opening a new namespace at once agree on the first
 		// count recorded: the loser reads it back.

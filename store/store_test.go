@@ -924,6 +924,53 @@ func TestShardCount(t *testing.T) {
 		require.Equal(t, "16", shards, "recorded now")
 	})
 
+	// A tool that only reads, pointed at a namespace nothing ever used
+	// (the wrong Redis, a misspelt namespace), finds it empty and leaves
+	// nothing there; pointed at one in use, it reads it by its count,
+	// recorded or not.
+	t.Run("ReadOnly", func(t *testing.T) {
+		t.Parallel()
+		client := server.Client(t)
+		openRead := func(ns string) *store.Store {
+			st, err := store.New(&store.Config{Client: client, Namespace: ns, ReadOnly: true, Logger: heraldtest.Logger(t)})
+			require.NoError(t, err)
+			return st
+		}
+		keysOf := func(ns string) []string {
+			keys, err := client.Keys(ctx, ns+":*").Result()
+			require.NoError(t, err)
+			return keys
+		}
+
+		unused := redistest.Namespace(t)
+		reader := openRead(unused)
+		_, err := reader.Get(ctx, "a")
+		require.ErrorIs(t, err, notify.ErrNotFound)
+		stats, err := reader.Stats(ctx)
+		require.NoError(t, err)
+		require.Empty(t, stats)
+		dead, _, err := reader.ListDead(ctx, "", 10, "")
+		require.NoError(t, err)
+		require.Empty(t, dead)
+		require.Empty(t, keysOf(unused), "nothing written")
+
+		used := redistest.Namespace(t)
+		_, _, err = open(t, used, 4).Enqueue(ctx, heraldtest.Notification(t, "a", time.Now()), false)
+		require.NoError(t, err)
+		got, err := openRead(used).Get(ctx, "a")
+		require.NoError(t, err)
+		require.Equal(t, "a", got.ID)
+
+		legacy := redistest.Namespace(t)
+		_, _, err = open(t, legacy, store.ShardsDefault).Enqueue(ctx, heraldtest.Notification(t, "legacy", time.Now()), false)
+		require.NoError(t, err)
+		require.NoError(t, client.Del(ctx, legacy+":meta").Err())
+		got, err = openRead(legacy).Get(ctx, "legacy")
+		require.NoError(t, err)
+		require.Equal(t, "legacy", got.ID)
+		require.NotContains(t, keysOf(legacy), legacy+":meta", "the count is left unrecorded")
+	})
+
 	// Redis restarted without its data while a process kept writing with
 	// the count it had read: the next process to open the namespace, and
 	// the writer's own maintenance, agree with it.
