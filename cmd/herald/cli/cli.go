@@ -58,6 +58,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -148,6 +149,43 @@ func (e *UsageError) Error() string { return e.Err.Error() }
 
 // Unwrap returns the mistake.
 func (e *UsageError) Unwrap() error { return e.Err }
+
+// plainError says what went wrong in an operator's words, where err's
+// own text is a store's or Redis's; err stays in the chain, for errors.Is
+// and ExitCode.
+type plainError struct {
+	msg string
+	err error
+}
+
+// Error implements error.
+func (e *plainError) Error() string { return e.msg }
+
+// Unwrap returns the error explained.
+func (e *plainError) Unwrap() error { return e.err }
+
+// refusedFull explains Redis's refusal of a write at maxmemory
+// (notify.ErrOutOfMemory) as the API's 503 does: Redis is full, nothing
+// changed, and how to free memory. Other errors come back as they are. Use
+// it only for a command whose refused write changes nothing: an enqueue, a
+// pause, an endpoint's registration.
+func refusedFull(err error) error {
+	if !errors.Is(err, notify.ErrOutOfMemory) {
+		return err
+	}
+	return &plainError{err: err, msg: "Redis is full (its memory reached maxmemory) and refused the change, so nothing was changed; " +
+		"free memory (" + notify.FreeingMemory + "), then run the command again"}
+}
+
+// named begins err with the command's name, unless the store began it
+// so already ("enqueue: run scripts: ..."): a message that names the
+// command twice reads as two failures.
+func named(command string, err error) error {
+	if msg := err.Error(); strings.HasPrefix(msg, command+":") || strings.HasPrefix(msg, command+" ") {
+		return err
+	}
+	return fmt.Errorf("%s: %w", command, err)
+}
 
 // isUsage reports whether err is a mistake in how herald was called or
 // configured: a *UsageError, or a *notify.FieldError, a bad value given on

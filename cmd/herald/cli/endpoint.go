@@ -39,7 +39,7 @@ never printed: only their ids, expiries and, for ed25519, public keys.`,
 				}
 			}
 			return c.withClient(cmd, true, func(cl *client.Client) error {
-				err := do(cmd, cl, args)
+				err := refusedFull(do(cmd, cl, args))
 				if err != nil && len(args) > 0 {
 					return fmt.Errorf("endpoint %s %s: %w", cmd.Name(), args[0], err)
 				}
@@ -172,7 +172,7 @@ func (c *app) pauseCommands() []*cobra.Command {
 	pause := build("pause", "Stop attempting a topic's or an endpoint's notifications, losing none",
 		func(cmd *cobra.Command, cl *client.Client, set *policy.Set, kind, name string) error {
 			if err := cl.Pause(cmd.Context(), kind, name); err != nil {
-				return err
+				return refusedFull(err)
 			}
 			if kind == store.PauseTopic {
 				c.warnUnknownTopic(cmd.Context(), cl, set, name)

@@ -163,11 +163,14 @@ chosen. Prints the stored record (--json: as the API answers).`,
 				case errors.Is(err, notify.ErrOtherShard):
 					return fmt.Errorf("enqueue %s: %w", n.ID, err)
 				case errors.Is(err, notify.ErrConflict):
-					return fmt.Errorf("enqueue %s: %w: the id is taken by other content; --replace reschedules it", n.ID, err)
+					return fmt.Errorf("enqueue %s: %w", n.ID, &plainError{err: err,
+						msg: "a notification with this id and other content exists; add --replace to reschedule it with this content"})
 				case errors.Is(err, notify.ErrReserved):
 					return fmt.Errorf("enqueue %s: %w: an attempt is running; replace it once that ends", n.ID, err)
+				case errors.Is(err, notify.ErrOutOfMemory) && o.id != "":
+					return fmt.Errorf("enqueue %s: %w", o.id, refusedFull(err))
 				case err != nil:
-					return fmt.Errorf("enqueue: %w", err)
+					return named("enqueue", refusedFull(err))
 				}
 				return c.showRecord(o.asJSON, map[store.EnqueueStatus]string{
 					store.Created: "enqueued", store.Existing: "already enqueued, unchanged:", store.Replaced: "replaced",

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/api"
+	"github.com/heraldhq/herald/internal/redistest"
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/store"
 )
@@ -105,7 +106,7 @@ func TestEnqueue(t *testing.T) {
 		r := e.run(t, "enqueue", "--topic", "jobs", "--id", "job-2", "--payload", `{"v":2}`, "--delay", "1h")
 		require.Equal(t, 1, r.code())
 		require.ErrorIs(t, r.err, notify.ErrConflict)
-		require.ErrorContains(t, r.err, "--replace")
+		require.EqualError(t, r.err, "enqueue job-2: a notification with this id and other content exists; add --replace to reschedule it with this content")
 
 		r = e.run(t, "enqueue", "--topic", "jobs", "--id", "job-2", "--payload", `{"v":2}`, "--delay", "1h", "--replace")
 		require.NoError(t, r.err)
@@ -322,4 +323,39 @@ func TestRecordsHideCredentials(t *testing.T) {
 		require.NotContains(t, r.out, token, "%v", args)
 		require.NotContains(t, r.out, bearer, "%v", args)
 	}
+}
+
+// TestWritesWhenRedisIsFull: an enqueue, a pause and an endpoint's
+// registration that a full Redis refuses each say so plainly, as the API's
+// 503 does: Redis is full and refused the change, nothing changed, and how
+// to free memory; not the script's error, and the command named once.
+func TestWritesWhenRedisIsFull(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	e := newEnv(t, fmt.Sprintf("redis: {addrs: [%q]}", srv.Addr))
+	require.NoError(t, e.run(t, "pauses").err, "the namespace's shard count is recorded before Redis fills")
+	file := filepath.Join(t.TempDir(), "m42.json")
+	require.NoError(t, os.WriteFile(file, []byte(`{"url": "https://m42.example/notify"}`), 0o600))
+	redistest.Fill(t, srv.Client(t))
+
+	const full = "Redis is full (its memory reached maxmemory) and refused the change, so nothing was changed; " +
+		"free memory (" + notify.FreeingMemory + "), then run the command again"
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"enqueue", "--topic", "jobs", "--payload", `{"invoice":42}`}, "enqueue: " + full},
+		{[]string{"enqueue", "--topic", "jobs", "--id", "job-1"}, "enqueue job-1: " + full},
+		{[]string{"pause", "topic", "jobs"}, "pause topic jobs: " + full},
+		{[]string{"endpoint", "put", "m42", "--file", file}, "endpoint put m42: " + full},
+	} {
+		r := e.run(t, tc.args...)
+		require.Equal(t, 1, r.code(), "%v: %v", tc.args, r.err)
+		require.ErrorIs(t, r.err, notify.ErrOutOfMemory)
+		require.EqualError(t, r.err, tc.want)
+		require.Empty(t, r.out)
+	}
+	r := e.run(t, "pauses")
+	require.NoError(t, r.err)
+	require.Equal(t, "nothing is paused\n", r.out)
 }
