@@ -1,8 +1,11 @@
 package api_test
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +15,8 @@ import (
 	"github.com/heraldhq/herald/endpoint"
 	"github.com/heraldhq/herald/internal/heraldtest"
 	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/policy"
+	"github.com/heraldhq/herald/schedule"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -189,6 +194,62 @@ func TestPauseResume(t *testing.T) {
 	require.False(t, v.Disabled)
 	require.Nil(t, v.FailingSince)
 	b.requireError(t, http.StatusNotFound, api.CodeNotFound, "", http.MethodPost, "/v1/endpoints/nobody/enable", nil)
+}
+
+// TestPauseHoldsOnceAnswered: once the pause has answered, no attempt of
+// the paused topic starts, though a running dispatcher read a moment before
+// that nothing was paused; what comes due meanwhile waits parked, and runs
+// after the resume.
+func TestPauseHoldsOnceAnswered(t *testing.T) {
+	t.Parallel()
+	b := setup(t, api.Config{})
+	var mu sync.Mutex
+	sent := map[string]int{}
+	d, err := schedule.New(&schedule.Config{
+		Store: b.store,
+		Senders: map[string]notify.Sender{notify.ChannelWebhook: notify.SenderFunc(func(_ context.Context, n *notify.Notification) (notify.Response, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			sent[n.ID]++
+			return notify.Response{StatusCode: http.StatusOK}, nil
+		})},
+		PoliciesFunc: func() *policy.Set { return b.policies },
+		Logger:       testLogger(t),
+	})
+	require.NoError(t, err)
+	require.NoError(t, d.Start(t.Context()))
+	t.Cleanup(d.Stop)
+	sentTo := func(id string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return sent[id]
+	}
+	must[notify.Notification](t, b, http.StatusCreated, http.MethodPost, "/v1/notifications", map[string]any{"id": "before", "topic": "orders"})
+	require.Eventually(t, func() bool { return sentTo("before") == 1 }, 5*time.Second, time.Millisecond)
+
+	for round := range 3 {
+		must[map[string]any](t, b, http.StatusOK, http.MethodPost, "/v1/topics/orders/pause", nil)
+		var ids []string
+		for i := range 5 {
+			ids = append(ids, fmt.Sprintf("paused-%d-%d", round, i))
+			must[notify.Notification](t, b, http.StatusCreated, http.MethodPost, "/v1/notifications", map[string]any{"id": ids[i], "topic": "orders"})
+		}
+		require.Eventually(t, func() bool {
+			for _, id := range ids {
+				if sentTo(id) == 0 && !must[notify.Notification](t, b, http.StatusOK, http.MethodGet, "/v1/notifications/"+id, nil).Paused {
+					return false
+				}
+			}
+			return true
+		}, 5*time.Second, 5*time.Millisecond, "neither parked nor sent")
+		for _, id := range ids {
+			require.Zero(t, sentTo(id), "%s started after the pause answered", id)
+		}
+		must[map[string]any](t, b, http.StatusOK, http.MethodPost, "/v1/topics/orders/resume", nil)
+		for _, id := range ids {
+			require.Eventually(t, func() bool { return sentTo(id) == 1 }, 5*time.Second, time.Millisecond, "sent after the resume")
+		}
+	}
 }
 
 // TestEndpointListShowsHealth: the list of endpoints shows each one's

@@ -15,9 +15,16 @@ import (
 )
 
 // Pause pauses a topic (kind store.PauseTopic) or an endpoint
-// (store.PauseEndpoint): no attempt of its notifications starts until it is
-// resumed, and none is lost or burnt. An endpoint must exist
-// (endpoint.ErrNotFound otherwise); a topic need not be configured.
+// (store.PauseEndpoint): once Pause returns, no attempt of its
+// notifications starts, on any dispatcher or pull consumer, until it is
+// resumed, and none is lost or burnt; an attempt already under way runs to
+// its end. An endpoint must exist (endpoint.ErrNotFound otherwise); a topic
+// need not be configured.
+//
+// Pause returns about 0.3 s after it is recorded: every process reads what
+// is paused at least every store.PausedViewAge, and an operator who pauses
+// a failing receiver expects nothing more to reach it once the pause has
+// answered. A ctx that ends meanwhile ends the wait, not the pause.
 func (c *Client) Pause(ctx context.Context, kind, name string) error {
 	if err := c.checkPausable(ctx, kind, name); err != nil {
 		return err
@@ -27,8 +34,18 @@ func (c *Client) Pause(ctx context.Context, kind, name string) error {
 		return err
 	}
 	c.pausedCache.forget()
+	t := time.NewTimer(store.PausedViewAge + pauseReadTime)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 	return nil
 }
+
+// pauseReadTime bounds how long a process's read of what is paused, and the
+// check of one notification against it, take after the read was due.
+const pauseReadTime = 50 * time.Millisecond
 
 // Resume ends a pause: the notifications that came due meanwhile start at
 // once; resumed counts them. A topic's waiting Reserve calls, on every
@@ -108,11 +125,6 @@ func shown(n *notify.Notification) {
 	}
 }
 
-// pausedTTL is how long a client trusts what it read of the paused topics
-// before pull consumers' reservations read it again; its own pauses and
-// resumes hold at once.
-const pausedTTL = 250 * time.Millisecond
-
 // pausedCache is what a client last read of what is paused, for Reserve.
 type pausedCache struct {
 	mu     sync.Mutex
@@ -130,14 +142,15 @@ func (p *pausedCache) forget() {
 }
 
 // topicPaused reports whether topic is paused, from a read at most
-// pausedTTL old: a paused pull topic hands nothing out, and what came due
+// store.PausedViewAge old (this client's own pauses and resumes hold at
+// once): a paused pull topic hands nothing out, and what came due
 // meanwhile is there for the first Reserve after the resume. A failure to
 // read keeps the previous answer.
 func (c *Client) topicPaused(ctx context.Context, topic string) bool {
 	p := &c.pausedCache
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if now := time.Now(); now.Sub(p.read) >= pausedTTL {
+	if now := time.Now(); now.Sub(p.read) >= store.PausedViewAge {
 		if paused, err := c.store.Paused(ctx); err == nil {
 			p.paused, p.read = paused, now
 		} else {

@@ -10,10 +10,6 @@ import (
 	"github.com/heraldhq/herald/store"
 )
 
-// PauseIntervalDefault is how often a dispatcher reads what is paused: a
-// pause stops new attempts within about this long.
-const PauseIntervalDefault = 250 * time.Millisecond
-
 // strayEvery is how many pause reads pass between two looks for
 // notifications parked under a pause that has ended (see
 // store.Store.UnparkStray): about every 5s.
@@ -30,7 +26,7 @@ type pauseStore interface {
 var _ pauseStore = (*store.Store)(nil)
 
 // pauses is a dispatcher's view of what is paused, read every
-// PauseIntervalDefault.
+// store.PausedViewAge.
 type pauses struct {
 	store pauseStore
 	// current holds the topics and endpoints paused at the last read,
@@ -62,7 +58,7 @@ func (d *Dispatcher) startPauses(ctx context.Context, queues []string) {
 			return
 		}
 		close(d.pauses.read)
-		ticker := time.NewTicker(PauseIntervalDefault)
+		ticker := time.NewTicker(store.PausedViewAge)
 		defer ticker.Stop()
 		for i := 1; ; i++ {
 			select {
@@ -95,7 +91,7 @@ func (d *Dispatcher) refreshPauses(ctx context.Context) error {
 // park gives n back, unattempted, when its topic or endpoint is paused, or
 // its endpoint disabled by its health (store.PauseDisabled): it
 // waits parked until the resume (store.ParkAt). It reports whether it did.
-// The view read every PauseIntervalDefault says what may be paused, and
+// The view read every store.PausedViewAge says what may be paused, and
 // costs nothing when nothing is; what it names is asked again, so that a
 // view read just before a resume does not park what the resume set going.
 func (d *Dispatcher) park(ctx context.Context, n *notify.Notification) bool {

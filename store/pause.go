@@ -19,6 +19,12 @@ const (
 	PauseEndpoint = "endpoint"
 )
 
+// PausedViewAge is how old a process's view of what is paused may be:
+// dispatchers read it this often, and clients trust a read this long
+// before a pull reservation reads it again. A pause holds everywhere once
+// it has passed (client.Client.Pause waits for that).
+const PausedViewAge = 250 * time.Millisecond
+
 // Pausing keeps a notification where every state change already knows to
 // find it: a dispatcher that reserves one whose topic or endpoint is paused
 // gives it back (a release, which counts no attempt) due at a parking time
