@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -92,11 +93,16 @@ standard input, so that secrets stay out of the shell's history:
 			err := cl.DeleteEndpoint(cmd.Context(), args[0])
 			return c.say(err, "deleted", args[0])
 		})})
+	var enableJSON bool
 	enable := withConfig(&cobra.Command{Use: "enable NAME", Short: "Enable an endpoint its disable_after disabled", Args: cobra.ExactArgs(1),
 		RunE: on(func(cmd *cobra.Command, cl *client.Client, args []string) error {
 			n, err := cl.EnableEndpoint(cmd.Context(), args[0])
-			return c.say(err, "enabled", args[0]+":", n, "due at once")
+			if err != nil || enableJSON {
+				return c.reply(err, pauseAnswer(store.PauseEndpoint, args[0], false, &n))
+			}
+			return c.say(nil, "enabled", args[0]+":", n, "due at once")
 		})})
+	enable.Flags().BoolVar(&enableJSON, "json", false, `print JSON, as POST /v1/endpoints/{name}/enable answers: {"endpoint": ..., "paused": false, "resumed": N}`)
 	cmd.AddCommand(list, get, put, del, enable)
 	return cmd
 }
@@ -169,16 +175,29 @@ func (c *app) pauseCommands() []*cobra.Command {
 			},
 		})
 	}
+	var pauseJSON, resumeJSON bool
 	pause := build("pause", "Stop attempting a topic's or an endpoint's notifications, losing none",
 		func(cmd *cobra.Command, cl *client.Client, set *policy.Set, kind, name string) error {
+			pauses, err := cl.Pauses(cmd.Context())
+			if err != nil {
+				return err
+			}
 			if err := cl.Pause(cmd.Context(), kind, name); err != nil {
 				return refusedFull(err)
 			}
 			if kind == store.PauseTopic {
 				c.warnUnknownTopic(cmd.Context(), cl, set, name)
 			}
-			return c.say(nil, "paused", kind, name)
+			return c.output(pauseJSON, pauseAnswer(kind, name, true, nil), func(out io.Writer) error {
+				if isPaused(pauses, kind, name) {
+					_, err := fmt.Fprintln(out, kind, name, "was paused already; nothing changed")
+					return err
+				}
+				_, err := fmt.Fprintln(out, "paused", kind, name)
+				return err
+			})
 		})
+	pause.Flags().BoolVar(&pauseJSON, "json", false, "print JSON, as POST /v1/topics/{topic}/pause answers")
 	resume := build("resume", "Resume a paused topic or endpoint: what came due meanwhile starts at once",
 		func(cmd *cobra.Command, cl *client.Client, _ *policy.Set, kind, name string) error {
 			pauses, err := cl.Pauses(cmd.Context())
@@ -186,23 +205,53 @@ func (c *app) pauseCommands() []*cobra.Command {
 				return err
 			}
 			n, err := cl.Resume(cmd.Context(), kind, name)
-			if err == nil {
+			if err != nil {
+				return err
+			}
+			wasPaused := isPaused(pauses, kind, name)
+			if !wasPaused {
 				c.warnNotPaused(cmd.Context(), pauses, kind, name)
 			}
-			return c.say(err, "resumed", kind, name+":", n, "due at once")
+			return c.output(resumeJSON, pauseAnswer(kind, name, false, &n), func(out io.Writer) error {
+				if !wasPaused {
+					// A resume of what is running is what the operator
+					// wanted, so it succeeds; the warning names what is
+					// paused, in case the name was mistyped.
+					_, err := fmt.Fprintln(out, kind, name, "was not paused; nothing changed")
+					return err
+				}
+				_, err := fmt.Fprintln(out, "resumed", kind, name+":", n, "due at once")
+				return err
+			})
 		})
+	resume.Flags().BoolVar(&resumeJSON, "json", false, `print JSON, as POST /v1/topics/{topic}/resume answers: {"topic": ..., "paused": false, "resumed": N}`)
 	return []*cobra.Command{pause, resume, c.pausesCommand()}
 }
 
-// warnNotPaused warns when what kind and name name was not among pauses,
+// pauseAnswer is what pause, resume and endpoint enable print with
+// --json, the API's answer to POST .../pause, .../resume and .../enable:
+// {"topic" or "endpoint": name, "paused": paused, "resumed": resumed},
+// without resumed for a pause. kind is store.PauseTopic or
+// store.PauseEndpoint, which are the keys.
+func pauseAnswer(kind, name string, paused bool, resumed *int) map[string]any {
+	a := map[string]any{kind: name, "paused": paused}
+	if resumed != nil {
+		a["resumed"] = *resumed
+	}
+	return a
+}
+
+// isPaused reports whether pauses has what kind and name name.
+func isPaused(pauses []client.Pause, kind, name string) bool {
+	return slices.ContainsFunc(pauses, func(p client.Pause) bool { return p.Kind == kind && p.Name == name })
+}
+
+// warnNotPaused warns that what kind and name name was not among pauses,
 // read before the resume: resuming it changed nothing, and if its name was
 // mistyped, what was meant stays paused; the warning lists what is.
 func (c *app) warnNotPaused(ctx context.Context, pauses []client.Pause, kind, name string) {
 	var paused []string
 	for _, p := range pauses {
-		if p.Kind == kind && p.Name == name {
-			return
-		}
 		paused = append(paused, p.Kind+" "+p.Name)
 	}
 	c.base.Logger.WarnContext(ctx, "herald: "+kind+" "+name+" was not paused, so nothing changed; check its name against what is paused",

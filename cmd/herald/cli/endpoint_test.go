@@ -140,6 +140,10 @@ func TestPauseCommand(t *testing.T) {
 	r := e.run(t, "pause", "topic", "jobs")
 	require.NoError(t, r.err, r.logs)
 	require.Contains(t, r.out, "paused topic jobs")
+	// Paused already, as wanted: it succeeds, and says nothing changed.
+	r = e.run(t, "pause", "topic", "jobs")
+	require.NoError(t, r.err)
+	require.Equal(t, "topic jobs was paused already; nothing changed\n", r.out)
 	r = e.run(t, "resume", "topic", "jobs")
 	require.NoError(t, r.err, r.logs)
 	require.Contains(t, r.out, "resumed topic jobs: 0 due at once")
@@ -189,7 +193,7 @@ func TestResumeWhatIsNotPaused(t *testing.T) {
 
 	r := e.run(t, "resume", "topic", "jbos")
 	require.NoError(t, r.err)
-	require.Equal(t, "resumed topic jbos: 0 due at once\n", r.out)
+	require.Equal(t, "topic jbos was not paused; nothing changed\n", r.out)
 	require.Regexp(t, `level=WARN msg=".*topic jbos was not paused.*" paused="topic jobs"`, r.logs)
 
 	r = e.run(t, "resume", "topic", "jobs")
@@ -197,5 +201,33 @@ func TestResumeWhatIsNotPaused(t *testing.T) {
 	require.Empty(t, r.logs)
 	r = e.run(t, "resume", "topic", "jobs")
 	require.NoError(t, r.err)
+	require.Equal(t, "topic jobs was not paused; nothing changed\n", r.out)
 	require.Regexp(t, `topic jobs was not paused.*" paused=nothing`, r.logs)
+}
+
+// TestPauseJSON: pause, resume and endpoint enable print with --json what
+// the API answers, so a script reads how many notifications a resume made
+// due from either (none here: no dispatcher held any back).
+func TestPauseJSON(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "")
+	r := e.run(t, "pause", "topic", "jobs", "--json")
+	require.NoError(t, r.err)
+	require.JSONEq(t, `{"topic": "jobs", "paused": true}`, r.out)
+	r = e.run(t, "resume", "topic", "jobs", "--json")
+	require.NoError(t, r.err)
+	require.JSONEq(t, `{"topic": "jobs", "paused": false, "resumed": 0}`, r.out)
+
+	file := filepath.Join(t.TempDir(), "m42.json")
+	require.NoError(t, os.WriteFile(file, []byte(`{"url": "https://m42.example/notify"}`), 0o600))
+	require.NoError(t, e.run(t, "endpoint", "put", "merchant-42", "--file", file).err)
+	r = e.run(t, "pause", "endpoint", "merchant-42", "--json")
+	require.NoError(t, r.err, r.logs)
+	require.JSONEq(t, `{"endpoint": "merchant-42", "paused": true}`, r.out)
+	r = e.run(t, "resume", "endpoint", "merchant-42", "--json")
+	require.NoError(t, r.err)
+	require.JSONEq(t, `{"endpoint": "merchant-42", "paused": false, "resumed": 0}`, r.out)
+	r = e.run(t, "endpoint", "enable", "merchant-42", "--json")
+	require.NoError(t, r.err)
+	require.JSONEq(t, `{"endpoint": "merchant-42", "paused": false, "resumed": 0}`, r.out)
 }
