@@ -159,7 +159,15 @@ func (c *Config) Validate() error {
 	for _, t := range slices.Sorted(maps.Keys(c.Map)) {
 		m := c.Map[t]
 		probe := &notify.Request{ID: "probe", Topic: m.Topic, Policy: m.Policy}
-		if _, err := c.Policies.Resolve(probe, time.Now(), c.MaxPayload); err != nil {
+		_, err := c.Policies.Resolve(probe, time.Now(), c.MaxPayload)
+		var fe *notify.FieldError
+		if errors.As(err, &fe) && fe.Field == "target" && c.Policies.Topics[m.Topic].Target == "" {
+			// The probe's own target, the one a task lacks, is what
+			// Resolve refused: the fix is in the topic, not in a URL.
+			return fmt.Errorf("map %s=%s: asynq tasks name no receiver, and topic %[2]s names none: "+
+				"give it an endpoint or a target in the policies file (%w)", t, m.Topic, err)
+		}
+		if err != nil {
 			return fmt.Errorf("map %s=%s: %w", t, m.Topic, err)
 		}
 	}

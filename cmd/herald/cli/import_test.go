@@ -115,6 +115,8 @@ deleted from asynq  7
 			{"BadMap", append(from, "--map", "jobs"), `--map "jobs" is not TYPE=TOPIC[:POLICY]`},
 			{"TopicWithoutChannel", append(from, "--map", "a=nope"), "map a=nope: channel: is required"},
 			{"UnknownPolicy", append(from, "--map", "a=jobs:nope"), `map a=jobs: policy: unknown policy "nope"`},
+			{"TopicWithoutReceiver", append(from, "--map", "order:notify=order-notify"), "map order:notify=order-notify: " +
+				"asynq tasks name no receiver, and topic order-notify names none: give it an endpoint or a target in the policies file"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				r := e.run(t, tc.args...)
