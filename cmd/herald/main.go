@@ -14,7 +14,7 @@ import (
 )
 
 func main() {
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancelCause(context.Background())
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
 	go func() {
@@ -24,13 +24,15 @@ func main() {
 		// restoring the default handling works where the signal was
 		// ignored when herald started, as SIGINT is for a script's
 		// background job.
-		<-signals
-		cancel()
+		// The cause is what a command that stops part way reports
+		// ("interrupt signal received"), as signal.NotifyContext words it.
 		s := <-signals
+		cancel(fmt.Errorf("%v signal received", s))
+		s = <-signals
 		os.Exit(128 + int(s.(syscall.Signal)))
 	}()
 	err := cli.Execute(ctx, cli.Deps{Out: os.Stdout, Err: os.Stderr, RedisLogs: cli.RouteRedisLogs, TraceLogs: cli.RouteTraceLogs}, os.Args[1:])
-	cancel()
+	cancel(nil)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "herald:", err)
 	}

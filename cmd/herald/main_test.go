@@ -16,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldhq/herald/internal/heraldtest"
 	"github.com/heraldhq/herald/internal/redistest"
 )
 
@@ -264,4 +265,44 @@ log: {level: info, format: %s}
 		"the API never listened")
 	url := apiLine.FindStringSubmatch(output(stdout))[1]
 	return &served{cmd: cmd, exited: exited, stdout: stdout, stderr: stderr, output: output, url: url}
+}
+
+// TestInterruptedDemo: Ctrl-C (SIGINT) during herald demo ends it with a
+// summary of what happened so far and an error that says it was
+// interrupted, not that a context was cancelled.
+func TestInterruptedDemo(t *testing.T) {
+	t.Parallel()
+	root, err := filepath.Abs("../..")
+	require.NoError(t, err)
+	dir := t.TempDir()
+	config := filepath.Join(dir, "herald.yaml")
+	require.NoError(t, os.WriteFile(config, fmt.Appendf(nil, `redis: {addrs: []}
+api: {listen: "127.0.0.1:0"}
+senders:
+  webhook: {allow_networks: ["127.0.0.0/8"]}
+policies_file: %s
+templates_dir: %s
+log: {level: warn}
+`, filepath.Join(root, "configs", "demo-policies.yaml"), filepath.Join(root, "templates")), 0o600))
+	var stdout, stderr heraldtest.Buffer
+	cmd := exec.Command(os.Args[0], "--config", config, "demo")
+	cmd.Env = append(os.Environ(), runMainEnv+"=1")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	require.NoError(t, cmd.Start())
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
+	require.Eventually(t, func() bool { return strings.Contains(stdout.String(), "enqueued demo-invoice-42") },
+		20*time.Second, 10*time.Millisecond, "the demo never enqueued: %s", stderr.String())
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the demo did not stop within 10s of SIGINT")
+	}
+	require.Equal(t, 1, cmd.ProcessState.ExitCode())
+	require.Contains(t, stdout.String(), "Summary after ")
+	require.Contains(t, stderr.String(), "herald: demo: stopped before the end: interrupt signal received\n")
 }
