@@ -99,6 +99,8 @@ type Demo struct {
 	// worked is the pull worker's answers, in order; Run reads it once the
 	// worker has returned.
 	worked []string
+	// moved is set once the appointment service moved its reminder.
+	moved bool
 }
 
 // Start checks the policies and starts the receivers on 127.0.0.1, the only
@@ -244,7 +246,7 @@ func (d *Demo) enqueue(ctx context.Context, cl *client.Client) error {
 		for i, w := range n.Backoff {
 			waits[i] = show.Duration(w)
 		}
-		d.tl.line(time.Now(), "enqueued %-16s topic %s, policy %s: waits %s; attempt 0 due at %s",
+		d.tl.line("enqueued %-16s topic %s, policy %s: waits %s; attempt 0 due at %s",
 			n.ID, n.Topic, n.Policy, strings.Join(waits, ","), d.tl.stamp(*n.NextAttemptAt))
 	}
 	return nil
@@ -268,12 +270,13 @@ func (d *Demo) change(ctx context.Context, cl *client.Client) error {
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
-	d.tl.line(time.Now(), "%s moved: the appointment moves 30 minutes later, so the service enqueues the reminder again with replace; attempt 0 now due at %s",
+	d.moved = true
+	d.tl.line("%s moved: the appointment moves 30 minutes later, so the service enqueues the reminder again with replace; attempt 0 now due at %s",
 		reminderID, d.tl.stamp(*moved.NextAttemptAt))
 	if _, err := cl.Cancel(ctx, cancelledID); err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
-	d.tl.line(time.Now(), "%s cancelled: the appointment is cancelled, and its reminder with it (herald cancel %s)", cancelledID, cancelledID)
+	d.tl.line("%s cancelled: the appointment is cancelled, and its reminder with it (herald cancel %s)", cancelledID, cancelledID)
 	return nil
 }
 
@@ -285,7 +288,7 @@ func (d *Demo) work(ctx context.Context, cl *client.Client) {
 		jobs, err := cl.Reserve(ctx, jobsTopic, 1, time.Second)
 		if err != nil {
 			if ctx.Err() == nil {
-				d.tl.line(time.Now(), "worker: reserve: %v", err)
+				d.tl.line("worker: reserve: %v", err)
 			}
 			return
 		}
@@ -304,7 +307,7 @@ func (d *Demo) work(ctx context.Context, cl *client.Client) {
 				d.worked = append(d.worked, "ack")
 			}
 			if err != nil {
-				d.tl.line(time.Now(), "worker: %s: %v", n.ID, err)
+				d.tl.line("worker: %s: %v", n.ID, err)
 				return
 			}
 			a.FinishedAt = time.Now()
@@ -342,7 +345,7 @@ func (d *Demo) wait(ctx context.Context, cl *client.Client) error {
 		if broken := d.records[brokenID]; broken.State == notify.StateDead && d.deadAfter == 0 {
 			d.deadAfter = broken.Attempts
 			d.world.fix()
-			d.tl.line(time.Now(), "%s is dead after %d attempts. The merchant fixes the endpoint, and the operator replays the dead letter (herald dlq replay --ids %s): one more attempt, due now",
+			d.tl.line("%s is dead after %d attempts. The merchant fixes the endpoint, and the operator replays the dead letter (herald dlq replay --ids %s): one more attempt, due now",
 				brokenID, broken.Attempts, brokenID)
 			if _, _, err := cl.Replay(ctx, store.DeadFilter{IDs: []string{brokenID}}, store.DeadOptions{}); err != nil {
 				return fmt.Errorf("demo: replay: %w", err)
@@ -366,7 +369,7 @@ func (d *Demo) wait(ctx context.Context, cl *client.Client) error {
 			}
 		}
 		if done {
-			d.tl.line(time.Now(), "all delivered, but for the reminder of the cancelled appointment")
+			d.tl.line("all delivered, but for the reminder of the cancelled appointment")
 			return nil
 		}
 		select {
@@ -379,18 +382,48 @@ func (d *Demo) wait(ctx context.Context, cl *client.Client) error {
 	}
 }
 
+// texts is "1 text" or "n texts".
+func texts(n int) string {
+	if n == 1 {
+		return "1 text"
+	}
+	return fmt.Sprintf("%d texts", n)
+}
+
+// answers lists a receiver's answers in order, joined by sep, or says
+// "nothing" when none came.
+func answers(list []string, sep string) string {
+	if len(list) == 0 {
+		return "nothing"
+	}
+	return strings.Join(list, sep)
+}
+
 // summary prints a table of the notifications as last read and what the
 // receivers saw.
 func (d *Demo) summary() error {
 	seen := d.world.snapshot()
+	// An interrupted run has some of these still to happen.
+	reminder := fmt.Sprintf("the SMS gateway accepted %s to %s", texts(seen.texts[phone]), phone)
+	if d.moved {
+		reminder = "moved before it was due; " + reminder
+	}
+	cancelled := fmt.Sprintf("the SMS gateway accepted %s to %s", texts(seen.texts[cancelledPhone]), cancelledPhone)
+	if n := d.records[cancelledID]; n != nil && n.State == notify.StateCancelled {
+		cancelled = "cancelled before it was due; " + cancelled
+	}
+	broken := fmt.Sprintf("503 on every attempt, %d requests", seen.brokenCalls)
+	if seen.brokenCalls == 0 {
+		broken = "no attempt yet"
+	}
 	stories := map[string]string{
-		reminderID:  fmt.Sprintf("moved before it was due; the SMS gateway accepted %d text to %s", seen.texts[phone], phone),
-		cancelledID: fmt.Sprintf("cancelled before it was due; the SMS gateway accepted %d texts to %s", seen.texts[cancelledPhone], cancelledPhone),
-		orderID:     seen.signatures + "; the merchant answered " + strings.Join(seen.notifyAnswers, ", then "),
-		jobID:       "the pull worker answered " + strings.Join(d.worked, ", then "),
+		reminderID:  reminder,
+		cancelledID: cancelled,
+		orderID:     seen.signatures + "; the merchant answered " + answers(seen.notifyAnswers, ", then "),
+		jobID:       "the pull worker answered " + answers(d.worked, ", then "),
 		pollID: fmt.Sprintf("the provider answered %s; on_done webhook to the merchant: %s",
-			strings.Join(seen.trades, ", "), show.Dash(strings.Join(seen.results, ", "))),
-		brokenID: fmt.Sprintf("503 on every attempt, %d requests", seen.brokenCalls),
+			answers(seen.trades, ", "), show.Dash(strings.Join(seen.results, ", "))),
+		brokenID: broken,
 	}
 	if d.deadAfter > 0 {
 		outcome := string(d.records[brokenID].State)

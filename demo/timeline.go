@@ -37,20 +37,23 @@ func (t *timeline) stamp(at time.Time) string {
 	return fmt.Sprintf("+%.2fs", at.Sub(t.start).Seconds())
 }
 
-// line prints one event that happened at at.
-func (t *timeline) line(at time.Time, format string, args ...any) {
+// line prints one event, stamped with the time it is printed: the lines
+// come from the dispatcher, the receivers and the story at once, and a
+// stamp taken before the lock, or an attempt's start, could be earlier
+// than the line above's.
+func (t *timeline) line(format string, args ...any) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	fmt.Fprintf(t.out, "%8s  %s\n", t.stamp(at), fmt.Sprintf(format, args...))
+	fmt.Fprintf(t.out, "%8s  %s\n", t.stamp(time.Now()), fmt.Sprintf(format, args...))
 }
 
 // note prints what a receiver saw just now.
 func (t *timeline) note(who, format string, args ...any) {
-	t.line(time.Now(), "     %s: %s", who, fmt.Sprintf(format, args...))
+	t.line("     %s: %s", who, fmt.Sprintf(format, args...))
 }
 
-// AttemptFinished implements schedule.Observer: one line per attempt, at
-// the time it started.
+// AttemptFinished implements schedule.Observer: one line per attempt, once
+// its outcome is known, after what the receiver saw.
 func (t *timeline) AttemptFinished(n *notify.Notification, a notify.Attempt, action notify.Action, _ time.Duration) {
 	attempt := fmt.Sprintf("attempt %d of %d", a.Attempt, len(n.Backoff))
 	if a.Attempt >= len(n.Backoff) {
@@ -69,25 +72,25 @@ func (t *timeline) AttemptFinished(n *notify.Notification, a notify.Attempt, act
 		if a.StatusCode != 0 {
 			status = fmt.Sprintf(" (HTTP %d)", a.StatusCode)
 		}
-		t.line(a.StartedAt, "%ssucceeded%s", head, status)
+		t.line("%ssucceeded%s", head, status)
 	case notify.ActionRetry:
 		p := t.policies.PolicyFor(n)
 		next, _ := p.NextAttemptAt(n.Backoff, policy.Failure{Attempt: a.Attempt, At: a.FinishedAt})
-		t.line(a.StartedAt, "%sfailed, %s; attempt %d due at %s", head, reason, a.Attempt+1, t.stamp(next))
+		t.line("%sfailed, %s; attempt %d due at %s", head, reason, a.Attempt+1, t.stamp(next))
 	case notify.ActionDead:
 		why := "no attempts left"
 		if a.Outcome == notify.OutcomePermanent {
 			why = "a permanent failure"
 		}
-		t.line(a.StartedAt, "%sfailed, %s; DEAD: %s", head, reason, why)
+		t.line("%sfailed, %s; DEAD: %s", head, reason, why)
 	case notify.ActionCancelled:
-		t.line(a.StartedAt, "%s%s, as the notification was cancelled", head, a.Outcome)
+		t.line("%s%s, as the notification was cancelled", head, a.Outcome)
 	default:
-		t.line(a.StartedAt, "%s%s", head, a.Outcome)
+		t.line("%s%s", head, a.Outcome)
 	}
 }
 
 // StoreError implements schedule.Observer.
 func (t *timeline) StoreError(op string, err error) {
-	t.line(time.Now(), "Redis error in %s: %v", op, err)
+	t.line("Redis error in %s: %v", op, err)
 }

@@ -58,6 +58,16 @@ func TestDemo(t *testing.T) {
 		require.Regexp(t, `demo-invoice-42\s+pull\s+to the worker\s+attempt 0 of 5: failed, nack: PDF renderer down; attempt 1 due at \+\d+\.\d\ds`, r.out)
 		require.Regexp(t, `demo-invoice-42\s+pull\s+to the worker\s+attempt 1 of 5: succeeded\n`, r.out)
 
+		// Lines come in the order of their times: each is stamped as it
+		// is printed, an attempt's when its outcome is known.
+		var last float64
+		for _, m := range regexp.MustCompile(`(?m)^ *\+(\d+\.\d\d)s  (.*)$`).FindAllStringSubmatch(r.out, -1) {
+			at, err := strconv.ParseFloat(m[1], 64)
+			require.NoError(t, err)
+			require.GreaterOrEqual(t, at, last, "%q printed after a later line", m[0])
+			last = at
+		}
+
 		for _, row := range []string{
 			`demo-reminder-42\s+appointment-reminder\s+sms\s+succeeded\s+1\s+moved before it was due; the SMS gateway accepted 1 text to \+14155550100`,
 			`demo-reminder-43\s+appointment-reminder\s+sms\s+cancelled\s+0\s+cancelled before it was due; the SMS gateway accepted 0 texts to \+14155550143`,
@@ -79,6 +89,11 @@ func TestDemo(t *testing.T) {
 		err := execute(ctx, newApp(Deps{Out: out, Err: &logs}), []string{"--config", newEnv(t, "").config, "demo"})
 		require.EqualError(t, err, "demo: stopped before the end: interrupt signal received")
 		require.Contains(t, out.String(), "Summary after ")
+		// Stopped before the reminders and the first poll were due, and
+		// maybe before the appointments changed: the summary says what
+		// happened, not what the full run tells.
+		require.Regexp(t, `(?m)^demo-reminder-42\s+appointment-reminder\s+sms\s+scheduled\s+0\s+(moved before it was due; )?the SMS gateway accepted 0 texts to \+14155550100$`, out.String())
+		require.Regexp(t, `(?m)^demo-poll-1001\s+payment-poll\s+poll\s+scheduled\s+0\s+the provider answered nothing; on_done webhook to the merchant: -$`, out.String())
 	})
 
 	t.Run("BadSpeed", func(t *testing.T) {
