@@ -202,18 +202,29 @@ func (c *app) serveOn(cmd *cobra.Command, role string, addr net.Addr, h *handler
 // namespace's recorded count contradicts or a wrong redis.password, a Redis
 // older than redisconf.VersionMin, or a Redis user the ACL forbids a
 // command or key Herald needs.
+//
+// Each retry's line says how long the failed attempt took besides the wait
+// before the next: go-redis dials and resends a few times within one
+// attempt, so against an address where nothing listens an attempt takes
+// seconds, and the lines come that much further apart than the waits.
 func (c *app) connect(cmd *cobra.Command, addr net.Addr, watch *redisconf.Watch) (*wiring, error) {
 	wait := redisRetryFirst
-	for {
+	for attempt := 1; ; attempt++ {
+		began := time.Now()
 		w, err := c.base.wireWatched(cmd, true, watch.OnConnect)
 		var tooOld *redisconf.VersionError
 		if err == nil || isUsage(err) || errors.As(err, &tooOld) || redis.IsPermissionError(err) {
 			return w, err
 		}
-		if wait == redisRetryFirst {
+		if cmd.Context().Err() != nil {
+			// The shutdown ended the attempt: there is no retry to log.
+			return nil, nil
+		}
+		if attempt == 1 {
 			fmt.Fprintf(c.base.Out, "herald: http://%s serves /healthz; /readyz answers 503 until Redis is ready\n", addr)
 		}
-		c.base.Logger.WarnContext(cmd.Context(), "herald: Redis is not ready, retrying", "error", err, "retry_in", wait)
+		c.base.Logger.WarnContext(cmd.Context(), "herald: Redis is not ready, retrying", "error", err,
+			"attempt", attempt, "attempt_took", time.Since(began).Round(10*time.Millisecond), "retry_in", wait)
 		select {
 		case <-cmd.Context().Done():
 			return nil, nil

@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -359,6 +360,35 @@ func TestServeWaitsForRedis(t *testing.T) {
 	cancel()
 	require.NoError(t, <-done)
 	done <- nil
+}
+
+// TestServeLogsEachRedisRetry: while nothing listens at redis.addrs, each
+// retry's line says how long the failed attempt took, as well as the wait
+// before the next, since go-redis's own retries make an attempt take
+// seconds; the waits double; the shutdown that ends an attempt is not
+// logged as one more retry.
+func TestServeLogsEachRedisRetry(t *testing.T) {
+	t.Parallel()
+	port, err := redistest.FreePort()
+	require.NoError(t, err)
+	e := newEnv(t, fmt.Sprintf("redis: {addrs: [\"127.0.0.1:%d\"]}", port))
+	ctx, cancel := context.WithCancel(context.Background())
+	logs, done := &heraldtest.Buffer{}, make(chan error, 1)
+	go func() {
+		done <- execute(ctx, newApp(Deps{Out: io.Discard, Err: logs}), []string{"--config", e.config, "serve"})
+	}()
+	retry := regexp.MustCompile(`msg="herald: Redis is not ready, retrying" error=.* attempt=(\d+) attempt_took=\S+ retry_in=(\S+)\n`)
+	waitFor(t, 30*time.Second, "two retries to be logged", func() bool { return len(retry.FindAllString(logs.String(), -1)) >= 2 })
+	cancel()
+	require.NoError(t, <-done)
+
+	lines := retry.FindAllStringSubmatch(logs.String(), -1)
+	require.Len(t, lines, strings.Count(logs.String(), "retrying"), "every retry line says how long its attempt took:\n%s", logs.String())
+	for i, m := range lines {
+		require.Equal(t, strconv.Itoa(i+1), m[1])
+		require.Equal(t, (redisRetryFirst << i).String(), m[2])
+	}
+	require.NotContains(t, logs.String(), "context canceled", "the shutdown is not a retry")
 }
 
 // TestShardsMismatch runs commands with a shards setting that contradicts
