@@ -92,12 +92,20 @@ func Record(out io.Writer, n *notify.Notification, now time.Time) error {
 	fmt.Fprintln(out)
 	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ATTEMPT\tSTARTED\tDURATION\tOUTCOME\tSTATUS\tERROR")
+	prev := -1
 	for _, a := range n.History {
 		status := "-"
 		if a.StatusCode != 0 {
 			status = strconv.Itoa(a.StatusCode)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", a.Attempt, Time(a.StartedAt),
+		// A replay that reset the attempts numbers them from 0 again, and
+		// nothing else in the history tells where it came.
+		attempt := strconv.Itoa(a.Attempt)
+		if a.Attempt <= prev {
+			attempt += " (replayed)"
+		}
+		prev = a.Attempt
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", attempt, Time(a.StartedAt),
 			time.Duration(a.DurationMS)*time.Millisecond, a.Outcome, status, Dash(Line(a.Error, 100)))
 	}
 	return tw.Flush()

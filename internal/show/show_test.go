@@ -83,6 +83,28 @@ func TestRecord(t *testing.T) {
 	require.Regexp(t, `0\s+2026-03-01T09:30:00.000Z\s+12ms\s+retry\s+503\s+status 503`, out)
 }
 
+// TestRecordMarksAReplay: a replay that reset the attempts starts the
+// numbering again, and the history says where, as nothing else in it does.
+func TestRecordMarksAReplay(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 3, 1, 9, 30, 0, 0, time.UTC)
+	n := &notify.Notification{
+		ID: "order-1003", Topic: "order-notify", Channel: notify.ChannelWebhook, Target: "https://m.example/",
+		State: notify.StateSucceeded, Attempts: 1, Backoff: []notify.Duration{0, 0}, SendAt: now, CreatedAt: now, UpdatedAt: now,
+		History: []notify.Attempt{
+			{Attempt: 0, StartedAt: now, Outcome: "retry", StatusCode: 503},
+			{Attempt: 1, StartedAt: now.Add(time.Second), Outcome: "dead", StatusCode: 503},
+			{Attempt: 0, StartedAt: now.Add(time.Minute), Outcome: "succeeded", StatusCode: 200},
+		},
+	}
+	var buf bytes.Buffer
+	require.NoError(t, Record(&buf, n, now))
+	out := buf.String()
+	require.Regexp(t, `(?m)^0\s+2026-03-01T09:30:00.000Z`, out)
+	require.Regexp(t, `(?m)^1\s+2026-03-01T09:30:01.000Z`, out)
+	require.Regexp(t, `(?m)^0 \(replayed\)\s+2026-03-01T09:31:00.000Z\s+0s\s+succeeded`, out)
+}
+
 // TestRecordEndpointAndPause: a notification to an endpoint names it
 // rather than showing no target; one parked by a pause says so rather
 // than showing no next attempt; a template name, which nothing checks, is
