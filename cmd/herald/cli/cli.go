@@ -211,11 +211,12 @@ func ExitCode(err error) int {
 	return 1
 }
 
-// Annotations of the commands that load the configuration, and of those
-// with a config file of their own.
+// Annotations of the commands that load the configuration, of those with
+// a config file of their own, and of those that only read.
 const (
 	configAnnotation     = "herald_needs_config"
 	configFileAnnotation = "herald_config_file"
+	readOnlyAnnotation   = "herald_read_only"
 )
 
 // withConfig marks cmd as needing the configuration: the root loads and
@@ -225,6 +226,14 @@ func withConfig(cmd *cobra.Command) *cobra.Command {
 		cmd.Annotations = map[string]string{}
 	}
 	cmd.Annotations[configAnnotation] = "true"
+	return cmd
+}
+
+// readOnly is withConfig for a command that only reads Herald's keys: it
+// opens the store store.Config.ReadOnly, so that pointed at the wrong Redis
+// or namespace it finds nothing there and leaves nothing behind.
+func readOnly(cmd *cobra.Command) *cobra.Command {
+	withConfig(cmd).Annotations[readOnlyAnnotation] = "true"
 	return cmd
 }
 

@@ -168,7 +168,7 @@ func (c *app) dlqListCommand() *cobra.Command {
 		limit         int
 		asJSON        bool
 	)
-	cmd := withConfig(&cobra.Command{
+	cmd := readOnly(&cobra.Command{
 		Use:   "list",
 		Short: "List dead notifications",
 		Long: `List prints dead notifications, oldest death first (of every topic, or of

@@ -49,7 +49,7 @@ never printed: only their ids, expiries and, for ed25519, public keys.`,
 		}
 	}
 	var asJSON bool
-	list := withConfig(&cobra.Command{Use: "list", Short: "List every endpoint", Args: cobra.NoArgs,
+	list := readOnly(&cobra.Command{Use: "list", Short: "List every endpoint", Args: cobra.NoArgs,
 		RunE: on(func(cmd *cobra.Command, cl *client.Client, _ []string) error {
 			vs, err := cl.ListEndpoints(cmd.Context())
 			if err != nil || asJSON {
@@ -69,7 +69,7 @@ never printed: only their ids, expiries and, for ed25519, public keys.`,
 			return tw.Flush()
 		})})
 	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	get := withConfig(&cobra.Command{Use: "get NAME", Short: "Show an endpoint as JSON", Args: cobra.ExactArgs(1),
+	get := readOnly(&cobra.Command{Use: "get NAME", Short: "Show an endpoint as JSON", Args: cobra.ExactArgs(1),
 		RunE: on(func(cmd *cobra.Command, cl *client.Client, args []string) error {
 			v, err := cl.GetEndpoint(cmd.Context(), args[0])
 			return c.reply(err, v)
@@ -279,7 +279,7 @@ func (c *app) warnUnknownTopic(ctx context.Context, cl *client.Client, set *poli
 // dashboard can tell what is held back.
 func (c *app) pausesCommand() *cobra.Command {
 	var asJSON bool
-	cmd := withConfig(&cobra.Command{Use: "pauses", Args: cobra.NoArgs,
+	cmd := readOnly(&cobra.Command{Use: "pauses", Args: cobra.NoArgs,
 		Short: "List the paused topics and endpoints and the disabled endpoints, with since when",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return c.withClient(cmd, false, func(cl *client.Client) error {

@@ -126,7 +126,7 @@ func (c *app) showRecord(asJSON bool, verb string, n *notify.Notification) error
 }
 
 func (c *app) statusCommand() *cobra.Command {
-	return c.recordCommand(&cobra.Command{
+	return readOnly(c.recordCommand(&cobra.Command{
 		Use:   "status ID",
 		Short: "Show a notification: its state, schedule and attempt history",
 		Long: `Status prints a notification's record as Redis holds it: state, attempts
@@ -137,7 +137,7 @@ GET /v1/notifications/{id} answers.`,
 		Example: "  herald status order-1001\n  herald status order-1001 --json",
 	}, "", func(ctx context.Context, cl *client.Client, id string) (*notify.Notification, error) {
 		return cl.Get(ctx, id)
-	})
+	}))
 }
 
 func (c *app) cancelCommand() *cobra.Command {

@@ -34,7 +34,7 @@ func printStats(out io.Writer, r *api.Stats) error {
 
 func (c *app) statsCommand() *cobra.Command {
 	var asJSON bool
-	cmd := withConfig(&cobra.Command{
+	cmd := readOnly(&cobra.Command{
 		Use:   "stats",
 		Short: "Count notifications per topic",
 		Long: `Stats prints, per topic, how many notifications are scheduled, waiting

@@ -78,6 +78,7 @@ func (b *Base) wireWatched(cmd *cobra.Command, allowEmbedded bool, onConnect fun
 		WaitReplicas:  b.Config.Redis.WaitReplicas,
 		WaitTimeout:   b.Config.Redis.WaitTimeout,
 		Logger:        b.Logger,
+		ReadOnly:      cmd.Annotations[readOnlyAnnotation] != "",
 	})
 	if err == nil {
 		// Settle the namespace's shard count now, so that a shards setting

@@ -228,3 +228,35 @@ func TestRedisMemoryWhereINFOIsRefused(t *testing.T) {
 		require.Empty(t, errorLines, "a refused INFO is no failed store call")
 	}
 }
+
+// TestReadOnlyCommandsWriteNothing: the commands that only read, pointed at
+// a namespace nothing has used (the wrong Redis, a misspelt namespace),
+// answer as for an empty one and create nothing there; the first write
+// records the namespace as before.
+func TestReadOnlyCommandsWriteNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "")
+	keys := func() []string {
+		t.Helper()
+		got, err := server.Client(t).Keys(context.Background(), e.namespace+":*").Result()
+		require.NoError(t, err)
+		return got
+	}
+	for _, args := range [][]string{
+		{"stats"}, {"stats", "--json"}, {"dlq", "list"}, {"endpoint", "list"}, {"pauses"},
+	} {
+		r := e.run(t, args...)
+		require.NoError(t, r.err, "%v: %s", args, r.logs)
+	}
+	for _, args := range [][]string{{"status", "order-1"}, {"endpoint", "get", "m"}} {
+		r := e.run(t, args...)
+		require.ErrorContains(t, r.err, "not found", "%v", args)
+	}
+	require.Empty(t, keys(), "a command that reads wrote")
+
+	require.NoError(t, e.run(t, "enqueue", "--topic", "jobs", "--id", "job-1").err)
+	require.Contains(t, keys(), e.namespace+":meta")
+	r := e.run(t, "status", "job-1")
+	require.NoError(t, r.err, r.logs)
+	require.Contains(t, r.out, "job-1")
+}
