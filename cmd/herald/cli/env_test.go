@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/client"
@@ -84,7 +85,14 @@ func (e *testEnv) client(t *testing.T) *client.Client {
 // not do, such as recording an endpoint's failures.
 func (e *testEnv) store(t *testing.T) *store.Store {
 	t.Helper()
-	st, err := store.New(&store.Config{Client: server.Client(t), Namespace: e.namespace, Shards: 4})
+	return e.storeOn(t, server.Client(t))
+}
+
+// storeOn is store on the server c is connected to, for an env whose
+// redisYAML names a server of the test's own.
+func (e *testEnv) storeOn(t *testing.T, c *redis.Client) *store.Store {
+	t.Helper()
+	st, err := store.New(&store.Config{Client: c, Namespace: e.namespace, Shards: 4})
 	require.NoError(t, err)
 	return st
 }

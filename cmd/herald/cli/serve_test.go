@@ -398,7 +398,8 @@ func TestServeLogsEachRedisRetry(t *testing.T) {
 func TestShardsMismatch(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "")
-	require.NoError(t, e.run(t, "stats").err, "records the namespace's 4 shards")
+	_, err := e.store(t).Shards(t.Context())
+	require.NoError(t, err, "records the namespace's 4 shards")
 	cfg := writeConfig(t, strings.Replace(readFile(t, e.config), "shards: 4", "shards: 8", 1))
 
 	r := run(t, []string{"--config", cfg, "stats"})
@@ -408,7 +409,7 @@ func TestShardsMismatch(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	logs := &heraldtest.Buffer{}
-	err := execute(ctx, newApp(Deps{Out: io.Discard, Err: logs}), []string{"--config", cfg, "serve"})
+	err = execute(ctx, newApp(Deps{Out: io.Discard, Err: logs}), []string{"--config", cfg, "serve"})
 	require.NoError(t, ctx.Err(), "serve ran until the deadline; logs:\n%s", logs)
 	require.Equal(t, 2, ExitCode(err), err)
 	requireField(t, err, "shards")
