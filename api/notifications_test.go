@@ -34,7 +34,7 @@ func TestEnqueueRecordFields(t *testing.T) {
 	require.Equal(t, "https://merchant.test/notify", rec["target"], "the topic's target")
 	require.Equal(t, "scheduled", rec["state"])
 	require.EqualValues(t, 0, rec["attempts"])
-	require.Equal(t, []any{"0s", "0s", "2m0s", "10m0s", "10m0s", "1h0m0s", "2h0m0s", "6h0m0s", "15h0m0s"}, rec["backoff"],
+	require.Equal(t, []any{"0s", "0s", "2m", "10m", "10m", "1h", "2h", "6h", "15h"}, rec["backoff"],
 		"the default policy's array, as duration strings")
 	require.Equal(t, map[string]any{"order": float64(1), "status": "paid"}, rec["payload"])
 	require.Equal(t, sendAt.Format(time.RFC3339), rec["send_at"])

@@ -382,7 +382,7 @@ func TestAckNack(t *testing.T) {
 		rec := must[notify.Notification](t, b, http.StatusOK, "GET", "/v1/notifications/later", nil)
 		require.Equal(t, notify.StateScheduled, rec.State)
 		require.WithinDuration(t, before.Add(10*time.Minute), *rec.NextAttemptAt, 5*time.Second)
-		require.Equal(t, "nacked (retry after 10m0s)", rec.History[0].Error)
+		require.Equal(t, "nacked (retry after 10m)", rec.History[0].Error)
 	})
 	t.Run("AckIsOnceOnly", func(t *testing.T) {
 		must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications", map[string]any{"id": "once", "topic": "jobs"})

@@ -244,7 +244,7 @@ func (d *Demo) enqueue(ctx context.Context, cl *client.Client) error {
 		d.records[n.ID] = n
 		waits := make([]string, len(n.Backoff))
 		for i, w := range n.Backoff {
-			waits[i] = show.Duration(w)
+			waits[i] = w.String()
 		}
 		d.tl.line("enqueued %-16s topic %s, policy %s: waits %s; attempt 0 due at %s",
 			n.ID, n.Topic, n.Policy, strings.Join(waits, ","), d.tl.stamp(*n.NextAttemptAt))

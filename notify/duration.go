@@ -10,7 +10,8 @@ import (
 )
 
 // Duration is a time.Duration that reads "2m", "0s", "1h30m" or a number of
-// seconds ("30", 30, 1.5), and writes itself as a Go duration string. Backoff
+// seconds ("30", 30, 1.5), and writes itself as a Go duration string
+// without zero units ("2m", "1h30m"). Backoff
 // arrays, delays and ttrs use it in JSON and YAML alike.
 type Duration time.Duration
 
@@ -77,8 +78,19 @@ func checkRange(d time.Duration, s string) error {
 // adding one to a Unix time in milliseconds cannot overflow.
 const maxDuration = 100 * 365 * 24 * time.Hour
 
-// String returns the Go duration form, "2m0s".
-func (d Duration) String() string { return time.Duration(d).String() }
+// String returns the Go duration form without its zero units, as
+// durations are written in policies: "2m" for 2m0s, "1h" for 1h0m0s,
+// "24h22m" for 24h22m0s; ParseDuration reads it back.
+func (d Duration) String() string {
+	s := time.Duration(d).String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
 
 // MarshalText implements encoding.TextMarshaler.
 func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }

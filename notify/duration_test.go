@@ -60,13 +60,40 @@ func TestParseDuration(t *testing.T) {
 func TestDurationCheck(t *testing.T) {
 	t.Parallel()
 	for _, d := range []time.Duration{0, time.Nanosecond, 2 * time.Minute, maxDuration, maxDuration + 1, -time.Nanosecond, -time.Hour, 1<<63 - 1, -1 << 63} {
-		_, parseErr := ParseDuration(d.String())
+		_, parseErr := ParseDuration(Duration(d).String())
 		err := Duration(d).Check("delay")
 		if parseErr == nil {
 			require.NoError(t, err, d)
 		} else {
 			require.EqualError(t, err, "delay: "+parseErr.Error(), d)
 		}
+	}
+}
+
+// TestDurationString: a duration is written as policies write it, without
+// Go's zero units, and read back as it was.
+func TestDurationString(t *testing.T) {
+	t.Parallel()
+	for d, want := range map[time.Duration]string{
+		0:                               "0s",
+		1500 * time.Millisecond:         "1.5s",
+		2 * time.Minute:                 "2m",
+		90 * time.Second:                "1m30s",
+		time.Hour:                       "1h",
+		24*time.Hour + 22*time.Minute:   "24h22m",
+		time.Hour + 30*time.Second:      "1h0m30s",
+		29*time.Minute + 55*time.Second: "29m55s",
+		-time.Hour:                      "-1h",
+		maxDuration:                     "876000h",
+	} {
+		require.Equal(t, want, Duration(d).String(), d.String())
+		back, err := ParseDuration(want)
+		if d < 0 {
+			require.Error(t, err)
+			continue
+		}
+		require.NoError(t, err)
+		require.Equal(t, d, back)
 	}
 }
 
@@ -80,7 +107,7 @@ func TestDurationJSON(t *testing.T) {
 
 	b, err := json.Marshal(got)
 	require.NoError(t, err)
-	require.JSONEq(t, `{"A": "2m0s", "B": "1.5s"}`, string(b))
+	require.JSONEq(t, `{"A": "2m", "B": "1.5s"}`, string(b))
 
 	// A backoff written in seconds with milliseconds comes back as written,
 	// not a nanosecond short ("1.000999999s").

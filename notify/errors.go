@@ -122,7 +122,7 @@ func Retry(err error, after time.Duration) error {
 // Error implements error.
 func (e *RetryError) Error() string {
 	if e.RetryAfter > 0 {
-		return fmt.Sprintf("%v (retry after %s)", e.Err, e.RetryAfter)
+		return fmt.Sprintf("%v (retry after %s)", e.Err, Duration(e.RetryAfter))
 	}
 	return e.Err.Error()
 }

@@ -641,12 +641,14 @@ var jsonSafe = func() (t [utf8.RuneSelf]bool) {
 	return t
 }()
 
-// appendDuration appends d as appendJSONString appends d.String(). Whole
-// seconds, which policies' durations nearly always are, are written
-// without formatting a string first.
+// appendDuration appends d as appendJSONString appends
+// time.Duration(d).String(), the form stored digests were taken of ("2m0s",
+// where Duration.String now writes "2m"). Whole seconds, which policies'
+// durations nearly always are, are written without formatting a string
+// first.
 func appendDuration(b []byte, d Duration) []byte {
 	if d < 0 || time.Duration(d)%time.Second != 0 {
-		return appendJSONString(b, d.String())
+		return appendJSONString(b, time.Duration(d).String())
 	}
 	s := int64(time.Duration(d) / time.Second)
 	b = append(b, '"')

@@ -108,6 +108,12 @@ func TestValidateBackoffLength(t *testing.T) {
 	require.True(t, strings.Contains(fe.Message, "100"), fe.Message)
 }
 
+// goDuration writes itself as Duration did when digests were first taken,
+// in Go's form ("2m0s"): the digests of stored notifications keep it.
+type goDuration Duration
+
+func (d goDuration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
 // digestByMarshal is how digests were first computed: json.Marshal of the
 // fields that make a notification what it is. ComputeDigest must keep
 // giving the same digests, or a second enqueue of a stored notification
@@ -118,16 +124,23 @@ func digestByMarshal(n *Notification, schedule string) string {
 		payload.Reset()
 		payload.Write(n.Payload)
 	}
+	var backoff []goDuration
+	if n.Backoff != nil {
+		backoff = make([]goDuration, len(n.Backoff))
+		for i, d := range n.Backoff {
+			backoff[i] = goDuration(d)
+		}
+	}
 	content := struct {
 		Topic, Channel, Target, Template, Policy string
-		Backoff                                  []Duration
-		TTR                                      Duration
+		Backoff                                  []goDuration
+		TTR                                      goDuration
 		Headers                                  map[string]string
 		Payload                                  string
 		Schedule                                 string
 		OrderKey                                 string `json:",omitempty"`
 		Endpoint                                 string `json:",omitempty"`
-	}{n.Topic, n.Channel, n.Target, n.Template, n.Policy, n.Backoff, n.TTR, n.Headers, payload.String(), schedule, n.OrderKey, n.Endpoint}
+	}{n.Topic, n.Channel, n.Target, n.Template, n.Policy, backoff, goDuration(n.TTR), n.Headers, payload.String(), schedule, n.OrderKey, n.Endpoint}
 	b, _ := json.Marshal(content)
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:16])

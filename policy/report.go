@@ -63,15 +63,15 @@ func (r *Report) Print(out io.Writer) error {
 	for _, p := range r.Policies {
 		fmt.Fprintf(tw, "policy %s: %d attempts", show.Clean(p.Name), len(p.Schedule))
 		if first := p.Schedule[0].Wait; first > 0 {
-			fmt.Fprintf(tw, ", the first %s after the send time", show.Duration(first))
+			fmt.Fprintf(tw, ", the first %s after the send time", first)
 		}
 		fmt.Fprintf(tw, ", the last %s after the first, then dead\n", sinceFirst(p.Schedule[len(p.Schedule)-1]))
-		fmt.Fprintf(tw, "  ttr %s, timeout %s, retry_on %s", show.Duration(p.TTR), show.Duration(p.Timeout), strings.Join(p.RetryOn, ","))
+		fmt.Fprintf(tw, "  ttr %s, timeout %s, retry_on %s", p.TTR, p.Timeout, strings.Join(p.RetryOn, ","))
 		if p.SuccessBody != "" {
 			fmt.Fprintf(tw, ", success_body '%s'", show.Clean(p.SuccessBody))
 		}
 		if p.HonorRetryAfter {
-			fmt.Fprintf(tw, ", honours Retry-After up to %s", show.Duration(p.MaxRetryAfter))
+			fmt.Fprintf(tw, ", honours Retry-After up to %s", p.MaxRetryAfter)
 		}
 		if p.Jitter > 0 {
 			fmt.Fprintf(tw, ", jitter up to %g%%", p.Jitter*100)
@@ -79,7 +79,7 @@ func (r *Report) Print(out io.Writer) error {
 		fmt.Fprintln(tw)
 		fmt.Fprintln(tw, "  ATTEMPT\tWAIT\tSINCE FIRST ATTEMPT")
 		for _, a := range p.Schedule {
-			fmt.Fprintf(tw, "  %d\t%s\t%s\n", a.Attempt, show.Duration(a.Wait), sinceFirst(a))
+			fmt.Fprintf(tw, "  %d\t%s\t%s\n", a.Attempt, a.Wait, sinceFirst(a))
 		}
 		fmt.Fprintln(tw)
 	}
@@ -112,5 +112,5 @@ func sinceFirst(a ReportAttempt) string {
 	if time.Duration(a.SinceFirst) == ScheduleCeiling {
 		return ScheduleCeilingText
 	}
-	return show.Duration(a.SinceFirst)
+	return a.SinceFirst.String()
 }

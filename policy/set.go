@@ -235,7 +235,8 @@ func (s *Set) Resolve(req *notify.Request, now time.Time, maxPayload int) (*noti
 		schedule = n.SendAt.Format(time.RFC3339Nano)
 	case req.Delay != nil:
 		n.SendAt = now.Add(time.Duration(*req.Delay)).UTC()
-		schedule = "delay " + req.Delay.String()
+		// Go's form, "30m0s", which stored digests were taken of.
+		schedule = "delay " + time.Duration(*req.Delay).String()
 		field = "delay"
 	default:
 		n.SendAt = now.UTC()

@@ -270,7 +270,7 @@ func TestWatcherReloadSignals(t *testing.T) {
 	write("policies:\n  p: {backoff: [0s, 2m]}\n")
 	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGUSR1))
 	require.Eventually(t, func() bool {
-		return w.Current().Policies["p"].Backoff[1].String() == "2m0s"
+		return w.Current().Policies["p"].Backoff[1].String() == "2m"
 	}, 10*time.Second, 5*time.Millisecond)
 }
 

@@ -65,7 +65,7 @@ func Record(out io.Writer, n *notify.Notification, now time.Time) error {
 	row("attempts", fmt.Sprintf("%d made of %d", n.Attempts, len(n.Backoff)))
 	backoff := make([]string, len(n.Backoff))
 	for i, d := range n.Backoff {
-		backoff[i] = Duration(d)
+		backoff[i] = d.String()
 	}
 	row("backoff", strings.Join(backoff, ","))
 	row("send_at", Time(n.SendAt))

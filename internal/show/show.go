@@ -9,24 +9,8 @@ package show
 import (
 	"fmt"
 	"strings"
-	"time"
 	"unicode"
-
-	"github.com/heraldhq/herald/notify"
 )
-
-// Duration drops the zero units Go prints: "2m" for 2m0s, "1h" for 1h0m0s,
-// "24h22m" for 24h22m0s.
-func Duration(d notify.Duration) string {
-	s := time.Duration(d).String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
-}
 
 // Truncate cuts s to n runes, marking the cut with "...".
 func Truncate(s string, n int) string {

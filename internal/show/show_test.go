@@ -10,23 +10,6 @@ import (
 	"github.com/heraldhq/herald/notify"
 )
 
-func TestDuration(t *testing.T) {
-	t.Parallel()
-
-	for d, want := range map[time.Duration]string{
-		0:                               "0s",
-		1500 * time.Millisecond:         "1.5s",
-		2 * time.Minute:                 "2m",
-		90 * time.Second:                "1m30s",
-		time.Hour:                       "1h",
-		24*time.Hour + 22*time.Minute:   "24h22m",
-		time.Hour + 30*time.Second:      "1h0m30s",
-		29*time.Minute + 55*time.Second: "29m55s",
-	} {
-		require.Equal(t, want, Duration(notify.Duration(d)), d.String())
-	}
-}
-
 func TestClean(t *testing.T) {
 	t.Parallel()
 

@@ -103,10 +103,10 @@ func (c *app) notFoundWhy() string {
 	cfg := c.base.Config
 	why := fmt.Sprintf("never enqueued in namespace %s, or purged from the dead letters", cfg.Namespace)
 	if cfg.Retention > 0 {
-		why += fmt.Sprintf(", or succeeded or cancelled more than %s ago (retention)", show.Duration(notify.Duration(cfg.Retention)))
+		why += fmt.Sprintf(", or succeeded or cancelled more than %s ago (retention)", notify.Duration(cfg.Retention))
 	}
 	if cfg.DeadRetention > 0 {
-		why += fmt.Sprintf(", or dead more than %s ago (dead_retention)", show.Duration(notify.Duration(cfg.DeadRetention)))
+		why += fmt.Sprintf(", or dead more than %s ago (dead_retention)", notify.Duration(cfg.DeadRetention))
 	}
 	return why
 }

@@ -83,8 +83,8 @@ func TestPolicyCheck(t *testing.T) {
 		p := report.Policies[2]
 		require.Equal(t, "default", p.Name)
 		require.Len(t, p.Schedule, 9)
-		require.Equal(t, "15h0m0s", p.Schedule[8].Wait)
-		require.Equal(t, "24h22m0s", p.Schedule[8].SinceFirst)
+		require.Equal(t, "15h", p.Schedule[8].Wait)
+		require.Equal(t, "24h22m", p.Schedule[8].SinceFirst)
 		require.Equal(t, "success", report.Policies[0].SuccessBody)
 		require.Equal(t, []string{"TRADE_SUCCESS", "TRADE_FINISHED", "TRADE_CLOSED"}, report.Topics["payment-poll"].Poll.Values)
 	})
@@ -151,14 +151,14 @@ func TestStartPolicies(t *testing.T) {
 	done := make(chan *result)
 	go func() { done <- run(t, []string{"--config", cfgPath, "watch"}, watch) }()
 	w := <-started
-	require.Equal(t, "1m0s", w.Current().Policies["p"].Backoff[1].String())
+	require.Equal(t, "1m", w.Current().Policies["p"].Backoff[1].String())
 
 	write("policies:\n  p: {backoff: [0s, 2m]}\n")
 	self, err := os.FindProcess(os.Getpid())
 	require.NoError(t, err)
 	require.NoError(t, self.Signal(syscall.SIGHUP))
 	require.Eventually(t, func() bool {
-		return w.Current().Policies["p"].Backoff[1].String() == "2m0s"
+		return w.Current().Policies["p"].Backoff[1].String() == "2m"
 	}, 10*time.Second, 5*time.Millisecond)
 
 	close(release)
