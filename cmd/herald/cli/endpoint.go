@@ -96,11 +96,22 @@ standard input, so that secrets stay out of the shell's history:
 	var enableJSON bool
 	enable := withConfig(&cobra.Command{Use: "enable NAME", Short: "Enable an endpoint its disable_after disabled", Args: cobra.ExactArgs(1),
 		RunE: on(func(cmd *cobra.Command, cl *client.Client, args []string) error {
-			n, err := cl.EnableEndpoint(cmd.Context(), args[0])
-			if err != nil || enableJSON {
-				return c.reply(err, pauseAnswer(store.PauseEndpoint, args[0], false, &n))
+			pauses, err := cl.Pauses(cmd.Context())
+			if err != nil {
+				return err
 			}
-			return c.say(nil, "enabled", args[0]+":", n, "due at once")
+			n, err := cl.EnableEndpoint(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return c.output(enableJSON, pauseAnswer(store.PauseEndpoint, args[0], false, &n), func(out io.Writer) error {
+				if !isPaused(pauses, store.PauseDisabled, args[0]) {
+					_, err := fmt.Fprintln(out, "endpoint", args[0], "was not disabled; nothing changed")
+					return err
+				}
+				_, err := fmt.Fprintln(out, "enabled", args[0]+":", n, "due at once")
+				return err
+			})
 		})})
 	enable.Flags().BoolVar(&enableJSON, "json", false, `print JSON, as POST /v1/endpoints/{name}/enable answers: {"endpoint": ..., "paused": false, "resumed": N}`)
 	cmd.AddCommand(list, get, put, del, enable)

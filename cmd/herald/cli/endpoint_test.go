@@ -43,7 +43,7 @@ func TestEndpointCommand(t *testing.T) {
 
 	r = e.run(t, "endpoint", "enable", "merchant-42")
 	require.NoError(t, r.err, r.logs)
-	require.Contains(t, r.out, "enabled merchant-42: 0 due at once")
+	require.Equal(t, "endpoint merchant-42 was not disabled; nothing changed\n", r.out)
 
 	r = e.run(t, "endpoint", "delete", "merchant-42")
 	require.NoError(t, r.err, r.logs)
@@ -132,6 +132,10 @@ func TestPausesCommand(t *testing.T) {
 	require.Len(t, got.Pauses, 3)
 	require.Equal(t, client.Pause{Kind: store.PauseTopic, Name: "jobs", Since: got.Pauses[2].Since}, got.Pauses[2])
 	require.False(t, got.Pauses[2].Since.IsZero())
+
+	r = e.run(t, "endpoint", "enable", "m-gone")
+	require.NoError(t, r.err, r.logs)
+	require.Equal(t, "enabled m-gone: 0 due at once\n", r.out)
 }
 
 func TestPauseCommand(t *testing.T) {
