@@ -382,12 +382,13 @@ func (d *Demo) wait(ctx context.Context, cl *client.Client) error {
 	}
 }
 
-// texts is "1 text" or "n texts".
-func texts(n int) string {
+// count says n of a thing named one, in the plural unless n is 1:
+// "1 text", "0 texts".
+func count(n int, one string) string {
 	if n == 1 {
-		return "1 text"
+		return "1 " + one
 	}
-	return fmt.Sprintf("%d texts", n)
+	return fmt.Sprintf("%d %ss", n, one)
 }
 
 // answers lists a receiver's answers in order, joined by sep, or says
@@ -404,15 +405,15 @@ func answers(list []string, sep string) string {
 func (d *Demo) summary() error {
 	seen := d.world.snapshot()
 	// An interrupted run has some of these still to happen.
-	reminder := fmt.Sprintf("the SMS gateway accepted %s to %s", texts(seen.texts[phone]), phone)
+	reminder := fmt.Sprintf("the SMS gateway accepted %s to %s", count(seen.texts[phone], "text"), phone)
 	if d.moved {
 		reminder = "moved before it was due; " + reminder
 	}
-	cancelled := fmt.Sprintf("the SMS gateway accepted %s to %s", texts(seen.texts[cancelledPhone]), cancelledPhone)
+	cancelled := fmt.Sprintf("the SMS gateway accepted %s to %s", count(seen.texts[cancelledPhone], "text"), cancelledPhone)
 	if n := d.records[cancelledID]; n != nil && n.State == notify.StateCancelled {
 		cancelled = "cancelled before it was due; " + cancelled
 	}
-	broken := fmt.Sprintf("503 on every attempt, %d requests", seen.brokenCalls)
+	broken := "503 on every attempt, " + count(seen.brokenCalls, "request")
 	if seen.brokenCalls == 0 {
 		broken = "no attempt yet"
 	}
