@@ -382,7 +382,20 @@ func TestAckNack(t *testing.T) {
 		rec := must[notify.Notification](t, b, http.StatusOK, "GET", "/v1/notifications/later", nil)
 		require.Equal(t, notify.StateScheduled, rec.State)
 		require.WithinDuration(t, before.Add(10*time.Minute), *rec.NextAttemptAt, 5*time.Second)
-		require.Equal(t, "nacked (retry after 10m)", rec.History[0].Error)
+		require.Equal(t, "nacked (asked for a retry after 10m)", rec.History[0].Error)
+	})
+	// A policy that does not honour Retry-After retries on its array, and
+	// the history says what the worker asked, not that it was done.
+	t.Run("NackRetryAfterThePolicyIgnores", func(t *testing.T) {
+		must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications",
+			map[string]any{"id": "sooner", "topic": "jobs"})
+		n := reserveOne(t, "jobs")
+		before := time.Now()
+		must[any](t, b, http.StatusNoContent, "POST", "/v1/notifications/sooner/nack",
+			map[string]any{"receipt": n.Receipt, "error": "PDF renderer down", "retry_after": "10m"})
+		rec := must[notify.Notification](t, b, http.StatusOK, "GET", "/v1/notifications/sooner", nil)
+		require.WithinDuration(t, before.Add(50*time.Millisecond), *rec.NextAttemptAt, 5*time.Second)
+		require.Equal(t, "PDF renderer down (asked for a retry after 10m)", rec.History[0].Error)
 	})
 	t.Run("AckIsOnceOnly", func(t *testing.T) {
 		must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications", map[string]any{"id": "once", "topic": "jobs"})

@@ -122,7 +122,10 @@ func Retry(err error, after time.Duration) error {
 // Error implements error.
 func (e *RetryError) Error() string {
 	if e.RetryAfter > 0 {
-		return fmt.Sprintf("%v (retry after %s)", e.Err, Duration(e.RetryAfter))
+		// What was asked, not what was done: a policy that does not
+		// honour Retry-After, or caps it, retries on its own array, and
+		// the record's next attempt says when.
+		return fmt.Sprintf("%v (asked for a retry after %s)", e.Err, Duration(e.RetryAfter))
 	}
 	return e.Err.Error()
 }
