@@ -24,9 +24,9 @@ func main() {
 		// restoring the default handling works where the signal was
 		// ignored when herald started, as SIGINT is for a script's
 		// background job.
+		s := <-signals
 		// The cause is what a command that stops part way reports
 		// ("interrupt signal received"), as signal.NotifyContext words it.
-		s := <-signals
 		cancel(fmt.Errorf("%v signal received", s))
 		s = <-signals
 		os.Exit(128 + int(s.(syscall.Signal)))

@@ -164,10 +164,10 @@ func (m *redisMemory) usage(ctx context.Context) (used, limit int64, err error) 
 }
 
 // readRedisMemory reads what Redis counts against its maxmemory, and that
-// maxmemory, with INFO memory (redisconf.Memory). On a
-// Cluster it reads every master and returns the one closest to its
-// maxmemory, with its address: enqueues are spread over the masters by
-// shard, and those to its slots are refused first.
+// maxmemory, with INFO memory (redisconf.Memory). On a Cluster it reads
+// every master and returns the one closest to its maxmemory, with its
+// address: enqueues are spread over the masters by shard, and those to its
+// slots are refused first.
 func readRedisMemory(ctx context.Context, c redis.UniversalClient) (api.RedisMemory, error) {
 	cluster, ok := c.(*redis.ClusterClient)
 	if !ok {
