@@ -92,19 +92,21 @@ func Record(out io.Writer, n *notify.Notification, now time.Time) error {
 	fmt.Fprintln(out)
 	tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ATTEMPT\tSTARTED\tDURATION\tOUTCOME\tSTATUS\tERROR")
-	prev := -1
+	prev, prevReleased := -1, false
 	for _, a := range n.History {
 		status := "-"
 		if a.StatusCode != 0 {
 			status = strconv.Itoa(a.StatusCode)
 		}
 		// A replay that reset the attempts numbers them from 0 again, and
-		// nothing else in the history tells where it came.
+		// nothing else in the history tells where it came. An attempt given
+		// back (released) is recorded without being counted, so the one
+		// after it has its number.
 		attempt := strconv.Itoa(a.Attempt)
-		if a.Attempt <= prev {
+		if a.Attempt < prev || (a.Attempt == prev && !prevReleased) {
 			attempt += " (replayed)"
 		}
-		prev = a.Attempt
+		prev, prevReleased = a.Attempt, a.Outcome == notify.OutcomeReleased
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", attempt, Time(a.StartedAt),
 			time.Duration(a.DurationMS)*time.Millisecond, a.Outcome, status, Dash(Line(a.Error, 100)))
 	}
