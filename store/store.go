@@ -86,9 +86,12 @@ type Config struct {
 	// tool that only reads (the CLI's status, stats and listings): pointed
 	// at the wrong Redis or namespace, it finds nothing and leaves nothing
 	// behind there, where recording would create the namespace. A namespace
-	// with no count recorded is read with the count recording would choose.
-	// A ReadOnly Store must not be written to: nothing would record the
-	// count its writes were laid out by.
+	// with no count recorded is read with the count recording would choose,
+	// and the store asks again at each call: once another process records
+	// a different count, every call fails, saying to open the store again,
+	// rather than read the wrong shards. A ReadOnly Store must not be
+	// written to: nothing would record the count its writes were laid out
+	// by.
 	ReadOnly bool
 	// Retention is how long succeeded and cancelled records are kept, and
 	// a shard's quarantine after the last record moved there. Default
@@ -186,6 +189,10 @@ type Store struct {
 	// opened is set once keys.shards holds the namespace's shard count
 	// (open): every method that uses keys opens first.
 	opened atomic.Bool
+	// guessed is the count a ReadOnly store set keys to for a namespace
+	// with none recorded, 0 before; guarded by openMu. Such a store asks
+	// again at each call until a count is recorded.
+	guessed int
 
 	actMu sync.Mutex // guards actMinute
 	// actMinute is, per shard, the latest minute whose activity hash a
@@ -236,19 +243,30 @@ func (s *Store) open(ctx context.Context) error {
 	if s.opened.Load() {
 		return nil
 	}
-	n, err := s.recordShards(ctx)
-	if err != nil {
+	n, recorded, err := s.recordShards(ctx)
+	switch {
+	case err != nil:
 		return err
+	case s.guessed != 0 && n != s.guessed:
+		// keys cannot change under the calls that use them: loud rather
+		// than reading the wrong shards.
+		return fmt.Errorf("store: namespace %q was read with %d shards before a count was recorded, and %d has been recorded since: "+
+			"open the store again", s.keys.ns, s.guessed, n)
+	case s.guessed == 0:
+		s.keys.setShards(n)
 	}
-	s.keys.setShards(n)
+	if !recorded {
+		s.guessed = n
+		return nil
+	}
 	s.opened.Store(true)
 	return nil
 }
 
 // recordShards returns the namespace's shard count, recording it when it
-// has none (unless Config.ReadOnly): the configured count, or the default
-// (see Config.Shards).
-func (s *Store) recordShards(ctx context.Context) (int, error) {
+// has none: the configured count, or the default (see Config.Shards). A
+// ReadOnly store records nothing, and is told whether a count was recorded.
+func (s *Store) recordShards(ctx context.Context) (int, bool, error) {
 	meta := s.keys.meta()
 	for range 2 {
 		v, err := s.client.HGet(ctx, meta, "shards").Result()
@@ -256,15 +274,15 @@ func (s *Store) recordShards(ctx context.Context) (int, error) {
 		case err == nil:
 			n, perr := strconv.Atoi(v)
 			if perr != nil || n < 1 || n > MaxShards {
-				return 0, fmt.Errorf("store: %s holds shards %q, not a shard count", meta, v)
+				return 0, false, fmt.Errorf("store: %s holds shards %q, not a shard count", meta, v)
 			}
 			if s.cfg.Shards != 0 && s.cfg.Shards != n {
-				return 0, notify.Errorf("shards", "is %d, but namespace %q has %d shards (recorded in %s); "+
+				return 0, false, notify.Errorf("shards", "is %d, but namespace %q has %d shards (recorded in %s); "+
 					"another count would strand what is stored, so leave shards unset or set it to %d", s.cfg.Shards, s.keys.ns, n, meta, n)
 			}
-			return n, nil
+			return n, true, nil
 		case !errors.Is(err, redis.Nil):
-			return 0, fmt.Errorf("store: read the shard count of namespace %q: %w", s.keys.ns, err)
+			return 0, false, fmt.Errorf("store: read the shard count of namespace %q: %w", s.keys.ns, err)
 		}
 		n := s.cfg.Shards
 		if n == 0 {
@@ -272,7 +290,7 @@ func (s *Store) recordShards(ctx context.Context) (int, error) {
 			if s.oneNode {
 				legacy, err := s.holdsRecords(ctx)
 				if err != nil {
-					return 0, err
+					return 0, false, err
 				}
 				if !legacy {
 					n = ShardsSingleDefault
@@ -280,15 +298,15 @@ func (s *Store) recordShards(ctx context.Context) (int, error) {
 			}
 		}
 		if s.cfg.ReadOnly {
-			return n, nil
+			return n, false, nil
 		}
 		// Two processes opening a new namespace at once agree on the first
 		// count recorded: the loser reads it back.
 		if err := s.client.HSetNX(ctx, meta, "shards", n).Err(); err != nil {
-			return 0, fmt.Errorf("store: record the shard count of namespace %q: %w", s.keys.ns, outOfMemory(err))
+			return 0, false, fmt.Errorf("store: record the shard count of namespace %q: %w", s.keys.ns, outOfMemory(err))
 		}
 	}
-	return 0, fmt.Errorf("store: the shard count of namespace %q keeps vanishing", s.keys.ns)
+	return 0, false, fmt.Errorf("store: the shard count of namespace %q keeps vanishing", s.keys.ns)
 }
 
 // holdsRecords reports whether the namespace holds what a version that

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -856,6 +857,45 @@ func TestSweepGoesOnPastChangedRecords(t *testing.T) {
 	got, err := b.store.Get(ctx, "x")
 	require.NoError(t, err)
 	require.Equal(t, notify.StateScheduled, got.State)
+}
+
+// TestReadOnlyStoreWhenACountIsRecordedLater: a read-only store opened on
+// a namespace nothing has recorded yet reads it with the count recording
+// would choose (1 on a single Redis). Once a process configured with
+// another count records it and enqueues, the reader does not read the
+// wrong shards, missing what that process stored: it says to open it
+// again, and a reader opened afterwards finds everything.
+func TestReadOnlyStoreWhenACountIsRecordedLater(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	client := server.Client(t)
+	ns := redistest.Namespace(t)
+	reader, err := store.New(&store.Config{Client: client, Namespace: ns, ReadOnly: true, Logger: heraldtest.Logger(t)})
+	require.NoError(t, err)
+	stats, err := reader.Stats(ctx)
+	require.NoError(t, err)
+	require.Empty(t, stats)
+
+	writer, err := store.New(&store.Config{Client: client, Namespace: ns, Shards: 4, Logger: heraldtest.Logger(t)})
+	require.NoError(t, err)
+	var ids []string
+	for i := range 8 {
+		id := "n" + strconv.Itoa(i)
+		_, _, err := writer.Enqueue(ctx, heraldtest.Notification(t, id, time.Now()), false)
+		require.NoError(t, err)
+		ids = append(ids, id)
+	}
+
+	later, err := store.New(&store.Config{Client: client, Namespace: ns, ReadOnly: true, Logger: heraldtest.Logger(t)})
+	require.NoError(t, err)
+	for _, id := range ids {
+		_, err := later.Get(ctx, id)
+		require.NoError(t, err, "a reader opened after the count was recorded finds %s", id)
+	}
+	_, err = reader.Get(ctx, ids[0])
+	require.ErrorContains(t, err, "was read with 1 shards before a count was recorded, and 4 has been recorded since: open the store again")
+	_, err = reader.Stats(ctx)
+	require.ErrorContains(t, err, "open the store again")
 }
 
 // TestShardCount opens namespaces on a single Redis: a new one records one
