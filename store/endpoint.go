@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/heraldhq/herald/endpoint"
+	"github.com/heraldhq/herald/notify"
 )
 
 // Endpoints registered over the API live in one hash, apart from the
@@ -46,14 +47,27 @@ func (s *Store) PutEndpoint(ctx context.Context, name string, e *endpoint.Endpoi
 		return false, fmt.Errorf("store: put endpoint %q: %w", name, err)
 	}
 	var was endpoint.Endpoint
+	var ended string // the streak ended here, written again if Redis refuses the endpoint
 	if err != nil || json.Unmarshal(old, &was) != nil || was.DisableAfter <= 0 || e.DisableAfter <= 0 {
-		if err := s.client.HDel(ctx, s.keys.health(name), "failing_since").Err(); err != nil {
+		pipe := s.client.Pipeline()
+		since := pipe.HGet(ctx, s.keys.health(name), "failing_since")
+		pipe.HDel(ctx, s.keys.health(name), "failing_since")
+		if _, err := s.exec(ctx, pipe); err != nil && !errors.Is(err, redis.Nil) {
 			return false, fmt.Errorf("store: put endpoint %q: end its failing streak: %w", name, err)
 		}
+		ended = since.Val()
 	}
 	var set *redis.IntCmd
 	err = s.runAckedCmds(ctx, s.keys.endpoints(), func(p redis.Pipeliner) { set = p.HSet(ctx, s.keys.endpoints(), name, b) })
 	if err != nil {
+		// A full Redis refused the endpoint but let the delete through:
+		// the put changes nothing, as its error says, so the streak is
+		// written back (a delete first, as Redis lets a full one write).
+		if ended != "" && errors.Is(err, notify.ErrOutOfMemory) {
+			if _, rerr := s.runScript(ctx, setFieldScript, []string{s.keys.health(name)}, "failing_since", ended); rerr != nil {
+				err = errors.Join(err, fmt.Errorf("write back its failing streak: %w", rerr))
+			}
+		}
 		return false, fmt.Errorf("store: put endpoint %q: %w", name, err)
 	}
 	return set.Val() == 1, nil

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldhq/herald/endpoint"
 	"github.com/heraldhq/herald/internal/heraldtest"
 	"github.com/heraldhq/herald/internal/redistest"
 	"github.com/heraldhq/herald/notify"
@@ -262,6 +263,34 @@ func TestEndpointDisabledWhenRedisIsFull(t *testing.T) {
 	require.NotNil(t, h.DisabledAt)
 }
 
+// TestEndpointPutWhenRedisIsFull: a registration a full Redis refuses
+// changes nothing, as the API's 503 says, the failing streak that decides
+// when disable_after disables the endpoint included, though the put ends
+// the streak before it writes the endpoint.
+func TestEndpointPutWhenRedisIsFull(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b, c := setupFull(t, 1)
+	_, err := b.store.PutEndpoint(ctx, "merchant", &endpoint.Endpoint{URL: "https://m.example/notify", DisableAfter: notify.Duration(time.Hour)})
+	require.NoError(t, err)
+	_, err = b.store.EndpointFailed(ctx, "merchant", time.Hour)
+	require.NoError(t, err)
+	before, err := b.store.EndpointHealth(ctx, "merchant")
+	require.NoError(t, err)
+	require.NotNil(t, before.FailingSince)
+	redistest.Fill(t, c)
+
+	// Without disable_after, which would end the streak had it gone through.
+	_, err = b.store.PutEndpoint(ctx, "merchant", &endpoint.Endpoint{URL: "https://m.example/notify"})
+	require.ErrorIs(t, err, notify.ErrOutOfMemory)
+	after, err := b.store.EndpointHealth(ctx, "merchant")
+	require.NoError(t, err)
+	require.Equal(t, before, after)
+	got, err := b.store.Endpoint(ctx, "merchant")
+	require.NoError(t, err)
+	require.Equal(t, notify.Duration(time.Hour), got.DisableAfter)
+}
+
 // TestGiveBackWhenRedisIsFull: what a reservation whose answer was lost
 // holds is given back while Redis is full, as the rest of a reservation's
 // life is: its mark, written first, takes a few bytes Redis would refuse
@@ -328,6 +357,52 @@ func TestSignOutWhenRedisIsFull(t *testing.T) {
 
 	require.NoError(t, b.store.SignOut(ctx, "session", time.Minute))
 	out, err := b.store.SignedOut(ctx, "session")
+	require.NoError(t, err)
+	require.True(t, out)
+}
+
+// TestSignOutWhenRedisIsFullWithWaitReplicas: a sign-out goes through a
+// full Redis when every write waits for a replica too, and a ttl of a
+// millisecond and a half is kept as at least one.
+func TestSignOutWhenRedisIsFullWithWaitReplicas(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	master := redistest.Start(t, redistest.Options{})
+	redistest.StartReplica(t, master)
+	c := master.Client(t)
+	st, err := store.New(&store.Config{Client: c, Namespace: redistest.Namespace(t), WaitReplicas: 1, WaitTimeout: 2 * time.Second, Logger: heraldtest.Logger(t)})
+	require.NoError(t, err)
+	_, err = st.Shards(ctx)
+	require.NoError(t, err)
+	redistest.Fill(t, c)
+
+	require.NoError(t, st.SignOut(ctx, "session", time.Hour))
+	out, err := st.SignedOut(ctx, "session")
+	require.NoError(t, err)
+	require.True(t, out)
+	require.NoError(t, st.SignOut(ctx, "brief", 1500*time.Microsecond))
+}
+
+// TestSignOutWhenAClusterIsFull: the same on a Cluster whose master of the
+// session's slot is full.
+func TestSignOutWhenAClusterIsFull(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cl := redistest.StartCluster(t, 3)
+	cc := cl.Client(t)
+	st, err := store.New(&store.Config{Client: cc, Namespace: redistest.Namespace(t), Logger: heraldtest.Logger(t)})
+	require.NoError(t, err)
+	_, err = st.Shards(ctx)
+	require.NoError(t, err)
+	// Fill cannot fill a master of a Cluster (its fillers' slots live
+	// elsewhere): a limit far below what each uses refuses every write
+	// that may grow memory all the same.
+	require.NoError(t, cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		return m.ConfigSet(ctx, "maxmemory", "1").Err()
+	}))
+	require.ErrorContains(t, cc.Set(ctx, "{x}probe", "1", 0).Err(), "OOM")
+	require.NoError(t, st.SignOut(ctx, "session", time.Hour))
+	out, err := st.SignedOut(ctx, "session")
 	require.NoError(t, err)
 	require.True(t, out)
 }

@@ -743,6 +743,18 @@ redis.call('SET', KEYS[1], '1', 'PX', ARGV[1])
 return 1
 `)
 
+// setFieldScript sets a hash field while Redis is full too: a failing
+// streak PutEndpoint ended before Redis refused the endpoint.
+//
+// KEYS[1] the hash.
+// ARGV[1], ARGV[2] the field and its value.
+var setFieldScript = newScript(`
+-- A delete first, as in markScript.
+redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return 1
+`)
+
 // finishScript ends the attempts of a batch of reserved notifications,
 // grouped by shard: ack (succeeded), retry (scheduled again), dead, or
 // release (given back without counting an attempt); or, for one cancelled
