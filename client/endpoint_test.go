@@ -113,6 +113,23 @@ func TestReserveHonoursAPauseAtOnce(t *testing.T) {
 	require.Len(t, got, 1, "a resumed topic held back its work")
 }
 
+// TestPauseWhoseWaitIsCutShort: a Pause whose context ends before every
+// process can have read it is recorded all the same, and says that it may
+// not hold everywhere yet, rather than answering as if it did.
+func TestPauseWhoseWaitIsCutShort(t *testing.T) {
+	t.Parallel()
+	c := setup(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+	defer cancel()
+	err := c.Pause(ctx, store.PauseTopic, "appointment-reminder")
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorContains(t, err, "paused, but a process may not have read it yet")
+	pauses, err := c.Pauses(t.Context())
+	require.NoError(t, err)
+	require.Len(t, pauses, 1)
+	require.Equal(t, "appointment-reminder", pauses[0].Name)
+}
+
 // TestDeleteEndpointFreesWhatIsParked: the notifications parked behind an
 // endpoint's pause come due when the endpoint is deleted (to fail at their
 // next attempt, for want of it), instead of waiting for a resume no one

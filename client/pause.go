@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -24,7 +25,8 @@ import (
 // Pause returns about 0.3 s after it is recorded: every process reads what
 // is paused at least every store.PausedViewAge, and an operator who pauses
 // a failing receiver expects nothing more to reach it once the pause has
-// answered. A ctx that ends meanwhile ends the wait, not the pause.
+// answered. A ctx that ends meanwhile ends the wait, not the pause: the
+// error says so.
 func (c *Client) Pause(ctx context.Context, kind, name string) error {
 	if err := c.checkPausable(ctx, kind, name); err != nil {
 		return err
@@ -38,9 +40,10 @@ func (c *Client) Pause(ctx context.Context, kind, name string) error {
 	defer t.Stop()
 	select {
 	case <-t.C:
+		return nil
 	case <-ctx.Done():
+		return fmt.Errorf("paused, but a process may not have read it yet: %w", ctx.Err())
 	}
-	return nil
 }
 
 // pauseReadTime bounds how long a process's read of what is paused, and the
