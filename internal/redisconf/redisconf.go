@@ -236,12 +236,19 @@ func Memory(ctx context.Context, c redis.Cmdable) (used, limit int64, err error)
 	if err != nil {
 		return 0, 0, fmt.Errorf("INFO memory: %w", err)
 	}
-	var buffers int64
-	for field, v := range map[string]*int64{"used_memory": &used, "maxmemory": &limit, "mem_not_counted_for_evict": &buffers} {
+	for field, v := range map[string]*int64{"used_memory": &used, "maxmemory": &limit} {
 		if *v, err = strconv.ParseInt(info["Memory"][field], 10, 64); err != nil {
 			return 0, 0, fmt.Errorf("INFO memory %s: %w", field, err)
 		}
 	}
-	used -= buffers
+	// Absent from servers that speak Redis's protocol but keep no such
+	// buffers apart; used_memory is then all there is.
+	if v, ok := info["Memory"]["mem_not_counted_for_evict"]; ok {
+		buffers, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("INFO memory mem_not_counted_for_evict: %w", err)
+		}
+		used -= buffers
+	}
 	return used, limit, nil
 }
