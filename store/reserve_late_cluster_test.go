@@ -25,14 +25,8 @@ func TestReservationArrivingAfterItsGiveBackOnACluster(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	cl := redistest.StartCluster(t, 3)
-	addrs := make([]string, len(cl.Nodes))
-	for i, n := range cl.Nodes {
-		addrs[i] = n.Addr
-	}
 	held := &heldWrite{}
-	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, DialTimeout: time.Second,
-		ReadTimeout: 200 * time.Millisecond, WriteTimeout: time.Second, Dialer: held.dial})
-	t.Cleanup(func() { _ = client.Close() })
+	client := cl.Client(t, func(o *redis.ClusterOptions) { o.ReadTimeout, o.Dialer = 200*time.Millisecond, held.dial })
 	st, err := store.New(&store.Config{Client: client, Namespace: redistest.Namespace(t), Shards: 4, Logger: heraldtest.Logger(t)})
 	require.NoError(t, err)
 	const n = 32 // in every shard

@@ -539,14 +539,19 @@ func (s *Server) clusterOK() bool {
 	return err == nil && strings.Contains(info, "cluster_state:ok")
 }
 
-// Client returns a cluster client, closed at tb's cleanup.
-func (c *Cluster) Client(tb testing.TB) *redis.ClusterClient {
+// Client returns a cluster client, closed at tb's cleanup. opts change
+// its options, for a test that injects a dialer or shortens a timeout.
+func (c *Cluster) Client(tb testing.TB, opts ...func(*redis.ClusterOptions)) *redis.ClusterClient {
 	tb.Helper()
 	addrs := make([]string, len(c.Nodes))
 	for i, s := range c.Nodes {
 		addrs[i] = s.Addr
 	}
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, DialTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second})
+	o := &redis.ClusterOptions{Addrs: addrs, DialTimeout: time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second}
+	for _, opt := range opts {
+		opt(o)
+	}
+	cc := redis.NewClusterClient(o)
 	tb.Cleanup(func() { _ = cc.Close() })
 	return cc
 }
