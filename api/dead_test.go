@@ -87,6 +87,11 @@ func TestDeadLetters(t *testing.T) {
 		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "topics", "GET", "/v1/dead?topics=single", nil)
 		// A purge of the first topic alone would not be what was asked.
 		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "topic", "DELETE", "/v1/dead?topic=single&topic=jobs&dry_run=true", nil)
+		// Nor would a list of every topic, or a purge that is no dry run,
+		// for a parameter whose pair the query syntax does not allow.
+		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "topic", "GET", "/v1/dead?topic=single;limit=1", nil)
+		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "dry_run", "DELETE", "/v1/dead?topic=single&dry_run=true;", nil)
+		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "dry_run", "DELETE", "/v1/dead?topic=single&dry_run=%zz", nil)
 	})
 	t.Run("ReplayByIDs", func(t *testing.T) {
 		dry := must[counts](t, b, http.StatusOK, "POST", "/v1/dead/replay", map[string]any{"ids": []string{"d0", "d1", "nope"}, "dry_run": true})

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/heraldhq/herald/client"
@@ -189,11 +190,15 @@ var repeatable = []string{"ids"}
 
 // query returns r's query parameters and refuses any not in allowed, so
 // that a misspelt filter is an error rather than a silently wider operation
-// (a purge of more than was meant), and any but the repeatable given twice,
+// (a purge of more than was meant), any but the repeatable given twice,
 // which would otherwise take the first and drop the other unseen
-// (?max=1&max=50 reserving one).
+// (?max=1&max=50 reserving one), and any pair the query's syntax does not
+// allow, which r.URL.Query drops unseen (?topic=a&dry_run=true; purging).
 func query(r *http.Request, allowed ...string) (url.Values, error) {
-	q := r.URL.Query()
+	q, err := parseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, err
+	}
 	for _, k := range slices.Sorted(maps.Keys(q)) {
 		switch {
 		case !slices.Contains(allowed, k):
@@ -201,6 +206,39 @@ func query(r *http.Request, allowed ...string) (url.Values, error) {
 		case len(q[k]) > 1 && !slices.Contains(repeatable, k):
 			return nil, notify.Errorf(k, "is given %d times; give it once", len(q[k]))
 		}
+	}
+	return q, nil
+}
+
+// parseQuery is url.ParseQuery, which skips the pairs it cannot read and
+// reports only the first, made to refuse them: a pair holding a ";" (a
+// separator some clients use, which Go does not) or a bad %-escape is a
+// *notify.FieldError naming its parameter, as far as its name can be read.
+func parseQuery(raw string) (url.Values, error) {
+	q := url.Values{}
+	for raw != "" {
+		var pair string
+		pair, raw, _ = strings.Cut(raw, "&")
+		if pair == "" {
+			continue
+		}
+		rawKey, rawValue, _ := strings.Cut(pair, "=")
+		name, _, semicolon := strings.Cut(rawKey, ";")
+		if !semicolon {
+			semicolon = strings.Contains(rawValue, ";")
+		}
+		key, err := url.QueryUnescape(name)
+		if err != nil {
+			return nil, notify.Errorf("", "the query parameter name %q is not %%-encoded correctly", name)
+		}
+		if semicolon {
+			return nil, notify.Errorf(key, "holds a \";\": separate query parameters with \"&\"")
+		}
+		value, err := url.QueryUnescape(rawValue)
+		if err != nil {
+			return nil, notify.Errorf(key, "is not %%-encoded correctly: %v", err)
+		}
+		q[key] = append(q[key], value)
 	}
 	return q, nil
 }

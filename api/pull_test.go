@@ -37,6 +37,13 @@ func TestReserveArguments(t *testing.T) {
 		// query from two places means one of them.
 		{"MaxTwice", "/v1/topics/jobs/reserve?max=1&max=50", "max"},
 		{"WaitTwice", "/v1/topics/jobs/reserve?wait=0s&wait=20s", "wait"},
+		// A pair the query's syntax does not allow would otherwise be
+		// dropped unseen: a worker whose library joins parameters with ";"
+		// would reserve one at a time without waiting.
+		{"SemicolonSeparator", "/v1/topics/jobs/reserve?max=10;wait=20s", "max"},
+		{"SemicolonAfterTheFirst", "/v1/topics/jobs/reserve?max=10&wait=20s;", "wait"},
+		{"BadEscape", "/v1/topics/jobs/reserve?max=1%zz", "max"},
+		{"BadEscapeInAName", "/v1/topics/jobs/reserve?m%zzax=10", ""},
 		{"BadTopic", "/v1/topics/Jobs!/reserve", "topic"},
 	}
 	for _, tt := range tests {
