@@ -95,6 +95,35 @@ func TestReserveBodyHoldsNoParameters(t *testing.T) {
 	require.Equal(t, notify.StateSucceeded, rec.State)
 }
 
+// TestReserveStrictTopics: with topics_strict, a reservation of a topic
+// the policies do not name is a 400 naming topic, at once, as the README
+// says, rather than a wait for ever on a misspelt name; a named one is
+// served as usual.
+func TestReserveStrictTopics(t *testing.T) {
+	t.Parallel()
+	b := setup(t, api.Config{StrictTopics: true})
+	start := time.Now()
+	b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "topic", "POST", "/v1/topics/job/reserve?wait=20s", nil)
+	require.Less(t, time.Since(start), 5*time.Second, "refused before any wait")
+	must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications", map[string]any{"id": "known", "topic": "jobs"})
+	res := must[reserved](t, b, http.StatusOK, "POST", "/v1/topics/jobs/reserve?wait=5s", nil)
+	require.Len(t, res.Notifications, 1)
+	require.Equal(t, "known", res.Notifications[0].ID)
+}
+
+// TestReserveWaitIsCut: a wait longer than the server's limit is cut to
+// it, not refused, and ends with an empty list.
+func TestReserveWaitIsCut(t *testing.T) {
+	t.Parallel()
+	b := setup(t, api.Config{MaxWait: 200 * time.Millisecond})
+	start := time.Now()
+	res := must[reserved](t, b, http.StatusOK, "POST", "/v1/topics/jobs/reserve?wait=1h", nil)
+	require.Empty(t, res.Notifications)
+	took := time.Since(start)
+	require.GreaterOrEqual(t, took, 200*time.Millisecond)
+	require.Less(t, took, 10*time.Second, "the wait was cut")
+}
+
 func TestReserveLongPoll(t *testing.T) {
 	t.Parallel()
 	b := setup(t, api.Config{})
@@ -261,6 +290,46 @@ func testReserveWakesOnResume(t *testing.T, other bool) {
 	require.NoError(t, a.err)
 	require.Len(t, a.res.Notifications, 1, "the waiting consumer heard of the resume")
 	require.Equal(t, "held", a.res.Notifications[0].ID)
+}
+
+// TestReserveWakesOnGiveBack: a job another worker releases, or nacks to
+// a retry due at once, is due again at once for any worker: one already
+// waiting gets it then, not at its next look a poll interval later.
+func TestReserveWakesOnGiveBack(t *testing.T) {
+	t.Parallel()
+	// Only the news of the give-back can answer the waiting worker within
+	// its wait: its polls are a minute apart.
+	b := setup(t, api.Config{PollInterval: time.Minute})
+	must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications",
+		map[string]any{"id": "handed-on", "topic": "jobs", "backoff": []string{"0s", "0s"}})
+	held := must[reserved](t, b, http.StatusOK, "POST", "/v1/topics/jobs/reserve?wait=5s", nil)
+	require.Len(t, held.Notifications, 1)
+	for _, step := range []string{"release", "nack"} {
+		waiting := make(chan error, 1)
+		var got reserved
+		go func() {
+			var err error
+			got, err = expect[reserved](b, http.StatusOK, "POST", "/v1/topics/jobs/reserve?wait=10s", nil)
+			waiting <- err
+		}()
+		// The worker waits once it has looked and found nothing; a
+		// give-back before that is found by the look itself.
+		time.Sleep(100 * time.Millisecond)
+		must[any](t, b, http.StatusNoContent, "POST", "/v1/notifications/handed-on/"+step,
+			map[string]string{"receipt": held.Notifications[0].Receipt})
+		select {
+		case err := <-waiting:
+			require.NoError(t, err)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("the waiting worker did not get the job after its %s", step)
+		}
+		require.Len(t, got.Notifications, 1, "after %s", step)
+		require.Equal(t, "handed-on", got.Notifications[0].ID)
+		held = got
+	}
+	require.Equal(t, 1, held.Notifications[0].Attempts, "the release counted no attempt, the nack one")
+	must[any](t, b, http.StatusNoContent, "POST", "/v1/notifications/handed-on/ack",
+		map[string]string{"receipt": held.Notifications[0].Receipt})
 }
 
 // TestReserveEarliestFirst: a reservation lists its notifications in the
@@ -512,6 +581,106 @@ func TestAckNack(t *testing.T) {
 			`{"receipt":"r","retry_after":"later"}`)
 		b.requireError(t, http.StatusNotFound, api.CodeNotFound, "", "POST", "/v1/notifications/nobody/ack", `{"receipt":"r"}`)
 	})
+}
+
+// TestWrongReceiptLeavesTheReservation: an ack, nack or release with a
+// receipt that is not the reservation's (a worker mixing up its jobs) is
+// 409 stale_receipt and changes nothing: the reservation holds, nothing
+// is recorded, and its own receipt still finishes it. One of a
+// notification never reserved is 409 as well.
+func TestWrongReceiptLeavesTheReservation(t *testing.T) {
+	t.Parallel()
+	b := setup(t, api.Config{})
+	must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications", map[string]any{"id": "mine", "topic": "jobs"})
+	must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications", map[string]any{"id": "later", "topic": "jobs", "delay": "1h"})
+	res := must[reserved](t, b, http.StatusOK, "POST", "/v1/topics/jobs/reserve?wait=5s", nil)
+	require.Len(t, res.Notifications, 1)
+	n := res.Notifications[0]
+	for _, route := range []string{"ack", "nack", "release"} {
+		for _, receipt := range []string{n.Receipt + "0", strings.TrimSuffix(n.Receipt, "0") + "1", "receipt"} {
+			b.requireError(t, http.StatusConflict, api.CodeStaleReceipt, "", "POST", "/v1/notifications/mine/"+route,
+				map[string]string{"receipt": receipt})
+		}
+		b.requireError(t, http.StatusConflict, api.CodeStaleReceipt, "", "POST", "/v1/notifications/later/"+route,
+			map[string]string{"receipt": n.Receipt})
+	}
+	rec := must[notify.Notification](t, b, http.StatusOK, "GET", "/v1/notifications/mine", nil)
+	require.Equal(t, notify.StateReserved, rec.State)
+	require.Equal(t, n.Deadline, rec.Deadline)
+	require.Zero(t, rec.Attempts)
+	require.Empty(t, rec.History)
+	must[any](t, b, http.StatusNoContent, "POST", "/v1/notifications/mine/ack", map[string]string{"receipt": n.Receipt})
+	rec = must[notify.Notification](t, b, http.StatusOK, "GET", "/v1/notifications/later", nil)
+	require.Equal(t, notify.StateScheduled, rec.State)
+	require.Empty(t, rec.History)
+}
+
+// TestRefusedReplaceLeavesTheReservation: a replace of a job a worker
+// holds is 409 reserved, a re-enqueue of the same content answers the
+// record without the receipt, which only the reserve answer shows, and
+// neither touches the reservation: the worker's ack is recorded.
+func TestRefusedReplaceLeavesTheReservation(t *testing.T) {
+	t.Parallel()
+	b := setup(t, api.Config{})
+	body := map[string]any{"id": "invoice-42", "topic": "jobs", "payload": map[string]int{"n": 1}}
+	must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications", body)
+	res := must[reserved](t, b, http.StatusOK, "POST", "/v1/topics/jobs/reserve?wait=5s", nil)
+	require.Len(t, res.Notifications, 1)
+	n := res.Notifications[0]
+
+	b.requireError(t, http.StatusConflict, api.CodeReserved, "", "POST", "/v1/notifications",
+		map[string]any{"id": "invoice-42", "topic": "jobs", "payload": map[string]int{"n": 2}, "replace": true})
+	for _, path := range []string{"/v1/notifications", "/v1/notifications/batch"} {
+		req := any(body)
+		if path == "/v1/notifications/batch" {
+			req = map[string]any{"notifications": []any{body}}
+		}
+		status, out := b.do(t, "POST", path, req)
+		require.Equal(t, http.StatusOK, status, "%s", out)
+		require.NotContains(t, string(out), n.Receipt, "%s answers no receipt", path)
+	}
+	rec := must[notify.Notification](t, b, http.StatusOK, "GET", "/v1/notifications/invoice-42", nil)
+	require.Equal(t, notify.StateReserved, rec.State)
+	require.JSONEq(t, `{"n": 1}`, string(rec.Payload))
+
+	must[any](t, b, http.StatusNoContent, "POST", "/v1/notifications/invoice-42/ack", map[string]string{"receipt": n.Receipt})
+	rec = must[notify.Notification](t, b, http.StatusOK, "GET", "/v1/notifications/invoice-42", nil)
+	require.Equal(t, notify.StateSucceeded, rec.State)
+	require.Len(t, rec.History, 1)
+}
+
+// TestNackRetryAfterBounds: a nack's retry_after, where the policy honours
+// it, only ever makes the next attempt later than the backoff array says,
+// and no later than the policy's max_retry_after (1h by default).
+func TestNackRetryAfterBounds(t *testing.T) {
+	t.Parallel()
+	b := setup(t, api.Config{})
+	tests := []struct {
+		name, topic string
+		retryAfter  any
+		backoff     []string
+		want        time.Duration
+	}{
+		{"ShorterThanTheArray", "shorter", "1s", []string{"0s", "10m"}, 10 * time.Minute},
+		{"AsANumberOfSeconds", "seconds", 600, []string{"0s", "0s"}, 10 * time.Minute},
+		{"LongerThanTheCap", "capped", "5h", []string{"0s", "0s"}, time.Hour},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications",
+				map[string]any{"id": tt.topic, "topic": tt.topic, "channel": "pull", "policy": "patient", "backoff": tt.backoff})
+			res := must[reserved](t, b, http.StatusOK, "POST", "/v1/topics/"+tt.topic+"/reserve?wait=5s", nil)
+			require.Len(t, res.Notifications, 1)
+			before := time.Now()
+			must[any](t, b, http.StatusNoContent, "POST", "/v1/notifications/"+tt.topic+"/nack",
+				map[string]any{"receipt": res.Notifications[0].Receipt, "retry_after": tt.retryAfter})
+			rec := must[notify.Notification](t, b, http.StatusOK, "GET", "/v1/notifications/"+tt.topic, nil)
+			require.Equal(t, notify.StateScheduled, rec.State)
+			require.WithinDuration(t, before.Add(tt.want), *rec.NextAttemptAt, 5*time.Second)
+		})
+	}
+	b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "retry_after", "POST", "/v1/notifications/capped/nack",
+		map[string]any{"receipt": "r", "retry_after": -5})
 }
 
 // TestRacingFinishesOfOneReceipt: a consumer that sends its ack twice at
