@@ -46,16 +46,19 @@ func (s *Server) reserve(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	// A parameter given empty (?max=&wait=) is refused, not taken for the
+	// default: it comes from an unset variable, and the default would
+	// reserve one at a time without waiting.
 	limit := 1
-	if v := q.Get("max"); v != "" {
-		if limit, err = strconv.Atoi(v); err != nil {
+	if _, given := q["max"]; given {
+		if limit, err = strconv.Atoi(q.Get("max")); err != nil {
 			s.fail(w, r, notify.Errorf("max", "must be an integer between 1 and %d", client.MaxReserve))
 			return
 		}
 	}
 	var wait time.Duration
-	if v := q.Get("wait"); v != "" {
-		if wait, err = notify.ParseDuration(v); err != nil {
+	if _, given := q["wait"]; given {
+		if wait, err = notify.ParseDuration(q.Get("wait")); err != nil {
 			s.fail(w, r, notify.Errorf("wait", "%v", err))
 			return
 		}

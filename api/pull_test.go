@@ -44,6 +44,10 @@ func TestReserveArguments(t *testing.T) {
 		{"SemicolonAfterTheFirst", "/v1/topics/jobs/reserve?max=10&wait=20s;", "wait"},
 		{"BadEscape", "/v1/topics/jobs/reserve?max=1%zz", "max"},
 		{"BadEscapeInAName", "/v1/topics/jobs/reserve?m%zzax=10", ""},
+		// An empty value is no number or duration: a worker whose query is
+		// built from an unset variable would poll one at a time, unwaiting.
+		{"MaxEmpty", "/v1/topics/jobs/reserve?max=&wait=20s", "max"},
+		{"WaitEmpty", "/v1/topics/jobs/reserve?max=10&wait=", "wait"},
 		{"BadTopic", "/v1/topics/Jobs!/reserve", "topic"},
 	}
 	for _, tt := range tests {
