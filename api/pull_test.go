@@ -821,7 +821,7 @@ func TestTTRExpiryRedelivers(t *testing.T) {
 	t.Cleanup(d.Stop)
 
 	must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications",
-		map[string]any{"id": "slow", "topic": "jobs", "ttr": "200ms"})
+		map[string]any{"id": "slow", "topic": "jobs", "ttr": "1s"})
 	first := must[reserved](t, b, http.StatusOK, "POST", "/v1/topics/jobs/reserve?wait=5s", nil)
 	require.Len(t, first.Notifications, 1)
 	require.Equal(t, 0, first.Notifications[0].Attempts)
@@ -834,8 +834,16 @@ func TestTTRExpiryRedelivers(t *testing.T) {
 	require.Equal(t, 1, n.Attempts)
 	require.NotEqual(t, first.Notifications[0].Receipt, n.Receipt)
 
-	b.requireError(t, http.StatusConflict, api.CodeStaleReceipt, "", "POST", "/v1/notifications/slow/ack",
-		map[string]string{"receipt": first.Notifications[0].Receipt})
+	// The first worker, late, can neither finish nor give back what the
+	// second now holds.
+	for _, route := range []string{"ack", "nack", "release"} {
+		b.requireError(t, http.StatusConflict, api.CodeStaleReceipt, "", "POST", "/v1/notifications/slow/"+route,
+			map[string]string{"receipt": first.Notifications[0].Receipt})
+	}
+	held := must[notify.Notification](t, b, http.StatusOK, "GET", "/v1/notifications/slow", nil)
+	require.Equal(t, notify.StateReserved, held.State)
+	require.Equal(t, n.Deadline, held.Deadline, "the second reservation is untouched")
+	require.Len(t, held.History, 1)
 	must[any](t, b, http.StatusNoContent, "POST", "/v1/notifications/slow/ack", map[string]string{"receipt": n.Receipt})
 
 	rec := must[notify.Notification](t, b, http.StatusOK, "GET", "/v1/notifications/slow", nil)
