@@ -693,3 +693,28 @@ func TestMovedReminderIsANewMessage(t *testing.T) {
 	require.NotEmpty(t, moved[0].key)
 	require.NotEqual(t, first[0].key, moved[0].key, "the moved reminder has the key of the one that went out")
 }
+
+// TestRetriesKeepTheirBackoff: a merchant that fails three times before
+// it answers gets each retry no sooner than its backoff entry after the
+// failure before it, measured where the requests arrive.
+func TestRetriesKeepTheirBackoff(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, rcv := deliver(t, 1)
+	rcv.setAnswer(func(a arrival) int {
+		if a.attempt != "3" {
+			return http.StatusServiceUnavailable
+		}
+		return http.StatusOK
+	})
+	backoff := []time.Duration{0, 0, 150 * time.Millisecond, 300 * time.Millisecond}
+	_, err := notifyMerchant(ctx, c, rcv, "payments", "retried", nil, herald.Backoff(backoff...))
+	require.NoError(t, err)
+	got := rcv.waitArrivals(t, "retried", len(backoff))
+	for i := 1; i < len(got); i++ {
+		require.GreaterOrEqual(t, got[i].at.Sub(got[i-1].at), backoff[i], "attempt %d", i)
+		require.Less(t, got[i].at.Sub(got[i-1].at), backoff[i]+5*time.Second, "attempt %d", i)
+	}
+	require.Equal(t, herald.StateSucceeded, waitFinished(c, "retried").State)
+	require.Len(t, rcv.arrivals("retried"), len(backoff))
+}
