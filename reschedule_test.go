@@ -1,12 +1,14 @@
 package herald_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -328,8 +330,9 @@ func raceTheDueTime(t *testing.T, c *herald.Client, act func(id string) bool) ma
 }
 
 // TestCancelRacingTheDueTime cancels reminders a few milliseconds before
-// and after they fall due. A reminder sent at all is sent once, and that
-// attempt is in its history; either way it stays cancelled.
+// and after they fall due. A reminder sent at all is sent once, before the
+// cancel answered, and that attempt is in its history; either way it stays
+// cancelled.
 func TestCancelRacingTheDueTime(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -342,12 +345,16 @@ func TestCancelRacingTheDueTime(t *testing.T) {
 		require.NoError(t, err)
 		return true
 	})
-	for id := range cancelled {
+	for id, answered := range cancelled {
 		n, err := c.Get(ctx, id)
 		require.NoError(t, err)
 		require.Equal(t, herald.StateCancelled, n.State, id)
 		got := rcv.arrivals(smsText(id, 0))
 		require.LessOrEqual(t, len(got), 1, id)
+		for _, a := range got {
+			require.True(t, a.at.Before(answered), "%s reached the gateway at %s, after its cancel answered at %s",
+				id, a.at.Format(time.RFC3339Nano), answered.Format(time.RFC3339Nano))
+		}
 		require.Len(t, n.History, len(got), "%s: what reached the gateway is in the history", id)
 	}
 }
@@ -717,4 +724,167 @@ func TestRetriesKeepTheirBackoff(t *testing.T) {
 	}
 	require.Equal(t, herald.StateSucceeded, waitFinished(c, "retried").State)
 	require.Len(t, rcv.arrivals("retried"), len(backoff))
+}
+
+// slowWakes delays, while armed, every read of a connection that brings
+// a pub/sub message: the dispatcher hears the announcements Redis
+// publishes (a cancel's, among them) that much later, as it does when its
+// subscription's connection is slow or a Cluster relays the message from
+// another node.
+type slowWakes struct {
+	armed atomic.Bool
+	delay time.Duration
+}
+
+func (h *slowWakes) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := next(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &slowWakesConn{Conn: conn, hook: h}, nil
+	}
+}
+func (h *slowWakes) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *slowWakes) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+type slowWakesConn struct {
+	net.Conn
+	hook *slowWakes
+}
+
+func (c *slowWakesConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if c.hook.armed.Load() && bytes.Contains(p[:n], []byte("message\r\n")) {
+		time.Sleep(c.hook.delay)
+	}
+	return n, err
+}
+
+// TestCancelOfAReminderReservedAhead: a reminder reserved ahead of a busy
+// worker, and cancelled before the worker is free, is not attempted, as
+// Cancel promises ("One a dispatcher reserved ahead of its busy workers,
+// and has not started, is not attempted"), however long the cancel's
+// announcement takes to reach the dispatcher; nor is its old version
+// when, cancelled, it is then moved to a new time (the appointment
+// rebooked).
+func TestCancelOfAReminderReservedAhead(t *testing.T) {
+	t.Parallel()
+	t.Run("Cancelled", func(t *testing.T) {
+		t.Parallel()
+		testCancelOfAReminderReservedAhead(t, false)
+	})
+	t.Run("CancelledThenMoved", func(t *testing.T) {
+		t.Parallel()
+		testCancelOfAReminderReservedAhead(t, true)
+	})
+	t.Run("CancelHeardThenMovedToNow", testCancelHeardThenMovedToNow)
+}
+
+// testCancelHeardThenMovedToNow: the reminder reserved ahead is cancelled,
+// the dispatcher hears it in good time, and the appointment is then
+// rebooked for now: the reminder, moved with Replace, is reserved ahead
+// again while the worker is still busy. The worker, once free, sends the
+// new version alone.
+func testCancelHeardThenMovedToNow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb, ns, c := connect(t, nil)
+	rcv := newReceiver(t)
+	release := make(chan struct{})
+	rcv.setAnswer(func(a arrival) int {
+		if a.id == smsText("slow", 0) {
+			<-release
+		}
+		return http.StatusOK
+	})
+	startDispatcherWith(t, rdb, ns, rcv, 1)
+	_, err := remind(ctx, c, "quick", 0, time.Now()) // a timed attempt: the dispatcher now reserves ahead
+	require.NoError(t, err)
+	require.Equal(t, herald.StateSucceeded, waitFinished(c, "quick").State)
+	_, err = remind(ctx, c, "slow", 0, time.Now()) // the one worker is busy with it
+	require.NoError(t, err)
+	rcv.waitArrivals(t, smsText("slow", 0), 1)
+	reserved := func() bool {
+		n, err := c.Get(ctx, "reminder")
+		return err == nil && n.State == herald.StateReserved
+	}
+	_, err = remind(ctx, c, "reminder", 0, time.Now())
+	require.NoError(t, err)
+	require.Eventually(t, reserved, 10*time.Second, time.Millisecond, "reserved ahead of the busy worker")
+	_, err = c.Cancel(ctx, "reminder")
+	require.NoError(t, err)
+	time.Sleep(200 * time.Millisecond) // the dispatcher hears the cancel
+	res, err := remind(ctx, c, "reminder", 1, time.Now(), herald.Replace())
+	require.NoError(t, err)
+	require.Equal(t, herald.Replaced, res.Status)
+	answered := time.Now()
+	require.Eventually(t, reserved, 10*time.Second, time.Millisecond, "the moved reminder reserved ahead")
+	close(release)
+	rcv.waitArrivals(t, smsText("reminder", 1), 1)
+	time.Sleep(200 * time.Millisecond)
+	for _, a := range rcv.arrivals(smsText("reminder", 0)) {
+		t.Errorf("the cancelled version reached the gateway at %s, %s after the move was answered",
+			a.at.Format(time.RFC3339Nano), a.at.Sub(answered))
+	}
+	require.Len(t, rcv.arrivals(smsText("reminder", 1)), 1)
+}
+
+func testCancelOfAReminderReservedAhead(t *testing.T, move bool) {
+	ctx := context.Background()
+	_, ns, c := connect(t, nil)
+	rcv := newReceiver(t)
+	slow := &slowWakes{delay: 300 * time.Millisecond}
+	rdb := redis.NewClient(&redis.Options{Addr: server.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	rdb.AddHook(slow)
+	release := make(chan struct{})
+	rcv.setAnswer(func(a arrival) int {
+		if a.id == smsText("slow", 0) {
+			<-release
+		}
+		return http.StatusOK
+	})
+	startDispatcherWith(t, rdb, ns, rcv, 1)
+
+	_, err := remind(ctx, c, "quick", 0, time.Now()) // a timed attempt: the dispatcher now reserves ahead
+	require.NoError(t, err)
+	require.Equal(t, herald.StateSucceeded, waitFinished(c, "quick").State)
+	_, err = remind(ctx, c, "slow", 0, time.Now()) // the one worker is busy with it
+	require.NoError(t, err)
+	rcv.waitArrivals(t, smsText("slow", 0), 1)
+	_, err = remind(ctx, c, "reminder", 0, time.Now())
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		n, err := c.Get(ctx, "reminder")
+		return err == nil && n.State == herald.StateReserved
+	}, 10*time.Second, time.Millisecond, "reserved ahead of the busy worker")
+
+	slow.armed.Store(true)
+	n, err := c.Cancel(ctx, "reminder")
+	require.NoError(t, err)
+	require.Equal(t, herald.StateCancelled, n.State)
+	want := herald.StateCancelled
+	if move {
+		res, err := remind(ctx, c, "reminder", 1, time.Now().Add(time.Hour), herald.Replace())
+		require.NoError(t, err)
+		require.Equal(t, herald.Replaced, res.Status)
+		want = herald.StateScheduled
+	}
+	answered := time.Now()
+	close(release) // the worker is free after the cancel was answered
+	time.Sleep(time.Second)
+	for _, a := range rcv.arrivals(smsText("reminder", 0)) {
+		t.Errorf("the cancelled reminder reached the gateway at %s, %s after it was answered",
+			a.at.Format(time.RFC3339Nano), a.at.Sub(answered))
+	}
+	n, err = c.Get(ctx, "reminder")
+	require.NoError(t, err)
+	require.Equal(t, want, n.State)
+	if move {
+		require.Empty(t, n.History, "the moved reminder's history")
+		require.Empty(t, rcv.arrivals(smsText("reminder", 1)), "the moved reminder went out early")
+	}
 }

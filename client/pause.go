@@ -36,13 +36,20 @@ func (c *Client) Pause(ctx context.Context, kind, name string) error {
 		return err
 	}
 	c.pausedCache.forget()
-	t := time.NewTimer(store.PausedViewAge + pauseReadTime)
+	return settle(ctx, store.PausedViewAge+pauseReadTime, "paused, but a process may not have read it yet")
+}
+
+// settle waits d, the time a change takes to reach every process. A ctx
+// that ends first ends the wait, not the change: the error begins with
+// done, which says so.
+func settle(ctx context.Context, d time.Duration, done string) error {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("paused, but a process may not have read it yet: %w", ctx.Err())
+		return fmt.Errorf("%s: %w", done, ctx.Err())
 	}
 }
 

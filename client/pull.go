@@ -281,7 +281,7 @@ func (h *hub) add(queue string) chan store.Wake {
 		h.started = true
 		ctx, stop := context.WithCancel(context.Background())
 		h.stop = stop
-		wakes, _ := h.store.Subscribe(ctx)
+		wakes := h.store.Subscribe(ctx, nil).Wakes
 		go h.fanOut(wakes)
 	}
 	return ch

@@ -99,7 +99,7 @@ type Store interface {
 	Finish(ctx context.Context, items []store.Finish) ([]error, error)
 	Expired(ctx context.Context, grace time.Duration, limit int) ([]*notify.Notification, error)
 	Sweep(ctx context.Context, limit int) (deleted int, more bool, err error)
-	Subscribe(ctx context.Context) (<-chan store.Wake, <-chan struct{})
+	Subscribe(ctx context.Context, onCancel func(id, receipt string)) *store.Subscription
 	ClockSkew(ctx context.Context) (skew, within time.Duration, err error)
 	GiveBack(ctx context.Context, lost store.LostReservation) (int, error)
 }
@@ -299,17 +299,22 @@ type Dispatcher struct {
 	// ones; 0 until one was timed (ahead).
 	attemptNS atomic.Int64
 
+	// sub is the subscription to wake-ups and cancels.
+	sub *store.Subscription
+
 	// waitingMu guards waiting, reserving and early. waiting holds the
-	// notifications handed to the workers and not yet taken by one, by
-	// id, with the receipt of their reservation, or "" once a cancel ended
-	// it meanwhile. reserving counts the reservations under way, and
-	// early holds, by id, the receipts of the cancels heard meanwhile for
-	// ids not waiting: a cancel can be announced between Redis reserving a
-	// notification and the reserve loop listing it.
+	// reservations handed to the workers and not yet taken by one, by
+	// reservation (waitKey), true once a cancel ended one meanwhile. By
+	// reservation, not by id: a notification cancelled, then enqueued
+	// again and reserved afresh, may wait here twice. reserving counts
+	// the reservations under way, and early holds the cancels heard
+	// meanwhile for reservations not waiting: a cancel can be announced
+	// between Redis reserving a notification and the reserve loop listing
+	// it.
 	waitingMu sync.Mutex
-	waiting   map[string]string
+	waiting   map[string]bool
 	reserving int
-	early     map[string]string
+	early     map[string]bool
 
 	// runningMu guards running, the ids whose attempt a sender of this
 	// dispatcher is making: one that outlived its ttr, ignoring its
@@ -357,8 +362,8 @@ func New(cfg *Config) (*Dispatcher, error) {
 		finishes: make(chan pendingFinish, total),
 		ready:    make(chan struct{}),
 		running:  map[string]struct{}{},
-		waiting:  map[string]string{},
-		early:    map[string]string{},
+		waiting:  map[string]bool{},
+		early:    map[string]bool{},
 		pauses:   pauses{read: make(chan struct{})},
 	}, nil
 }
@@ -388,11 +393,11 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 		queues[store.PullQueue(topic)] = make(chan store.Wake, 64)
 	}
 	d.startPauses(ctx, slices.Collect(maps.Keys(queues)))
-	wakes, ready := d.store.Subscribe(ctx)
+	d.sub = d.store.Subscribe(ctx, d.cancelWaiting)
 	d.loops.Add(2 + len(queues))
 	go func() {
 		defer d.loops.Done()
-		d.fanOutWakes(ctx, wakes, ready, queues)
+		d.fanOutWakes(ctx, queues)
 	}()
 	for _, q := range slices.Sorted(maps.Keys(queues)) {
 		go func() {
@@ -479,9 +484,9 @@ func (d *Dispatcher) Stop() {
 }
 
 // fanOutWakes routes wake-ups to the loop of their queue.
-func (d *Dispatcher) fanOutWakes(ctx context.Context, wakes <-chan store.Wake, ready <-chan struct{}, queues map[string]chan store.Wake) {
+func (d *Dispatcher) fanOutWakes(ctx context.Context, queues map[string]chan store.Wake) {
 	select {
-	case <-ready:
+	case <-d.sub.Ready:
 		close(d.ready)
 	case <-ctx.Done():
 		return
@@ -490,13 +495,9 @@ func (d *Dispatcher) fanOutWakes(ctx context.Context, wakes <-chan store.Wake, r
 		select {
 		case <-ctx.Done():
 			return
-		case w, ok := <-wakes:
+		case w, ok := <-d.sub.Wakes:
 			if !ok {
 				return
-			}
-			if w.Cancelled != "" {
-				d.cancelWaiting(w.Cancelled, w.Receipt)
-				continue
 			}
 			if ch, ok := queues[w.Queue]; ok {
 				select {
@@ -574,6 +575,7 @@ func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan
 			ask := pickShards(due, got, rotate)
 			rotate++
 			d.reserveStarts()
+			mark, sent := d.sub.Mark(), time.Now()
 			items, hs, err := d.store.Reserve(ctx, queue, ask, got)
 			d.listReserved(items)
 			d.capacity.give(got - len(items))
@@ -605,7 +607,7 @@ func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan
 			}
 			handed := d.store.Now()
 			for _, n := range items {
-				d.work <- queued{n, handed} // never blocks: work holds as many as capacity
+				d.work <- queued{n, handed, mark, sent} // never blocks: work holds as many as capacity
 			}
 			continue
 		}
@@ -739,11 +741,17 @@ func (d *Dispatcher) worker(ctx context.Context) {
 	for q, ok := d.next(); ok; q, ok = d.next() {
 		n := q.n
 		p := d.cfg.PoliciesFunc().PolicyFor(n)
+		heard := d.heard(ctx, q)
 		switch {
 		case d.cancelledWhileWaiting(n):
 			d.log.DebugContext(ctx, "schedule: dropped a notification cancelled while it waited for a worker", "id", n.ID)
 		case ctx.Err() != nil:
 			d.releaseAt(n, n.DueAt(d.store.Now()))
+		case !heard:
+			// A cancel of it may have been answered unheard: given back,
+			// it is reserved again unless it was.
+			d.releaseAt(n, n.DueAt(d.store.Now()))
+			d.log.DebugContext(ctx, "schedule: gave back a notification reserved ahead: whether it was cancelled meanwhile was not heard in time", "id", n.ID)
 		case !startable(&p, n, d.store.Now().Sub(q.handed)):
 			d.capacity.shrink()
 			d.releaseAt(n, n.DueAt(d.store.Now()))
@@ -822,14 +830,18 @@ func (d *Dispatcher) timed(took time.Duration) {
 func (d *Dispatcher) cancelWaiting(id, receipt string) {
 	d.waitingMu.Lock()
 	defer d.waitingMu.Unlock()
-	switch r, ok := d.waiting[id]; {
-	case ok && r == receipt:
-		d.waiting[id] = ""
-	case !ok && d.reserving > 0:
+	k := waitKey(id, receipt)
+	switch _, ok := d.waiting[k]; {
+	case ok:
+		d.waiting[k] = true
+	case d.reserving > 0:
 		// Perhaps of a reservation under way, not yet listed.
-		d.early[id] = receipt
+		d.early[k] = true
 	}
 }
+
+// waitKey names the reservation receipt of the notification id.
+func waitKey(id, receipt string) string { return id + " " + receipt }
 
 // reserveStarts notes a reservation under way: the cancels heard until it
 // is listed are kept for it.
@@ -848,11 +860,8 @@ func (d *Dispatcher) listReserved(items []*notify.Notification) {
 	d.waitingMu.Lock()
 	defer d.waitingMu.Unlock()
 	for _, n := range items {
-		r := n.Receipt
-		if d.early[n.ID] == r {
-			r = "" // cancelled before it was listed
-		}
-		d.waiting[n.ID] = r
+		k := waitKey(n.ID, n.Receipt)
+		d.waiting[k] = d.early[k] // cancelled before it was listed
 	}
 	if d.reserving--; d.reserving == 0 {
 		clear(d.early)
@@ -865,16 +874,32 @@ func (d *Dispatcher) listReserved(items []*notify.Notification) {
 func (d *Dispatcher) cancelledWhileWaiting(n *notify.Notification) bool {
 	d.waitingMu.Lock()
 	defer d.waitingMu.Unlock()
-	r, ok := d.waiting[n.ID]
-	delete(d.waiting, n.ID)
-	return ok && r == ""
+	k := waitKey(n.ID, n.Receipt)
+	cancelled := d.waiting[k]
+	delete(d.waiting, k)
+	return cancelled
 }
 
 // queued is a reserved notification waiting for a worker, and when the
-// reservation handed it over.
+// reservation handed it over. mark and sent are the subscription's
+// connection and the time as the reservation was sent, for heard.
 type queued struct {
 	n      *notify.Notification
 	handed time.Time
+	mark   uint64
+	sent   time.Time
+}
+
+// heard reports whether q may start as far as cancels go: whether no
+// cancel of it can have been answered yet, or every one answered has been
+// heard. A cancel is answered store.HeardWithin after Redis announced it,
+// and Redis announces it after the reservation, which was sent at q.sent:
+// a notification that waited less than that since needs nothing, and one
+// that waited longer needs the subscription to have heard everything
+// announced until store.HeardWithin ago, on the connection it had then. It
+// waits up to store.HeardWithin for that.
+func (d *Dispatcher) heard(ctx context.Context, q queued) bool {
+	return time.Since(q.sent) < store.HeardWithin || d.sub.Heard(ctx, q.mark, store.HeardWithin)
 }
 
 // next returns the next notification for a worker, and false once the work

@@ -59,8 +59,11 @@ func TestEmbeddedStore(t *testing.T) {
 
 	subCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	wakes, ready := st.Subscribe(subCtx)
-	<-ready
+	sub := st.Subscribe(subCtx, nil)
+	<-sub.Ready
+	// The subscription learns how far it has heard (a PING on its
+	// connection), which a dispatcher needs to start what waited.
+	require.True(t, sub.Heard(ctx, sub.Mark(), 5*time.Second), "the subscription never heard its PING answered")
 
 	// Enqueue, idempotently, and a wake-up published from inside the script.
 	for _, id := range []string{"a", "b", "c"} {
@@ -72,7 +75,7 @@ func TestEmbeddedStore(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, store.Existing, status)
 	select {
-	case w := <-wakes:
+	case w := <-sub.Wakes:
 		require.Equal(t, store.PullQueue("jobs"), w.Queue)
 	case <-time.After(5 * time.Second):
 		require.FailNow(t, "no wake-up from the enqueue script")
