@@ -302,17 +302,19 @@ func (c *Client) heldByPause(ctx context.Context, n *notify.Notification) bool {
 // ErrStaleReceipt). One a dispatcher reserved ahead of its busy workers,
 // and has not started, is not attempted.
 //
-// The cancel of a reserved push notification returns store.HeardWithin
-// after it is recorded, the time every dispatcher takes to hear of it: a
-// reminder cancelled must not go out once the cancel has answered. A ctx
-// that ends meanwhile ends the wait, not the cancel: the error says so.
+// The cancel of a reserved notification returns store.HeardWithin after
+// it is recorded, the time every dispatcher takes to hear of it: a
+// reminder cancelled must not go out once the cancel has answered. A
+// dispatcher may hold a pull notification too, for a Worker's handler. A
+// ctx that ends meanwhile ends the wait, not the cancel: the error says
+// so.
 func (c *Client) Cancel(ctx context.Context, id string) (*notify.Notification, error) {
 	n, err := c.store.Cancel(ctx, id)
 	if err != nil {
 		c.storeError("cancel", err)
 		return nil, err
 	}
-	if n.Receipt != "" && n.Channel != notify.ChannelPull {
+	if n.Receipt != "" {
 		if err := settle(ctx, store.HeardWithin, "cancelled, but a dispatcher holding it reserved may not have heard yet"); err != nil {
 			return nil, err
 		}
