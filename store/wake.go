@@ -73,6 +73,8 @@ type ping struct {
 // notifications until ctx ends. onCancel, unless nil, is called with the
 // id and receipt of each cancelled reservation, in the order Redis
 // published them and before Heard counts them heard; it must not block.
+// Without onCancel nothing needs Heard, which is then always false: the
+// subscription does not ask Redis how far it has heard.
 func (s *Store) Subscribe(ctx context.Context, onCancel func(id, receipt string)) *Subscription {
 	out := make(chan Wake, 256)
 	rdy := make(chan struct{})
@@ -80,7 +82,9 @@ func (s *Store) Subscribe(ctx context.Context, onCancel func(id, receipt string)
 	ps := s.client.Subscribe(ctx, s.keys.wake())
 	// Receive does not watch ctx; closing the subscription ends it.
 	stop := context.AfterFunc(ctx, func() { _ = ps.Close() })
-	go sub.ping(ctx, ps)
+	if onCancel != nil {
+		go sub.ping(ctx, ps)
+	}
 	go func() {
 		defer close(out)
 		defer stop()

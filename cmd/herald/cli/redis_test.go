@@ -59,7 +59,7 @@ func TestEmbeddedStore(t *testing.T) {
 
 	subCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	sub := st.Subscribe(subCtx, nil)
+	sub := st.Subscribe(subCtx, func(string, string) {})
 	<-sub.Ready
 	// The subscription learns how far it has heard (a PING on its
 	// connection), which a dispatcher needs to start what waited.
