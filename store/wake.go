@@ -19,7 +19,12 @@ import (
 // reserved this long ago or longer only once it has heard everything Redis
 // published until this long ago (Subscription.Heard). An announcement
 // that is slow to arrive therefore holds the attempt back, rather than
-// letting it start unheard.
+// letting it start unheard. On a Cluster the announcement crosses the
+// cluster bus from the node that ran the cancel to the subscriber's, which
+// the subscriber's PING does not wait for: there HeardWithin is the bus's
+// margin, not a bound that holds whatever its delay. (Redis 7's sharded
+// pub/sub, SPUBLISH inside the cancel's script to subscribers of its own
+// node, would make it one.)
 const HeardWithin = 250 * time.Millisecond
 
 // heardEvery is how often a subscription asks Redis how far it has heard
