@@ -190,6 +190,13 @@ func (p *Policy) NextAttemptAt(backoff []notify.Duration, f Failure) (time.Time,
 	if p.HonorRetryAfter && f.RetryAfter > wait {
 		wait = min(f.RetryAfter, max(time.Duration(p.MaxRetryAfter), wait))
 	}
+	if wait == 0 {
+		// At once, an instant no one asked for: rounded down to the
+		// millisecond, it is due when the failure's answer comes back,
+		// where the store's rounding up of due times would hold it back
+		// up to a millisecond. A wait asked for keeps its every nanosecond.
+		return f.At.Truncate(time.Millisecond), true
+	}
 	return f.At.Add(wait), true
 }
 

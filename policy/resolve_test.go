@@ -74,6 +74,43 @@ func TestResolveSendAtLimits(t *testing.T) {
 	}
 }
 
+// TestResolveDueAtOnce: a notification due at once (no send_at, no delay
+// or a zero one, and no first wait) gets the enqueue's now rounded down to
+// the millisecond, so that the store, which rounds due times up, has it
+// due when the enqueue answers; an instant the producer or the policy
+// asked for is kept to the nanosecond, for the store to round up, never
+// early.
+func TestResolveDueAtOnce(t *testing.T) {
+	t.Parallel()
+	set, err := policy.NewSet(nil, nil)
+	require.NoError(t, err)
+	now := time.Date(2026, 11, 27, 5, 0, 0, 400123, time.UTC)
+	delay := func(d time.Duration) *notify.Duration { v := notify.Duration(d); return &v }
+
+	tests := []struct {
+		name    string
+		sendAt  *time.Time
+		delay   *notify.Duration
+		backoff []notify.Duration
+		want    time.Time
+	}{
+		{name: "Now", backoff: durations(0), want: now.Truncate(time.Millisecond)},
+		{name: "NowDefaultPolicy", want: now.Truncate(time.Millisecond)},
+		{name: "ZeroDelay", delay: delay(0), backoff: durations(0), want: now.Truncate(time.Millisecond)},
+		{name: "NowFirstWait", backoff: durations(30 * time.Second), want: now},
+		{name: "Delay", delay: delay(1500 * time.Microsecond), backoff: durations(0), want: now.Add(1500 * time.Microsecond)},
+		{name: "SendAt", sendAt: mustTime(t, "2026-11-27T05:00:00.0004Z"), backoff: durations(0), want: *mustTime(t, "2026-11-27T05:00:00.0004Z")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			n, err := set.Resolve(&notify.Request{Topic: "jobs", Channel: notify.ChannelPull, SendAt: tt.sendAt, Delay: tt.delay, Backoff: tt.backoff}, now, 0)
+			require.NoError(t, err)
+			require.Equal(t, tt.want, n.SendAt)
+		})
+	}
+}
+
 // TestEnqueueSendAtInYear10000 enqueues, through the Go client, a
 // notification whose send time is the year 9999 in its own offset but the
 // year 10000 in UTC: it must be refused naming send_at, not stored as a

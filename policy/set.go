@@ -242,6 +242,13 @@ func (s *Set) Resolve(req *notify.Request, now time.Time, maxPayload int) (*noti
 		n.SendAt = now.UTC()
 		schedule = "now"
 	}
+	if req.SendAt == nil && (req.Delay == nil || *req.Delay == 0) && len(n.Backoff) > 0 && n.Backoff[0] == 0 {
+		// Due at once, an instant no one asked for: rounded up to the
+		// millisecond as the store rounds due times, it would not be due
+		// for up to a millisecond after the enqueue's answer. Rounded
+		// down, no attempt starts before the enqueue it follows.
+		n.SendAt = n.SendAt.Truncate(time.Millisecond)
+	}
 	if err := checkSendAt(n.SendAt); err != nil {
 		return nil, notify.Errorf(field, "%v", err)
 	}
