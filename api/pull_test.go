@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -259,11 +260,19 @@ func TestReserveWakesOnResume(t *testing.T) {
 	})
 }
 
-func testReserveWakesOnResume(t *testing.T, other bool) {
-	hook := &pausedReadHook{read: make(chan struct{})}
+// hookedClient returns a client of the shared server that runs hook,
+// closed when the test ends.
+func hookedClient(t *testing.T, hook redis.Hook) *redis.Client {
+	t.Helper()
 	rdb := redis.NewClient(sharedServer(t).Options())
 	rdb.AddHook(hook)
 	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+func testReserveWakesOnResume(t *testing.T, other bool) {
+	hook := &pausedReadHook{read: make(chan struct{})}
+	rdb := hookedClient(t, hook)
 	// Only the news of the resume can answer the waiting consumer within
 	// its wait: its polls are a minute apart.
 	b := setupOn(t, rdb, api.Config{PollInterval: time.Minute})
@@ -395,9 +404,7 @@ func (h *leaveHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 func TestReserveGivesBackWhatNoOneReceives(t *testing.T) {
 	t.Parallel()
 	hook := &leaveHook{}
-	rdb := redis.NewClient(sharedServer(t).Options())
-	rdb.AddHook(hook)
-	t.Cleanup(func() { _ = rdb.Close() })
+	rdb := hookedClient(t, hook)
 	b := setupOn(t, rdb, api.Config{})
 	must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications", map[string]any{"id": "held", "topic": "single"})
 
@@ -851,4 +858,160 @@ func TestTTRExpiryRedelivers(t *testing.T) {
 	require.Len(t, rec.History, 2)
 	require.Equal(t, notify.OutcomeTTRExpired, rec.History[0].Outcome)
 	require.Equal(t, notify.OutcomeSuccess, rec.History[1].Outcome)
+}
+
+// TestReserveReachesTheDueBehindCancelled: a reserve without a wait gets
+// the job that is due although many entries ahead of it in the ready list
+// have gone stale (cancelled, or moved later after being enqueued due now),
+// rather than answering empty while the heads say more is due.
+func TestReserveReachesTheDueBehindCancelled(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		clear func(t *testing.T, b *testBundle, i int)
+	}{
+		{"Cancelled", func(t *testing.T, b *testBundle, i int) {
+			must[notify.Notification](t, b, http.StatusOK, "DELETE", fmt.Sprintf("/v1/notifications/job%d", i), nil)
+		}},
+		{"RescheduledLater", func(t *testing.T, b *testBundle, i int) {
+			must[notify.Notification](t, b, http.StatusOK, "POST", "/v1/notifications", map[string]any{
+				"id": fmt.Sprintf("job%d", i), "topic": "jobs", "payload": map[string]int{"n": i}, "delay": "1h", "replace": true})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, api.Config{})
+			b.enqueueJobs(t, 100)
+			for i := range 99 {
+				tc.clear(t, b, i)
+			}
+			res := must[reserved](t, b, http.StatusOK, "POST", "/v1/topics/jobs/reserve?max=10", nil)
+			require.Len(t, res.Notifications, 1, "job99 is due")
+			require.Equal(t, "job99", res.Notifications[0].ID)
+		})
+	}
+}
+
+// TestReserveRightAfterDueAtOnce: a job due at once (enqueued with no
+// send_at or delay, nacked with a 0s wait ahead in its backoff array, or
+// next in its order key's line once the one ahead is acked) is due when
+// that call's answer has come back: a reservation sent then, without a
+// wait, gets it. The 201 of such an enqueue shows it due no later than it
+// was created.
+func TestReserveRightAfterDueAtOnce(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// run makes job i due at once, and reserves it with
+		// reserveOneAtOnce: once or more, and each counts.
+		run func(t *testing.T, b *testBundle, i int, missed *int)
+	}{
+		{"Enqueue", func(t *testing.T, b *testBundle, i int, missed *int) {
+			created := must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications", map[string]any{"id": fmt.Sprintf("now%d", i), "topic": "jobs"})
+			require.False(t, created.NextAttemptAt.After(created.CreatedAt), "due %s, created %s", created.NextAttemptAt, created.CreatedAt)
+			require.Equal(t, created.SendAt, *created.NextAttemptAt)
+			b.answer(t, b.reserveOneAtOnce(t, missed), "ack")
+		}},
+		{"RetryAtOnce", func(t *testing.T, b *testBundle, i int, missed *int) {
+			must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications",
+				map[string]any{"id": fmt.Sprintf("again%d", i), "topic": "jobs", "backoff": []string{"0s", "0s"}})
+			b.answer(t, b.reserveOneAtOnce(t, missed), "nack")
+			n := b.reserveOneAtOnce(t, missed)
+			require.Equal(t, 1, n.Attempts)
+			b.answer(t, n, "ack")
+		}},
+		{"AckOfLineHead", func(t *testing.T, b *testBundle, i int, missed *int) {
+			key := fmt.Sprintf("line%d", i)
+			for _, id := range []string{key + "-first", key + "-second"} {
+				must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications", map[string]any{"id": id, "topic": "jobs", "order_key": key})
+			}
+			for _, id := range []string{key + "-first", key + "-second"} {
+				n := b.reserveOneAtOnce(t, missed)
+				require.Equal(t, id, n.ID)
+				b.answer(t, n, "ack")
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, api.Config{})
+			missed := 0
+			for i := range 30 {
+				tc.run(t, b, i, &missed)
+			}
+			require.Zero(t, missed, "reservations right after the call that made a job due that found nothing due")
+		})
+	}
+}
+
+// reserveOneAtOnce reserves, without waiting, the one job of topic jobs
+// that is due; when that finds nothing, it counts the miss in *missed and
+// waits for the job, so that the test goes on.
+func (b *testBundle) reserveOneAtOnce(t *testing.T, missed *int) notify.Notification {
+	t.Helper()
+	res := must[reserved](t, b, http.StatusOK, "POST", "/v1/topics/jobs/reserve", nil)
+	if len(res.Notifications) == 0 {
+		*missed++
+		res = must[reserved](t, b, http.StatusOK, "POST", "/v1/topics/jobs/reserve?wait=5s", nil)
+	}
+	require.Len(t, res.Notifications, 1)
+	return res.Notifications[0]
+}
+
+// answer acks or nacks (step) n as the worker that reserved it.
+func (b *testBundle) answer(t *testing.T, n notify.Notification, step string) {
+	t.Helper()
+	must[any](t, b, http.StatusNoContent, "POST", "/v1/notifications/"+n.ID+"/"+step, map[string]string{"receipt": n.Receipt})
+}
+
+// firstLookHook runs then once the first look at pull.jobs's heads has
+// been answered, and, with slowDial, holds up new connections (the wake-up
+// subscription's among them) by 200ms.
+type firstLookHook struct {
+	armed, slowDial atomic.Bool
+	then            func()
+}
+
+func (h *firstLookHook) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if h.slowDial.Load() {
+			time.Sleep(200 * time.Millisecond)
+		}
+		return next(ctx, network, addr)
+	}
+}
+
+func (h *firstLookHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (h *firstLookHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if len(cmds) > 0 && cmds[0].Name() == "zrange" && strings.Contains(cmds[0].String(), ":due:pull.jobs") && h.armed.CompareAndSwap(true, false) {
+			h.then()
+		}
+		return err
+	}
+}
+
+// TestReserveFirstWaiterHearsEnqueue: the first worker to wait on an API
+// process gets a job enqueued (elsewhere) just after it looked and found
+// nothing as soon as it is due, as a later waiter does, rather than at its
+// next poll, although its wake-up subscription was confirmed only after
+// that enqueue.
+func TestReserveFirstWaiterHearsEnqueue(t *testing.T) {
+	t.Parallel()
+	hook := &firstLookHook{}
+	rdb := hookedClient(t, hook)
+	b := setupOn(t, rdb, api.Config{PollInterval: time.Minute})
+	other := setupIn(t, sharedServer(t).Client(t), b.store.Namespace(), api.Config{})
+	hook.then = func() {
+		must[notify.Notification](t, other, http.StatusCreated, "POST", "/v1/notifications", map[string]any{"id": "x", "topic": "jobs"})
+	}
+	must[statsBody](t, b, http.StatusOK, "GET", "/v1/stats", nil) // a pooled connection for the look
+	hook.slowDial.Store(true)
+	hook.armed.Store(true)
+	start := time.Now()
+	res := must[reserved](t, b, http.StatusOK, "POST", "/v1/topics/jobs/reserve?wait=5s", nil)
+	require.Len(t, res.Notifications, 1)
+	require.Less(t, time.Since(start), 2*time.Second, "the job waited for the poll, not for the news of its enqueue")
 }

@@ -153,6 +153,9 @@ type Client struct {
 	store *store.Store
 	obs   Observer
 	hub   *hub
+	// unanswered holds reservations whose answers were lost, or whose
+	// give-back failed, to give back once Redis answers again.
+	unanswered store.Unanswered
 	// pausedCache holds what is paused, for Reserve (pause.go).
 	pausedCache pausedCache
 }

@@ -27,7 +27,9 @@ var ErrNacked = errors.New("nacked")
 // early when an enqueue, a retry or a replay makes something due sooner, and
 // asks Redis at least every PollInterval. When ctx ends as Redis reserves,
 // the notifications are given back, with no attempt counted, and Reserve
-// returns ctx.Err().
+// returns ctx.Err(). What a reservation whose answer was lost reserved, or
+// such a give-back, when Redis could not be reached for it, is given back
+// by the client's next look that Redis answers, on any topic.
 func (c *Client) Reserve(ctx context.Context, topic string, limit int, wait time.Duration) ([]*notify.Notification, error) {
 	switch {
 	case !notify.ValidTopic(topic):
@@ -43,12 +45,20 @@ func (c *Client) Reserve(ctx context.Context, topic string, limit int, wait time
 	}
 	queue := store.PullQueue(topic)
 	var wakes <-chan store.Wake
+	// ready is closed once the subscription is confirmed, nil once that is
+	// known: a wake-up published before then is never heard.
+	var ready <-chan struct{}
 	if wait > 0 {
 		// Listen before the first look, so that nothing enqueued between the
 		// look and the sleep goes unnoticed.
-		ch := c.hub.add(queue)
+		ch, rdy := c.hub.add(queue)
 		defer c.hub.remove(queue, ch)
 		wakes = ch
+		select {
+		case <-rdy:
+		default:
+			ready = rdy
+		}
 	}
 	end := time.Now().Add(wait)
 	timer := time.NewTimer(wait)
@@ -84,6 +94,12 @@ func (c *Client) Reserve(ctx context.Context, topic string, limit int, wait time
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-timer.C:
+		case <-ready:
+			// The first waiter's subscription is confirmed only now: what
+			// was enqueued since its look may have gone unheard, so it
+			// looks again. A look that finds work at once never waits
+			// for this.
+			ready = nil
 		case <-wakes: // Reset above discards a stale tick (Go 1.23 timers)
 			if paused {
 				// Most likely a resume, made elsewhere: what was read of
@@ -94,17 +110,62 @@ func (c *Client) Reserve(ctx context.Context, topic string, limit int, wait time
 	}
 }
 
+// maxReservePasses bounds the Reserve calls of one look. A pass takes up
+// to its limit of entries off each shard's ready list, and entries gone
+// stale (cancelled, or moved later) take nothing but count against it: a
+// pass that reserved fewer than asked while a shard is still due is
+// followed by another, so that due work behind them is reached, not
+// answered as nothing. Each pass is one round trip and clears what it
+// took, so 16 of them reach a due notification behind up to 16 times the
+// limit of stale entries; one further behind waits for the next look.
+const maxReservePasses = 16
+
 // reserveDue looks at the heads of queue's shards and reserves up to limit
 // notifications from those with due work. next is the earliest due time
-// still ahead (zero when every shard is empty).
+// still ahead (zero when every shard is empty; now or earlier when a shard
+// still has due work).
 func (c *Client) reserveDue(ctx context.Context, queue string, limit int) (items []*notify.Notification, next time.Time, err error) {
 	heads, err := c.store.Heads(ctx, queue)
+	if err == nil && c.giveBackUnanswered(ctx)[queue] > 0 {
+		// What came back may be due now.
+		heads, err = c.store.Heads(ctx, queue)
+	}
 	if err != nil {
 		c.storeError("reserve", err)
 		return nil, time.Time{}, err
 	}
-	now := c.store.Now()
-	var due []int
+	due, next := dueShards(heads, c.store.Now(), time.Time{})
+	for pass := 1; len(due) > 0; pass++ {
+		got, after, err := c.store.Reserve(ctx, queue, due, limit-len(items))
+		if err != nil {
+			c.unanswered.Keep(err)
+			c.storeError("reserve", err)
+			if len(items) == 0 {
+				return nil, time.Time{}, err
+			}
+			// What the earlier passes reserved is the caller's: dropped,
+			// it would wait out its ttr. The next look finds the rest.
+			next = c.store.Now()
+			break
+		}
+		items = append(items, got...)
+		due, next = dueShards(after, c.store.Now(), next)
+		if len(due) > 0 && (len(items) >= limit || pass == maxReservePasses) {
+			next = c.store.Now() // more is due, for the next look
+			break
+		}
+	}
+	// The store answers shard by shard; a consumer works through the list
+	// in order, so the earliest due comes first.
+	slices.SortStableFunc(items, func(a, b *notify.Notification) int {
+		return a.DueAt(time.Time{}).Compare(b.DueAt(time.Time{}))
+	})
+	return items, next, nil
+}
+
+// dueShards returns the shards of heads with work due at now, and the
+// earliest due time after now of the others and next (zero for none).
+func dueShards(heads []store.Head, now, next time.Time) (due []int, _ time.Time) {
 	for _, h := range heads {
 		switch {
 		case h.Due.IsZero():
@@ -114,25 +175,16 @@ func (c *Client) reserveDue(ctx context.Context, queue string, limit int) (items
 			next = h.Due
 		}
 	}
-	if len(due) == 0 {
-		return nil, next, nil
-	}
-	items, after, err := c.store.Reserve(ctx, queue, due, limit)
-	if err != nil {
-		c.storeError("reserve", err)
-		return nil, time.Time{}, err
-	}
-	// The store answers shard by shard; a consumer works through the list
-	// in order, so the earliest due comes first.
-	slices.SortStableFunc(items, func(a, b *notify.Notification) int {
-		return a.DueAt(time.Time{}).Compare(b.DueAt(time.Time{}))
-	})
-	for _, h := range after {
-		if !h.Due.IsZero() && (next.IsZero() || h.Due.Before(next)) {
-			next = h.Due
-		}
-	}
-	return items, next, nil
+	return due, next
+}
+
+// giveBackUnanswered gives back what this client's reservations whose
+// answers were lost still hold, once Redis answers again, and returns how
+// many per queue.
+func (c *Client) giveBackUnanswered(ctx context.Context) map[string]int {
+	given, err := c.unanswered.GiveBack(ctx, c.store)
+	c.storeError("reserve", err)
+	return given
 }
 
 // releaseTimeout bounds giving back reservations whose caller has gone.
@@ -145,7 +197,10 @@ func (c *Client) release(ctx context.Context, items []*notify.Notification) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
 	if _, err := c.store.GiveBackUnstarted(ctx, items); err != nil {
-		// They come back when their reservations expire.
+		// Given back by a later look that Redis answers, as the
+		// reservations whose answers were lost are: left alone they
+		// would wait out their ttr and burn an attempt.
+		c.unanswered.KeepUnstarted(items)
 		c.storeError("release", err)
 	}
 }
@@ -259,8 +314,10 @@ type hub struct {
 	waiters map[string]map[chan store.Wake]struct{}
 	started bool
 	closed  bool
-	stop    context.CancelFunc
-	done    chan struct{}
+	// ready is the subscription's, closed once it is confirmed.
+	ready <-chan struct{}
+	stop  context.CancelFunc
+	done  chan struct{}
 }
 
 func newHub(st *store.Store) *hub {
@@ -269,7 +326,9 @@ func newHub(st *store.Store) *hub {
 
 // add registers a waiter for queue's wake-ups. Its channel holds one
 // wake-up: a waiter that has not yet looked again needs no second one.
-func (h *hub) add(queue string) chan store.Wake {
+// ready is closed once the shared subscription is confirmed (nil when the
+// hub is closed): wake-ups published before then are not heard.
+func (h *hub) add(queue string) (_ chan store.Wake, ready <-chan struct{}) {
 	ch := make(chan store.Wake, 1)
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -281,10 +340,11 @@ func (h *hub) add(queue string) chan store.Wake {
 		h.started = true
 		ctx, stop := context.WithCancel(context.Background())
 		h.stop = stop
-		wakes := h.store.Subscribe(ctx, nil).Wakes
-		go h.fanOut(wakes)
+		sub := h.store.Subscribe(ctx, nil)
+		h.ready = sub.Ready
+		go h.fanOut(sub.Wakes)
 	}
-	return ch
+	return ch, h.ready
 }
 
 func (h *hub) remove(queue string, ch chan store.Wake) {
