@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald"
@@ -634,14 +635,22 @@ func TestCancelDuringAnAttempt(t *testing.T) {
 	release := rcv.hold(t, func(a arrival) bool { return a.attempt == "0" }, http.StatusServiceUnavailable)
 	_, err := notifyMerchant(ctx, c, rcv, "payments", "fails", nil, herald.Backoff(0, 0, 0))
 	require.NoError(t, err)
-	_, err = notifyMerchant(ctx, c, rcv, "payments", "hung", nil, herald.TTR(200*time.Millisecond), herald.Backoff(0, 0, 0))
+	_, err = notifyMerchant(ctx, c, rcv, "payments", "hung", nil, herald.TTR(500*time.Millisecond), herald.Backoff(0, 0, 0))
 	require.NoError(t, err)
+	// Both at once, within hung's ttr: the cancel of a reserved
+	// notification answers once every dispatcher has heard of it.
+	var wg sync.WaitGroup
 	for _, id := range []string{"fails", "hung"} {
 		rcv.waitArrivals(t, id, 1)
-		n, err := c.Cancel(ctx, id)
-		require.NoError(t, err)
-		require.Equal(t, herald.StateCancelled, n.State)
+		wg.Go(func() {
+			n, err := c.Cancel(ctx, id)
+			assert.NoError(t, err, id)
+			if err == nil {
+				assert.Equal(t, herald.StateCancelled, n.State, id)
+			}
+		})
 	}
+	wg.Wait()
 	time.Sleep(time.Second) // past hung's ttr
 	release()
 	n := waitRecord(t, c, "fails", func(n *herald.Notification) bool { return len(n.History) == 1 }, "the attempt under way is recorded")

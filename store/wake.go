@@ -84,16 +84,17 @@ func (s *Store) Subscribe(ctx context.Context, onCancel func(id, receipt string)
 	out := make(chan Wake, 256)
 	rdy := make(chan struct{})
 	sub := &Subscription{Wakes: out, Ready: rdy, changed: make(chan struct{})}
-	ps := s.client.Subscribe(ctx, s.keys.wake())
-	// Receive does not watch ctx; closing the subscription ends it.
-	stop := context.AfterFunc(ctx, func() { _ = ps.Close() })
-	if onCancel != nil {
-		go sub.ping(ctx, ps)
-	}
 	go func() {
 		defer close(out)
-		defer stop()
+		// The first dial is made here, not in the caller, which may hold a
+		// lock: Ready says when it is done.
+		ps := s.client.Subscribe(ctx, s.keys.wake())
 		defer ps.Close()
+		// Receive does not watch ctx; closing the subscription ends it.
+		defer context.AfterFunc(ctx, func() { _ = ps.Close() })()
+		if onCancel != nil {
+			go sub.ping(ctx, ps)
+		}
 		ready := false
 		for {
 			msg, err := ps.Receive(ctx)
