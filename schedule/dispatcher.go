@@ -536,9 +536,9 @@ func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan
 	// a backlog the loop waits for this much rather than reserving one
 	// notification per freed worker.
 	lowWater := max(1, min(d.cfg.Batch, d.capacity.total/4))
-	// lost are the reservations whose answers were lost, to be given back
-	// once Redis answers again.
-	var lost []store.LostReservation
+	// lost keeps the reservations whose answers were lost, to be given
+	// back once Redis answers again.
+	var lost store.Unanswered
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for ctx.Err() == nil {
@@ -583,9 +583,7 @@ func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan
 				if ctx.Err() != nil {
 					return
 				}
-				if re := (*store.ReserveError)(nil); errors.As(err, &re) {
-					lost = append(lost[max(len(lost)-maxLost+1, 0):], re.Lost)
-				}
+				lost.Keep(err)
 				failures++
 				wait := d.retryDelay(failures)
 				d.cfg.Observer.StoreError("reserve", err)
@@ -595,8 +593,10 @@ func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan
 			}
 			failures = 0
 			failing.ok(ctx)
-			if len(lost) > 0 {
-				lost = d.giveBackLost(ctx, lost)
+			given, _ := lost.GiveBack(ctx, d.store)
+			for queue, n := range given {
+				d.log.WarnContext(ctx, "schedule: a reservation's answer was lost; gave back what it had reserved, unattempted",
+					"queue", queue, "notifications", n)
 			}
 			for _, h := range hs {
 				if h.Due.IsZero() {
@@ -621,33 +621,6 @@ func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan
 			drainTimer(timer)
 		}
 	}
-}
-
-// maxLost bounds the lost reservations a reserve loop keeps to give back:
-// in a long outage the oldest have since been reaped, or never reached
-// Redis.
-const maxLost = 64
-
-// giveBackLost gives back, unattempted, what the reservations in lost
-// reserved and still hold, which Reserve could not give back when their
-// answers were lost: no worker has them, and left alone each would wait
-// out its ttr and then count an attempt that never was, the last of its
-// backoff array sending it to the dead letters unsent. It returns those it
-// could not look at.
-func (d *Dispatcher) giveBackLost(ctx context.Context, lost []store.LostReservation) []store.LostReservation {
-	var left []store.LostReservation
-	for _, l := range lost {
-		given, err := d.store.GiveBack(ctx, l)
-		if err != nil {
-			left = append(left, l)
-			continue
-		}
-		if given > 0 {
-			d.log.WarnContext(ctx, "schedule: a reservation's answer was lost; gave back what it had reserved, unattempted",
-				"queue", l.Queue, "notifications", given)
-		}
-	}
-	return left
 }
 
 // shards returns the store's shard count, waiting out a Redis that cannot
