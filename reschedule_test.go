@@ -802,28 +802,8 @@ func testCancelHeardThenMovedToNow(t *testing.T) {
 	ctx := context.Background()
 	rdb, ns, c := connect(t, nil)
 	rcv := newReceiver(t)
-	release := make(chan struct{})
-	rcv.setAnswer(func(a arrival) int {
-		if a.id == smsText("slow", 0) {
-			<-release
-		}
-		return http.StatusOK
-	})
-	startDispatcherWith(t, rdb, ns, rcv, 1)
-	_, err := remind(ctx, c, "quick", 0, time.Now()) // a timed attempt: the dispatcher now reserves ahead
-	require.NoError(t, err)
-	require.Equal(t, herald.StateSucceeded, waitFinished(c, "quick").State)
-	_, err = remind(ctx, c, "slow", 0, time.Now()) // the one worker is busy with it
-	require.NoError(t, err)
-	rcv.waitArrivals(t, smsText("slow", 0), 1)
-	reserved := func() bool {
-		n, err := c.Get(ctx, "reminder")
-		return err == nil && n.State == herald.StateReserved
-	}
-	_, err = remind(ctx, c, "reminder", 0, time.Now())
-	require.NoError(t, err)
-	require.Eventually(t, reserved, 10*time.Second, time.Millisecond, "reserved ahead of the busy worker")
-	_, err = c.Cancel(ctx, "reminder")
+	release, reserved := reserveAheadOfBusyWorker(t, rdb, ns, c, rcv)
+	_, err := c.Cancel(ctx, "reminder")
 	require.NoError(t, err)
 	time.Sleep(200 * time.Millisecond) // the dispatcher hears the cancel
 	res, err := remind(ctx, c, "reminder", 1, time.Now(), herald.Replace())
@@ -841,6 +821,37 @@ func testCancelHeardThenMovedToNow(t *testing.T) {
 	require.Len(t, rcv.arrivals(smsText("reminder", 1)), 1)
 }
 
+// reserveAheadOfBusyWorker starts a dispatcher of one worker on rdb, keeps
+// that worker busy with an SMS the receiver holds until release is closed,
+// and enqueues the reminder due now, which the dispatcher then reserves
+// ahead of its busy worker. reserved reports whether it is reserved.
+func reserveAheadOfBusyWorker(t *testing.T, rdb redis.UniversalClient, ns string, c *herald.Client, rcv *receiver) (release chan struct{}, reserved func() bool) {
+	t.Helper()
+	ctx := context.Background()
+	release = make(chan struct{})
+	rcv.setAnswer(func(a arrival) int {
+		if a.id == smsText("slow", 0) {
+			<-release
+		}
+		return http.StatusOK
+	})
+	startDispatcherWith(t, rdb, ns, rcv, 1)
+	_, err := remind(ctx, c, "quick", 0, time.Now()) // a timed attempt: the dispatcher now reserves ahead
+	require.NoError(t, err)
+	require.Equal(t, herald.StateSucceeded, waitFinished(c, "quick").State)
+	_, err = remind(ctx, c, "slow", 0, time.Now()) // the one worker is busy with it
+	require.NoError(t, err)
+	rcv.waitArrivals(t, smsText("slow", 0), 1)
+	reserved = func() bool {
+		n, err := c.Get(ctx, "reminder")
+		return err == nil && n.State == herald.StateReserved
+	}
+	_, err = remind(ctx, c, "reminder", 0, time.Now())
+	require.NoError(t, err)
+	require.Eventually(t, reserved, 10*time.Second, time.Millisecond, "reserved ahead of the busy worker")
+	return release, reserved
+}
+
 func testCancelOfAReminderReservedAhead(t *testing.T, move bool) {
 	ctx := context.Background()
 	_, ns, c := connect(t, nil)
@@ -849,27 +860,7 @@ func testCancelOfAReminderReservedAhead(t *testing.T, move bool) {
 	rdb := redis.NewClient(&redis.Options{Addr: server.Addr})
 	t.Cleanup(func() { _ = rdb.Close() })
 	rdb.AddHook(slow)
-	release := make(chan struct{})
-	rcv.setAnswer(func(a arrival) int {
-		if a.id == smsText("slow", 0) {
-			<-release
-		}
-		return http.StatusOK
-	})
-	startDispatcherWith(t, rdb, ns, rcv, 1)
-
-	_, err := remind(ctx, c, "quick", 0, time.Now()) // a timed attempt: the dispatcher now reserves ahead
-	require.NoError(t, err)
-	require.Equal(t, herald.StateSucceeded, waitFinished(c, "quick").State)
-	_, err = remind(ctx, c, "slow", 0, time.Now()) // the one worker is busy with it
-	require.NoError(t, err)
-	rcv.waitArrivals(t, smsText("slow", 0), 1)
-	_, err = remind(ctx, c, "reminder", 0, time.Now())
-	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		n, err := c.Get(ctx, "reminder")
-		return err == nil && n.State == herald.StateReserved
-	}, 10*time.Second, time.Millisecond, "reserved ahead of the busy worker")
+	release, _ := reserveAheadOfBusyWorker(t, rdb, ns, c, rcv)
 
 	slow.armed.Store(true)
 	n, err := c.Cancel(ctx, "reminder")
