@@ -95,7 +95,9 @@ func (s *Store) Subscribe(ctx context.Context, onCancel func(id, receipt string)
 		if onCancel != nil {
 			go sub.ping(ctx, ps)
 		}
-		ready := false
+		// failing is set from a failure until the next subscription: an
+		// outage is logged as it starts and as it ends, not each second.
+		ready, failing := false, false
 		for {
 			msg, err := ps.Receive(ctx)
 			if ctx.Err() != nil {
@@ -104,7 +106,10 @@ func (s *Store) Subscribe(ctx context.Context, onCancel func(id, receipt string)
 			switch m := msg.(type) {
 			case nil:
 				sub.lost()
-				s.cfg.Logger.WarnContext(ctx, "store: subscription to wake-ups failed; retrying", "error", err)
+				if !failing {
+					failing = true
+					s.cfg.Logger.WarnContext(ctx, "store: subscription to wake-ups failed; retrying every second", "error", err)
+				}
 				select {
 				case <-ctx.Done():
 					return
@@ -112,6 +117,10 @@ func (s *Store) Subscribe(ctx context.Context, onCancel func(id, receipt string)
 				}
 			case *redis.Subscription:
 				sub.subscribed()
+				if failing {
+					failing = false
+					s.cfg.Logger.InfoContext(ctx, "store: subscription to wake-ups recovered")
+				}
 				if !ready {
 					ready = true
 					close(rdy)
