@@ -100,6 +100,9 @@ func TestResolveDueAtOnce(t *testing.T) {
 		{name: "NowFirstWait", backoff: durations(30 * time.Second), want: now},
 		{name: "Delay", delay: delay(1500 * time.Microsecond), backoff: durations(0), want: now.Add(1500 * time.Microsecond)},
 		{name: "SendAt", sendAt: mustTime(t, "2026-11-27T05:00:00.0004Z"), backoff: durations(0), want: *mustTime(t, "2026-11-27T05:00:00.0004Z")},
+		{name: "ZeroDelayFirstWait", delay: delay(0), backoff: durations(30 * time.Second), want: now},
+		{name: "SendAtNow", sendAt: &now, backoff: durations(0), want: now},
+		{name: "SendAtPast", sendAt: mustTime(t, "2026-11-27T04:00:00.0004567Z"), want: *mustTime(t, "2026-11-27T04:00:00.0004567Z")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
