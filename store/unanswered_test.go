@@ -8,9 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/heraldtest"
+	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -110,4 +112,41 @@ func TestUnansweredIsBounded(t *testing.T) {
 	require.Len(t, g.queues, 64)
 	require.Equal(t, "q6", g.queues[0], "the oldest were dropped")
 	require.Equal(t, "q69", g.queues[63])
+}
+
+// TestUnansweredKeepsUnstartedOnEachDeployment: KeepUnstarted reads each
+// reservation's call and shard from its receipt on one Redis and on a
+// Cluster, with four times the deployment's shards (so that shard numbers
+// run to two digits), for push and pull queues at once: GiveBack gives
+// back every one it was handed, to its own queue.
+func TestUnansweredKeepsUnstartedOnEachDeployment(t *testing.T) {
+	t.Parallel()
+	onEachDeployment(t, func(t *testing.T, client redis.UniversalClient, shards int) {
+		ctx := context.Background()
+		b := setup(t, store.Config{Client: client, Shards: 4 * shards})
+		const each = 40
+		for i := range each {
+			b.enqueue(t, b.newNotification(t, fmt.Sprint("pull", i), 0, 0))
+			b.enqueue(t, heraldtest.Notification(t, fmt.Sprint("push", i), b.clock.Now(),
+				heraldtest.Channel(notify.ChannelWebhook, "https://merchant.example/notify")))
+		}
+		var got []*notify.Notification
+		for _, q := range []string{store.PullQueue("jobs"), store.QueuePush} {
+			items, _, err := b.store.Reserve(ctx, q, heraldtest.AllShards(t, b.store), store.MaxReserve)
+			require.NoError(t, err)
+			require.Len(t, items, each, q)
+			got = append(got, items...)
+		}
+		var u store.Unanswered
+		u.KeepUnstarted(got)
+		given, err := u.GiveBack(ctx, b.store)
+		require.NoError(t, err)
+		require.Equal(t, map[string]int{store.PullQueue("jobs"): each, store.QueuePush: each}, given)
+		for _, n := range got {
+			rec, err := b.store.Get(ctx, n.ID)
+			require.NoError(t, err)
+			require.Equal(t, notify.StateScheduled, rec.State, n.ID)
+			require.Zero(t, rec.Attempts, n.ID)
+		}
+	})
 }

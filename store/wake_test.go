@@ -2,12 +2,18 @@ package store_test
 
 import (
 	"context"
+	"fmt"
+	"maps"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/heraldhq/herald/internal/heraldtest"
 	"github.com/heraldhq/herald/internal/redistest"
 	"github.com/heraldhq/herald/store"
 )
@@ -23,15 +29,7 @@ func TestSubscription(t *testing.T) {
 	ctx := context.Background()
 	srv := redistest.Start(t, redistest.Options{})
 	b := setup(t, store.Config{Client: srv.Client(t)})
-	var mu sync.Mutex
-	cancels := map[string]string{}
-	subCtx, stop := context.WithCancel(ctx)
-	t.Cleanup(stop)
-	sub := b.store.Subscribe(subCtx, func(id, receipt string) {
-		mu.Lock()
-		defer mu.Unlock()
-		cancels[id] = receipt
-	})
+	sub, cancels := subscribeToCancels(t, b.store)
 	<-sub.Ready
 	mark := sub.Mark()
 	require.NotZero(t, mark)
@@ -42,9 +40,7 @@ func TestSubscription(t *testing.T) {
 	require.NoError(t, err)
 	time.Sleep(store.HeardWithin)
 	require.True(t, sub.Heard(ctx, mark, 5*time.Second), "nothing heard")
-	mu.Lock()
-	require.Equal(t, map[string]string{"a": n.Receipt}, cancels, "the cancel, heard before Heard said so")
-	mu.Unlock()
+	require.Equal(t, map[string]string{"a": n.Receipt}, cancels(), "the cancel, heard before Heard said so")
 
 	require.NoError(t, srv.Client(t).ClientKillByFilter(ctx, "TYPE", "pubsub").Err())
 	require.Eventually(t, func() bool { return !sub.Heard(ctx, mark, 0) }, 5*time.Second, time.Millisecond,
@@ -54,4 +50,138 @@ func TestSubscription(t *testing.T) {
 		return m != 0 && m != mark && sub.Heard(ctx, m, 0)
 	}, 10*time.Second, 10*time.Millisecond, "nothing heard on the next connection")
 	require.False(t, sub.Heard(ctx, mark, 0), "the lost connection stays lost")
+}
+
+// TestSubscriptionOnEachDeployment: on one Redis and on a Cluster, where
+// the subscription lives on the node of its channel's slot and the shards
+// on all three, a subscriber hears the wake-up of every shard an enqueue
+// makes due, the cancel of every reservation, with its receipt, and the
+// answers to its PINGs, so that Heard says it has heard.
+func TestSubscriptionOnEachDeployment(t *testing.T) {
+	t.Parallel()
+	onEachDeployment(t, func(t *testing.T, client redis.UniversalClient, shards int) {
+		ctx := context.Background()
+		b := setup(t, store.Config{Client: client, Shards: shards})
+		sub, cancels := subscribeToCancels(t, b.store)
+		select {
+		case <-sub.Ready:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the subscription was not confirmed within 10s")
+		}
+		mark := sub.Mark()
+		require.NotZero(t, mark)
+		require.True(t, sub.Heard(ctx, mark, 5*time.Second), "no PING answered")
+
+		for i := range 16 {
+			b.enqueue(t, b.newNotification(t, fmt.Sprint("n", i), 0, 0))
+		}
+		woken := map[int]bool{}
+		deadline := time.After(5 * time.Second)
+		for len(woken) < shards {
+			select {
+			case w := <-sub.Wakes:
+				require.Equal(t, store.PullQueue("jobs"), w.Queue)
+				woken[w.Shard] = true
+			case <-deadline:
+				t.Fatalf("the wake-ups of shards %v only, of %d", woken, shards)
+			}
+		}
+		items := b.reserveAll(t)
+		require.Len(t, items, 16)
+		want := map[string]string{}
+		for _, n := range items {
+			_, err := b.store.Cancel(ctx, n.ID)
+			require.NoError(t, err)
+			want[n.ID] = n.Receipt
+		}
+		time.Sleep(store.HeardWithin)
+		require.True(t, sub.Heard(ctx, mark, 5*time.Second), "nothing heard")
+		require.Equal(t, want, cancels(), "the cancels, heard before Heard said so")
+	})
+}
+
+// subscribeToCancels subscribes to st until the test ends; cancels returns
+// the cancelled reservations heard so far, receipt by id.
+func subscribeToCancels(t *testing.T, st *store.Store) (_ *store.Subscription, cancels func() map[string]string) {
+	t.Helper()
+	var mu sync.Mutex
+	heard := map[string]string{}
+	ctx, stop := context.WithCancel(context.Background())
+	t.Cleanup(stop)
+	sub := st.Subscribe(ctx, func(id, receipt string) {
+		mu.Lock()
+		defer mu.Unlock()
+		heard[id] = receipt
+	})
+	return sub, func() map[string]string {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(heard)
+	}
+}
+
+// TestSubscriptionEndsWithItsContext: once its context ends, a
+// subscription closes Wakes and leaves no goroutine behind (its receiving
+// loop, and the one that PINGs), whether Redis answers, has gone (killed),
+// or is frozen (SIGSTOP), its connection open and silent.
+func TestSubscriptionEndsWithItsContext(t *testing.T) {
+	// Not parallel: it counts the goroutines of every subscription.
+	for _, tc := range []struct {
+		name   string
+		outage func(srv *redistest.Server)
+	}{
+		{"RedisUp", func(*redistest.Server) {}},
+		{"RedisKilled", func(srv *redistest.Server) { srv.Kill() }},
+		{"RedisFrozen", func(srv *redistest.Server) { srv.Pause() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := subscriptionGoroutines()
+			srv := redistest.Start(t, redistest.Options{})
+			t.Cleanup(srv.Resume)
+			st, err := store.New(&store.Config{Client: srv.Client(t), Namespace: redistest.Namespace(t), Logger: heraldtest.Logger(t)})
+			require.NoError(t, err)
+			ctx, stop := context.WithCancel(context.Background())
+			defer stop()
+			sub := st.Subscribe(ctx, func(string, string) {})
+			<-sub.Ready
+			require.True(t, sub.Heard(ctx, sub.Mark(), 5*time.Second), "no PING answered")
+			tc.outage(srv)
+			time.Sleep(store.HeardWithin + 100*time.Millisecond)
+
+			stop()
+			closed := make(chan struct{})
+			go func() {
+				for range sub.Wakes {
+				}
+				close(closed)
+			}()
+			select {
+			case <-closed:
+			case <-time.After(5 * time.Second):
+				t.Fatal("Wakes not closed within 5s of the end of the context")
+			}
+			require.Eventually(t, func() bool { return subscriptionGoroutines() <= before }, 5*time.Second, 10*time.Millisecond,
+				"the subscription's goroutines outlive its context")
+		})
+	}
+}
+
+// subscriptionGoroutines counts the goroutines of subscriptions.
+func subscriptionGoroutines() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "store.(*Subscription).ping") || strings.Contains(g, "store.(*Store).Subscribe.func") {
+			count++
+		}
+	}
+	return count
 }
