@@ -23,6 +23,7 @@ import (
 
 	"github.com/heraldhq/herald"
 	"github.com/heraldhq/herald/internal/heraldtest"
+	"github.com/heraldhq/herald/internal/redistest"
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/notify/httpsend"
 	"github.com/heraldhq/herald/notify/sms"
@@ -873,18 +874,75 @@ func testCancelOfAReminderReservedAhead(t *testing.T, move bool) {
 		require.Equal(t, herald.Replaced, res.Status)
 		want = herald.StateScheduled
 	}
-	answered := time.Now()
-	close(release) // the worker is free after the cancel was answered
-	time.Sleep(time.Second)
-	for _, a := range rcv.arrivals(smsText("reminder", 0)) {
-		t.Errorf("the cancelled reminder reached the gateway at %s, %s after it was answered",
-			a.at.Format(time.RFC3339Nano), a.at.Sub(answered))
-	}
+	freeWorkerAfterCancel(t, rcv, release)
 	n, err = c.Get(ctx, "reminder")
 	require.NoError(t, err)
 	require.Equal(t, want, n.State)
 	if move {
 		require.Empty(t, n.History, "the moved reminder's history")
 		require.Empty(t, rcv.arrivals(smsText("reminder", 1)), "the moved reminder went out early")
+	}
+}
+
+// TestCancelOfAReminderReservedAheadWhileTheSubscriptionIsDown: the
+// dispatcher's subscription goes down between the reservation of a
+// reminder ahead of its busy worker and the worker's start of it, and the
+// reminder is cancelled meanwhile, its announcement published to no one:
+// Redis restarts (with its data), or drops the subscriber's connection.
+// The worker, once free, sends nothing: it gives the reminder back, found
+// cancelled, rather than start it unheard.
+func TestCancelOfAReminderReservedAheadWhileTheSubscriptionIsDown(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		down func(t *testing.T, srv *redistest.Server, admin *redis.Client)
+	}{
+		{"RedisRestarts", func(t *testing.T, srv *redistest.Server, _ *redis.Client) {
+			srv.Kill()
+			require.NoError(t, srv.Restart())
+		}},
+		{"SubscriberDropped", func(t *testing.T, _ *redistest.Server, admin *redis.Client) {
+			require.NoError(t, admin.ClientKillByFilter(context.Background(), "TYPE", "pubsub").Err())
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			srv := redistest.Start(t, redistest.Options{AOF: true}) // its own, to restart or drop subscribers of
+			admin := srv.Client(t)
+			ns := redistest.Namespace(t)
+			c, err := herald.NewClient(admin, &herald.ClientConfig{Namespace: ns})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = c.Close() })
+			rcv := newReceiver(t)
+			release, _ := reserveAheadOfBusyWorker(t, srv.Client(t), ns, c, rcv)
+
+			tc.down(t, srv, admin)
+			var n *herald.Notification
+			require.Eventually(t, func() bool {
+				n, err = c.Cancel(ctx, "reminder")
+				return err == nil
+			}, 10*time.Second, 10*time.Millisecond, "the cancel once Redis answers")
+			require.Equal(t, herald.StateCancelled, n.State)
+			freeWorkerAfterCancel(t, rcv, release)
+			n, err = c.Get(ctx, "reminder")
+			require.NoError(t, err)
+			require.Equal(t, herald.StateCancelled, n.State)
+			require.Empty(t, n.History)
+		})
+	}
+}
+
+// freeWorkerAfterCancel frees the busy worker, the reminder's cancel
+// answered, gives it a second, and fails t for every arrival of the
+// cancelled reminder.
+func freeWorkerAfterCancel(t *testing.T, rcv *receiver, release chan struct{}) {
+	t.Helper()
+	answered := time.Now()
+	close(release)
+	time.Sleep(time.Second)
+	for _, a := range rcv.arrivals(smsText("reminder", 0)) {
+		t.Errorf("the cancelled reminder reached the gateway at %s, %s after it was answered",
+			a.at.Format(time.RFC3339Nano), a.at.Sub(answered))
 	}
 }
