@@ -925,10 +925,7 @@ func TestCancelOfAReminderReservedAheadWhileTheSubscriptionIsDown(t *testing.T) 
 			}, 10*time.Second, 10*time.Millisecond, "the cancel once Redis answers")
 			require.Equal(t, herald.StateCancelled, n.State)
 			freeWorkerAfterCancel(t, rcv, release)
-			n, err = c.Get(ctx, "reminder")
-			require.NoError(t, err)
-			require.Equal(t, herald.StateCancelled, n.State)
-			require.Empty(t, n.History)
+			requireCancelledUnattempted(t, c)
 		})
 	}
 }
@@ -945,4 +942,36 @@ func freeWorkerAfterCancel(t *testing.T, rcv *receiver, release chan struct{}) {
 		t.Errorf("the cancelled reminder reached the gateway at %s, %s after it was answered",
 			a.at.Format(time.RFC3339Nano), a.at.Sub(answered))
 	}
+}
+
+// TestCancelOfAReminderReservedAheadOnCluster: on a Redis Cluster, where
+// the cancel runs on the node of the reminder's shard and its announcement
+// reaches the dispatcher's subscription over the cluster bus, a reminder
+// reserved ahead of a busy worker and cancelled is not sent once the
+// worker is free.
+func TestCancelOfAReminderReservedAheadOnCluster(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cl := redistest.StartCluster(t, 3)
+	ns := redistest.Namespace(t)
+	c, err := herald.NewClient(cl.Client(t), &herald.ClientConfig{Namespace: ns})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	rcv := newReceiver(t)
+	release, _ := reserveAheadOfBusyWorker(t, cl.Client(t), ns, c, rcv)
+	n, err := c.Cancel(ctx, "reminder")
+	require.NoError(t, err)
+	require.Equal(t, herald.StateCancelled, n.State)
+	freeWorkerAfterCancel(t, rcv, release)
+	requireCancelledUnattempted(t, c)
+}
+
+// requireCancelledUnattempted fails t unless the reminder is cancelled,
+// with no attempt in its history.
+func requireCancelledUnattempted(t *testing.T, c *herald.Client) {
+	t.Helper()
+	n, err := c.Get(context.Background(), "reminder")
+	require.NoError(t, err)
+	require.Equal(t, herald.StateCancelled, n.State)
+	require.Empty(t, n.History)
 }
