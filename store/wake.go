@@ -67,6 +67,10 @@ type Subscription struct {
 	changed chan struct{}
 }
 
+// maxPings bounds the PINGs a subscription waits for the answers of, 3 s
+// of them; the answer to one dropped is ignored.
+const maxPings = 60
+
 // ping is a PING sent on a subscription's connection.
 type ping struct {
 	seq  uint64
@@ -159,7 +163,9 @@ func (sub *Subscription) ping(ctx context.Context, ps *redis.PubSub) {
 		sub.mu.Lock()
 		ok := sub.connected
 		if ok {
-			sub.pings = append(sub.pings, ping{seq: seq, conn: sub.conn, sent: time.Now()})
+			// A connection that stays open but answers nothing (a frozen
+			// Redis) keeps the last maxPings.
+			sub.pings = append(sub.pings[max(len(sub.pings)-maxPings+1, 0):], ping{seq: seq, conn: sub.conn, sent: time.Now()})
 		}
 		sub.mu.Unlock()
 		// A failed PING reconnects, which the receiving loop hears as a
@@ -170,16 +176,17 @@ func (sub *Subscription) ping(ctx context.Context, ps *redis.PubSub) {
 	}
 }
 
-// subscribed records that a connection's subscription was confirmed.
+// subscribed records that a connection's subscription was confirmed: a
+// new connection every time, since go-redis also reconnects where the
+// receiving loop does not see it fail (a PING whose write failed), and
+// what was published before the new one subscribed was lost.
 func (sub *Subscription) subscribed() {
 	sub.mu.Lock()
 	defer sub.mu.Unlock()
-	if !sub.connected {
-		sub.conn++
-		sub.connected = true
-		sub.pings = nil
-		sub.notify()
-	}
+	sub.conn++
+	sub.connected = true
+	sub.pings = nil
+	sub.notify()
 }
 
 // lost records that the connection failed: what is published until the

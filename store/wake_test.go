@@ -1,12 +1,16 @@
 package store_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -184,4 +188,95 @@ func subscriptionGoroutines() int {
 		}
 	}
 	return count
+}
+
+// TestSubscriptionReconnectedByItsPing: go-redis reconnects a subscription
+// inside a PING whose write failed, where the receiving loop, busy with a
+// message, never sees a read fail. A cancel published before the new
+// connection subscribed is lost, and Heard must then not say that the
+// connection had heard it: the PINGs the new connection answers do not
+// count for the old one.
+func TestSubscriptionReconnectedByItsPing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := &brittleConn{holding: make(chan struct{}), redialling: make(chan struct{})}
+	opts := server.Options()
+	opts.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if c.slowDial.CompareAndSwap(true, false) {
+			close(c.redialling)
+			time.Sleep(500 * time.Millisecond)
+		}
+		conn, err := net.Dial(network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &brittle{Conn: conn, c: c}, nil
+	}
+	rc := redis.NewClient(opts)
+	t.Cleanup(func() { _ = rc.Close() })
+	ns := redistest.Namespace(t)
+	subStore, err := store.New(&store.Config{Client: rc, Namespace: ns, Shards: 1, Logger: heraldtest.Logger(t)})
+	require.NoError(t, err)
+	st, err := store.New(&store.Config{Client: server.Client(t), Namespace: ns, Shards: 1})
+	require.NoError(t, err)
+	sub, cancels := subscribeToCancels(t, subStore)
+	<-sub.Ready
+	mark := sub.Mark()
+	require.True(t, sub.Heard(ctx, mark, 5*time.Second), "no PING answered")
+
+	_, _, err = st.Enqueue(ctx, heraldtest.Notification(t, "a", time.Now()), false)
+	require.NoError(t, err)
+	items, _, err := st.Reserve(ctx, store.PullQueue("jobs"), []int{0}, 10)
+	require.NoError(t, err)
+	require.Len(t, items, 1)
+
+	c.holdRead.Store(true)
+	_, _, err = st.Enqueue(ctx, heraldtest.Notification(t, "b", time.Now()), false) // a wake-up
+	require.NoError(t, err)
+	<-c.holding // the receiving loop is busy with it
+	c.slowDial.Store(true)
+	c.failPing.Store(true)
+	<-c.redialling // the connection is closed, the next not yet subscribed
+	time.Sleep(100 * time.Millisecond)
+	_, err = st.Cancel(ctx, "a")
+	require.NoError(t, err)
+	cancelled := time.Now()
+
+	time.Sleep(store.HeardWithin + time.Second)
+	if sub.Heard(ctx, mark, 2*time.Second) && len(cancels()) == 0 {
+		t.Fatalf("Heard on connection %d (now %d) says everything published until %v ago was heard, %v after a cancel it never heard",
+			mark, sub.Mark(), store.HeardWithin, time.Since(cancelled))
+	}
+	require.NotEqual(t, mark, sub.Mark(), "a new connection")
+}
+
+// brittleConn sets how the connections of TestSubscriptionReconnectedByItsPing
+// fail: a read that brings a pub/sub message is held a second while
+// holdRead is set, a PING's write fails while failPing is set, and a dial
+// is half a second late while slowDial is set; each once.
+type brittleConn struct {
+	holdRead, failPing, slowDial atomic.Bool
+	holding, redialling          chan struct{}
+}
+
+// brittle is a connection that fails as its brittleConn says.
+type brittle struct {
+	net.Conn
+	c *brittleConn
+}
+
+func (b *brittle) Read(p []byte) (int, error) {
+	n, err := b.Conn.Read(p)
+	if bytes.Contains(p[:n], []byte("message\r\n")) && b.c.holdRead.CompareAndSwap(true, false) {
+		close(b.c.holding)
+		time.Sleep(time.Second)
+	}
+	return n, err
+}
+
+func (b *brittle) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte("ping")) && b.c.failPing.CompareAndSwap(true, false) {
+		return 0, errors.New("write: broken pipe")
+	}
+	return b.Conn.Write(p)
 }
