@@ -888,22 +888,28 @@ func testCancelOfAReminderReservedAhead(t *testing.T, move bool) {
 // dispatcher's subscription goes down between the reservation of a
 // reminder ahead of its busy worker and the worker's start of it, and the
 // reminder is cancelled meanwhile, its announcement published to no one:
-// Redis restarts (with its data), or drops the subscriber's connection.
-// The worker, once free, sends nothing: it gives the reminder back, found
-// cancelled, rather than start it unheard.
+// Redis restarts (with its data), or drops the subscriber's connection,
+// perhaps while the subscriber is slow to read a message (go-redis then
+// reconnects where the reading does not see it fail). The worker, once
+// free, sends nothing: it gives the reminder back, found cancelled, rather
+// than start it unheard.
 func TestCancelOfAReminderReservedAheadWhileTheSubscriptionIsDown(t *testing.T) {
 	t.Parallel()
+	dropSubscribers := func(t *testing.T, _ *redistest.Server, admin *redis.Client) {
+		require.NoError(t, admin.ClientKillByFilter(context.Background(), "TYPE", "pubsub").Err())
+	}
 	for _, tc := range []struct {
 		name string
+		// slow is set when the dispatcher reads a message slowly.
+		slow bool
 		down func(t *testing.T, srv *redistest.Server, admin *redis.Client)
 	}{
-		{"RedisRestarts", func(t *testing.T, srv *redistest.Server, _ *redis.Client) {
+		{"RedisRestarts", false, func(t *testing.T, srv *redistest.Server, _ *redis.Client) {
 			srv.Kill()
 			require.NoError(t, srv.Restart())
 		}},
-		{"SubscriberDropped", func(t *testing.T, _ *redistest.Server, admin *redis.Client) {
-			require.NoError(t, admin.ClientKillByFilter(context.Background(), "TYPE", "pubsub").Err())
-		}},
+		{"SubscriberDropped", false, dropSubscribers},
+		{"SlowSubscriberDropped", true, dropSubscribers},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -915,8 +921,16 @@ func TestCancelOfAReminderReservedAheadWhileTheSubscriptionIsDown(t *testing.T) 
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = c.Close() })
 			rcv := newReceiver(t)
-			release, _ := reserveAheadOfBusyWorker(t, srv.Client(t), ns, c, rcv)
+			slow := &slowWakes{delay: 300 * time.Millisecond}
+			rdb := srv.Client(t)
+			rdb.AddHook(slow)
+			release, _ := reserveAheadOfBusyWorker(t, rdb, ns, c, rcv)
 
+			if tc.slow {
+				slow.armed.Store(true)
+				require.NoError(t, admin.Publish(ctx, ns+":wake", "other 0 0").Err()) // read slowly
+				time.Sleep(50 * time.Millisecond)
+			}
 			tc.down(t, srv, admin)
 			var n *herald.Notification
 			require.Eventually(t, func() bool {
