@@ -149,7 +149,13 @@ func (c *Client) reserveDue(ctx context.Context, queue string, limit int) (items
 			break
 		}
 		items = append(items, got...)
+		// A pass asks at most as many shards as it has room for, and
+		// answers the heads of those alone: the rest are due still.
+		unasked := slices.DeleteFunc(due, func(shard int) bool {
+			return slices.ContainsFunc(after, func(h store.Head) bool { return h.Shard == shard })
+		})
 		due, next = dueShards(after, c.store.Now(), next)
+		due = append(due, unasked...)
 		if len(due) > 0 && (len(items) >= limit || pass == maxReservePasses) {
 			next = c.store.Now() // more is due, for the next look
 			break
