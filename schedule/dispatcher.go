@@ -304,7 +304,7 @@ type Dispatcher struct {
 
 	// waitingMu guards waiting, reserving and early. waiting holds the
 	// reservations handed to the workers and not yet taken by one, by
-	// reservation (waitKey), true once a cancel ended one meanwhile. By
+	// reservation, true once a cancel ended one meanwhile. By
 	// reservation, not by id: a notification cancelled, then enqueued
 	// again and reserved afresh, may wait here twice. reserving counts
 	// the reservations under way, and early holds the cancels heard
@@ -312,9 +312,9 @@ type Dispatcher struct {
 	// between Redis reserving a notification and the reserve loop listing
 	// it.
 	waitingMu sync.Mutex
-	waiting   map[string]bool
+	waiting   map[reservation]bool
 	reserving int
-	early     map[string]bool
+	early     map[reservation]bool
 
 	// runningMu guards running, the ids whose attempt a sender of this
 	// dispatcher is making: one that outlived its ttr, ignoring its
@@ -362,8 +362,8 @@ func New(cfg *Config) (*Dispatcher, error) {
 		finishes: make(chan pendingFinish, total),
 		ready:    make(chan struct{}),
 		running:  map[string]struct{}{},
-		waiting:  map[string]bool{},
-		early:    map[string]bool{},
+		waiting:  map[reservation]bool{},
+		early:    map[reservation]bool{},
 		pauses:   pauses{read: make(chan struct{})},
 	}, nil
 }
@@ -710,6 +710,8 @@ func sleep(ctx context.Context, d time.Duration) {
 // too, and reserved afresh: started, it would be cut short by the ttr it
 // spent waiting, or run after the reaper took it back and counted an
 // attempt that never was. Fewer are then reserved ahead (capacity.shrink).
+// So is one whose cancel may have answered unheard (heard): reserved
+// afresh, it is found cancelled.
 func (d *Dispatcher) worker(ctx context.Context) {
 	for q, ok := d.next(); ok; q, ok = d.next() {
 		n := q.n
@@ -803,7 +805,7 @@ func (d *Dispatcher) timed(took time.Duration) {
 func (d *Dispatcher) cancelWaiting(id, receipt string) {
 	d.waitingMu.Lock()
 	defer d.waitingMu.Unlock()
-	k := waitKey(id, receipt)
+	k := reservation{id, receipt}
 	switch _, ok := d.waiting[k]; {
 	case ok:
 		d.waiting[k] = true
@@ -813,8 +815,8 @@ func (d *Dispatcher) cancelWaiting(id, receipt string) {
 	}
 }
 
-// waitKey names the reservation receipt of the notification id.
-func waitKey(id, receipt string) string { return id + " " + receipt }
+// reservation names the reservation receipt of the notification id.
+type reservation struct{ id, receipt string }
 
 // reserveStarts notes a reservation under way: the cancels heard until it
 // is listed are kept for it.
@@ -833,7 +835,7 @@ func (d *Dispatcher) listReserved(items []*notify.Notification) {
 	d.waitingMu.Lock()
 	defer d.waitingMu.Unlock()
 	for _, n := range items {
-		k := waitKey(n.ID, n.Receipt)
+		k := reservation{n.ID, n.Receipt}
 		d.waiting[k] = d.early[k] // cancelled before it was listed
 	}
 	if d.reserving--; d.reserving == 0 {
@@ -847,7 +849,7 @@ func (d *Dispatcher) listReserved(items []*notify.Notification) {
 func (d *Dispatcher) cancelledWhileWaiting(n *notify.Notification) bool {
 	d.waitingMu.Lock()
 	defer d.waitingMu.Unlock()
-	k := waitKey(n.ID, n.Receipt)
+	k := reservation{n.ID, n.Receipt}
 	cancelled := d.waiting[k]
 	delete(d.waiting, k)
 	return cancelled
