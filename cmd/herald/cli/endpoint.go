@@ -104,14 +104,8 @@ standard input, so that secrets stay out of the shell's history:
 			if err != nil {
 				return err
 			}
-			return c.output(enableJSON, pauseAnswer(store.PauseEndpoint, args[0], false, &n), func(out io.Writer) error {
-				if !isPaused(pauses, store.PauseDisabled, args[0]) {
-					_, err := fmt.Fprintln(out, "endpoint", args[0], "was not disabled; nothing changed")
-					return err
-				}
-				_, err := fmt.Fprintln(out, "enabled", args[0]+":", n, "due at once")
-				return err
-			})
+			return c.pauseOutput(enableJSON, pauseAnswer(store.PauseEndpoint, args[0], false, &n), isPaused(pauses, store.PauseDisabled, args[0]),
+				fmt.Sprint("enabled ", args[0], ": ", n, " due at once"), "endpoint "+args[0]+" was not disabled; nothing changed")
 		})})
 	enable.Flags().BoolVar(&enableJSON, "json", false, `print JSON, as POST /v1/endpoints/{name}/enable answers: {"endpoint": ..., "paused": false, "resumed": N}`)
 	cmd.AddCommand(list, get, put, del, enable)
@@ -199,14 +193,8 @@ func (c *app) pauseCommands() []*cobra.Command {
 			if kind == store.PauseTopic {
 				c.warnUnknownTopic(cmd.Context(), cl, set, name)
 			}
-			return c.output(pauseJSON, pauseAnswer(kind, name, true, nil), func(out io.Writer) error {
-				if isPaused(pauses, kind, name) {
-					_, err := fmt.Fprintln(out, kind, name, "was paused already; nothing changed")
-					return err
-				}
-				_, err := fmt.Fprintln(out, "paused", kind, name)
-				return err
-			})
+			return c.pauseOutput(pauseJSON, pauseAnswer(kind, name, true, nil), !isPaused(pauses, kind, name),
+				"paused "+kind+" "+name, kind+" "+name+" was paused already; nothing changed")
 		})
 	pause.Flags().BoolVar(&pauseJSON, "json", false, "print JSON, as POST /v1/topics/{topic}/pause answers")
 	resume := build("resume", "Resume a paused topic or endpoint: what came due meanwhile starts at once",
@@ -221,19 +209,13 @@ func (c *app) pauseCommands() []*cobra.Command {
 			}
 			wasPaused := isPaused(pauses, kind, name)
 			if !wasPaused {
+				// A resume of what is running is what the operator wanted,
+				// so it succeeds; the warning names what is paused, in case
+				// the name was mistyped.
 				c.warnNotPaused(cmd.Context(), pauses, kind, name)
 			}
-			return c.output(resumeJSON, pauseAnswer(kind, name, false, &n), func(out io.Writer) error {
-				if !wasPaused {
-					// A resume of what is running is what the operator
-					// wanted, so it succeeds; the warning names what is
-					// paused, in case the name was mistyped.
-					_, err := fmt.Fprintln(out, kind, name, "was not paused; nothing changed")
-					return err
-				}
-				_, err := fmt.Fprintln(out, "resumed", kind, name+":", n, "due at once")
-				return err
-			})
+			return c.pauseOutput(resumeJSON, pauseAnswer(kind, name, false, &n), wasPaused,
+				fmt.Sprint("resumed ", kind, " ", name, ": ", n, " due at once"), kind+" "+name+" was not paused; nothing changed")
 		})
 	resume.Flags().BoolVar(&resumeJSON, "json", false, `print JSON, as POST /v1/topics/{topic}/resume answers: {"topic": ..., "paused": false, "resumed": N}`)
 	return []*cobra.Command{pause, resume, c.pausesCommand()}
@@ -250,6 +232,20 @@ func pauseAnswer(kind, name string, paused bool, resumed *int) map[string]any {
 		a["resumed"] = *resumed
 	}
 	return a
+}
+
+// pauseOutput prints what pause, resume or endpoint enable did: answer
+// with --json, else done, or unchanged when the command found nothing to
+// change.
+func (c *app) pauseOutput(asJSON bool, answer map[string]any, changed bool, done, unchanged string) error {
+	return c.output(asJSON, answer, func(out io.Writer) error {
+		line := done
+		if !changed {
+			line = unchanged
+		}
+		_, err := fmt.Fprintln(out, line)
+		return err
+	})
 }
 
 // isPaused reports whether pauses has what kind and name name.
