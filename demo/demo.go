@@ -242,12 +242,8 @@ func (d *Demo) enqueue(ctx context.Context, cl *client.Client) error {
 		}
 		n := res.Notification
 		d.records[n.ID] = n
-		waits := make([]string, len(n.Backoff))
-		for i, w := range n.Backoff {
-			waits[i] = w.String()
-		}
 		d.tl.line("enqueued %-16s topic %s, policy %s: waits %s; attempt 0 due at %s",
-			n.ID, n.Topic, n.Policy, strings.Join(waits, ","), d.tl.stamp(*n.NextAttemptAt))
+			n.ID, n.Topic, n.Policy, show.Backoff(n.Backoff), d.tl.stamp(*n.NextAttemptAt))
 	}
 	return nil
 }

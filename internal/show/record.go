@@ -63,11 +63,7 @@ func Record(out io.Writer, n *notify.Notification, now time.Time) error {
 		row("waiting_for", n.WaitingFor)
 	}
 	row("attempts", fmt.Sprintf("%d made of %d", n.Attempts, len(n.Backoff)))
-	backoff := make([]string, len(n.Backoff))
-	for i, d := range n.Backoff {
-		backoff[i] = d.String()
-	}
-	row("backoff", strings.Join(backoff, ","))
+	row("backoff", Backoff(n.Backoff))
 	row("send_at", Time(n.SendAt))
 	switch {
 	case n.State == notify.StateReserved && n.Deadline != nil:
@@ -111,4 +107,13 @@ func Record(out io.Writer, n *notify.Notification, now time.Time) error {
 			time.Duration(a.DurationMS)*time.Millisecond, a.Outcome, status, Dash(Line(a.Error, 100)))
 	}
 	return tw.Flush()
+}
+
+// Backoff writes a backoff array as a policy does: "0s,2m,1h".
+func Backoff(b []notify.Duration) string {
+	waits := make([]string, len(b))
+	for i, d := range b {
+		waits[i] = d.String()
+	}
+	return strings.Join(waits, ",")
 }
