@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"errors"
 	"strconv"
 	"strings"
 	"sync"
@@ -132,11 +131,14 @@ func (s *Store) Subscribe(ctx context.Context, onCancel func(id, receipt string)
 			case *redis.Pong:
 				sub.answered(m.Payload)
 			case *redis.Message:
-				if id, receipt, ok := parseCancel(m.Payload); ok {
+				w, id, receipt, ok := parseMessage(m.Payload)
+				switch {
+				case !ok:
+				case id != "":
 					if onCancel != nil {
 						onCancel(id, receipt)
 					}
-				} else if w, err := parseWake(m.Payload); err == nil {
+				default:
 					select {
 					case out <- w:
 					default:
@@ -270,24 +272,21 @@ func (sub *Subscription) Heard(ctx context.Context, mark uint64, wait time.Durat
 // <receipt>", which no queue's name is.
 const cancelWake = "cancel"
 
-// parseCancel reads the message of a cancelled reservation.
-func parseCancel(s string) (id, receipt string, ok bool) {
-	f := strings.Fields(s)
-	if len(f) != 3 || f[0] != cancelWake {
-		return "", "", false
-	}
-	return f[1], f[2], true
-}
-
-func parseWake(s string) (Wake, error) {
+// parseMessage reads a message published on the wake channel: a wake-up,
+// "<queue> <shard> <due ms>", or the cancel of a reservation, with id set.
+// ok is false for neither.
+func parseMessage(s string) (w Wake, id, receipt string, ok bool) {
 	f := strings.Fields(s)
 	if len(f) != 3 {
-		return Wake{}, errors.New("bad wake message")
+		return Wake{}, "", "", false
+	}
+	if f[0] == cancelWake {
+		return Wake{}, f[1], f[2], true
 	}
 	shard, err1 := strconv.Atoi(f[1])
 	due, err2 := strconv.ParseInt(f[2], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return Wake{}, err
+	if err1 != nil || err2 != nil {
+		return Wake{}, "", "", false
 	}
-	return Wake{Queue: f[0], Shard: shard, Due: fromMS(due)}, nil
+	return Wake{Queue: f[0], Shard: shard, Due: fromMS(due)}, "", "", true
 }
