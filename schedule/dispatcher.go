@@ -161,7 +161,8 @@ type Config struct {
 	// wait where attempts are slow: as many as the workers start within
 	// about 100ms, by the average attempt's time, and none before an
 	// attempt was timed, so that other dispatchers' idle workers take the
-	// rest of a burst. Their ttr runs while they wait: one that waited
+	// rest of a burst; none while the subscription to wake-ups is down,
+	// when a cancel of one waiting could go unheard. Their ttr runs while they wait: one that waited
 	// until its reservation no longer leaves its attempt the policy's
 	// timeout (or nine tenths of its ttr, where shorter) is given back
 	// unstarted and reserved afresh, and the dispatcher then reserves fewer
@@ -774,11 +775,13 @@ func (d *Dispatcher) run(ctx context.Context, n *notify.Notification, p *policy.
 const aheadHorizon = 100 * time.Millisecond
 
 // ahead returns how many notifications may wait reserved for a worker: as
-// many as the workers start within aheadHorizon, up to Prefetch, and none
-// until an attempt was timed.
+// many as the workers start within aheadHorizon, up to Prefetch; none
+// until an attempt was timed, and none while the subscription is down,
+// since one that then waited store.HeardWithin could not be told from one
+// cancelled unheard, and would go back (heard) until the next poll.
 func (d *Dispatcher) ahead() int {
 	took := d.attemptNS.Load()
-	if took == 0 {
+	if took == 0 || d.sub.Mark() == 0 {
 		return 0
 	}
 	return int(min(int64(d.cfg.Prefetch), int64(d.cfg.Concurrency)*int64(aheadHorizon)/took))

@@ -106,6 +106,19 @@ func setupOn(t *testing.T, client *redis.Client, namespace string) *testBundle {
 
 func (b *testBundle) start(t *testing.T, cfg schedule.Config) *schedule.Dispatcher {
 	t.Helper()
+	d := b.launch(t, cfg)
+	select {
+	case <-d.Ready():
+	case <-time.After(5 * time.Second):
+		t.Fatal("dispatcher not subscribed to wake-ups within 5s")
+	}
+	return d
+}
+
+// launch starts a dispatcher of cfg on the bundle's store, stopped at the
+// test's end, without waiting for its subscription to wake-ups.
+func (b *testBundle) launch(t *testing.T, cfg schedule.Config) *schedule.Dispatcher {
+	t.Helper()
 	cfg.Store = b.store
 	cfg.PoliciesFunc = func() *policy.Set { return b.policies }
 	cfg.ReapInterval = cmp.Or(cfg.ReapInterval, 20*time.Millisecond)
@@ -116,11 +129,6 @@ func (b *testBundle) start(t *testing.T, cfg schedule.Config) *schedule.Dispatch
 	require.NoError(t, err)
 	require.NoError(t, d.Start(context.Background()))
 	t.Cleanup(d.Stop)
-	select {
-	case <-d.Ready():
-	case <-time.After(5 * time.Second):
-		t.Fatal("dispatcher not subscribed to wake-ups within 5s")
-	}
 	return d
 }
 
@@ -576,6 +584,48 @@ func TestReservedAheadKeepTheirTime(t *testing.T) {
 	for i, l := range left {
 		require.GreaterOrEqual(t, l, 100*time.Millisecond, "attempt %d started with %s of its 300ms ttr left", i, l)
 	}
+}
+
+// TestDispatcherThatCannotSubscribe: a dispatcher whose Redis user may not
+// subscribe (an ACL user denied SUBSCRIBE, as behind a proxy without
+// pub/sub) hears no wake-up and no cancel,
+// and finds work by polling. A reminder that falls due while its one worker
+// is busy starts as soon as the worker is free: it is not reserved ahead,
+// where, waiting, it could not be told from one cancelled unheard and would
+// go back until the next poll.
+func TestDispatcherThatCannotSubscribe(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	admin := server.Client(t)
+	user := redistest.Namespace(t)
+	require.NoError(t, admin.Do(ctx, "ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all", "-subscribe").Err())
+	t.Cleanup(func() { _ = admin.Do(context.Background(), "ACL", "DELUSER", user).Err() })
+	opts := server.Options()
+	opts.Username, opts.Password = user, "pw"
+	rdb := redis.NewClient(opts)
+	t.Cleanup(func() { _ = rdb.Close() })
+	b := setupOn(t, rdb, redistest.Namespace(t))
+	started, release := make(chan struct{}), make(chan struct{})
+	rec := newRecorder(func(_ context.Context, n *notify.Notification) error {
+		if n.ID == "slow" {
+			close(started)
+			<-release
+		}
+		return nil
+	})
+	b.enqueue(t, "quick", ms(0), 0) // a timed attempt, after which a dispatcher reserves ahead
+	b.enqueue(t, "slow", ms(0), 100*time.Millisecond)
+	reminder := b.enqueue(t, "reminder", ms(0), 300*time.Millisecond)
+	// Polled once a minute: only the reservations' answers tell the
+	// dispatcher what falls due.
+	b.launch(t, schedule.Config{Senders: map[string]notify.Sender{notify.ChannelWebhook: rec}, Concurrency: 1, PollInterval: time.Minute})
+	<-started
+	time.Sleep(time.Until(reminder.NextAttemptAt.Add(2 * store.HeardWithin)))
+	freed := time.Now()
+	close(release)
+	got := b.waitState(t, "reminder", notify.StateSucceeded)
+	require.Len(t, got.History, 1)
+	require.Less(t, got.History[0].StartedAt.Sub(freed), 500*time.Millisecond, "the reminder started that long after the worker was free")
 }
 
 // TestShortTTRBehindASlowRedis: a reservation's round trip is not time spent
