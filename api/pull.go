@@ -198,7 +198,7 @@ var repeatable = []string{"ids"}
 // (?max=1&max=50 reserving one), and any pair the query's syntax does not
 // allow, which r.URL.Query drops unseen (?topic=a&dry_run=true; purging).
 func query(r *http.Request, allowed ...string) (url.Values, error) {
-	q, err := parseQuery(r.URL.RawQuery)
+	q, err := ParseQuery(r.URL.RawQuery)
 	if err != nil {
 		return nil, err
 	}
@@ -213,11 +213,13 @@ func query(r *http.Request, allowed ...string) (url.Values, error) {
 	return q, nil
 }
 
-// parseQuery is url.ParseQuery, which skips the pairs it cannot read and
+// ParseQuery is url.ParseQuery, which skips the pairs it cannot read and
 // reports only the first, made to refuse them: a pair holding a ";" (a
 // separator some clients use, which Go does not) or a bad %-escape is a
 // *notify.FieldError naming its parameter, as far as its name can be read.
-func parseQuery(raw string) (url.Values, error) {
+// The dashboard reads its filters with it too, so that a purge never acts
+// on a filter with a pair dropped.
+func ParseQuery(raw string) (url.Values, error) {
 	q := url.Values{}
 	for raw != "" {
 		var pair string

@@ -168,7 +168,11 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request, s *session) {
 		}
 	}
 	var d overviewData
-	q := r.URL.Query()
+	q, err := api.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		h.fail(w, r, s, err)
+		return
+	}
 	if err = h.endpointRows(ctx, q, paused, byEndpoint, now, &d); err != nil {
 		h.fail(w, r, s, err)
 		return
@@ -260,7 +264,12 @@ func newChart(activity []store.MinuteActivity, now time.Time) chart {
 
 // find handles GET /ui/find?id=: the search box's jump to a notification.
 func (h *Handler) find(w http.ResponseWriter, r *http.Request, s *session) {
-	id := strings.TrimSpace(r.URL.Query().Get("id"))
+	q, err := api.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		h.fail(w, r, s, err)
+		return
+	}
+	id := strings.TrimSpace(q.Get("id"))
 	if !notify.ValidID(id) {
 		h.fail(w, r, s, notify.Errorf("id", "must match [A-Za-z0-9._:-]{1,128}"))
 		return
@@ -497,7 +506,11 @@ const deadPageSize = 50
 
 // dead handles GET /ui/dead?topic=&since=&until=&cursor=&page=.
 func (h *Handler) dead(w http.ResponseWriter, r *http.Request, s *session) {
-	q := r.URL.Query()
+	q, err := api.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		h.fail(w, r, s, err)
+		return
+	}
 	f, err := parseDeadQuery(q)
 	if err != nil {
 		h.fail(w, r, s, err)
@@ -555,7 +568,11 @@ type confirmData struct {
 // confirm handles GET /ui/dead/confirm?action=replay|purge&...: it counts
 // what the filter selects (a dry run) and shows the form that acts on it.
 func (h *Handler) confirm(w http.ResponseWriter, r *http.Request, s *session) {
-	q := r.URL.Query()
+	q, err := api.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		h.fail(w, r, s, err)
+		return
+	}
 	action := q.Get("action")
 	if action != "replay" && action != "purge" {
 		h.fail(w, r, s, notify.Errorf("action", "must be replay or purge"))

@@ -691,6 +691,26 @@ func TestStateChanges(t *testing.T) {
 		require.Equal(t, http.StatusOK, status, "the one that died after the count is still there")
 	})
 
+	// A filter the dashboard cannot read whole (a pair with a ";" or a bad
+	// %-escape, which Go's parser drops) is refused, naming it: dropped, the
+	// confirmation would count, and offer to purge, every topic's dead.
+	t.Run("FilterItCannotReadIsRefused", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, testToken)
+		b.login(t)
+		b.bury(t, "d1", "orders", `{}`, "x")
+		b.bury(t, "other", "billing", `{}`, "x")
+		for _, q := range []string{"topic=orders;", "topic=orders%zz", "topic=orders;since=2026-01-01T00:00:00Z"} {
+			status, page := b.get(t, "/ui/dead/confirm?action=purge&"+q)
+			require.Equal(t, http.StatusBadRequest, status, q)
+			require.Contains(t, page, "topic", q)
+			require.NotContains(t, page, "match", q)
+			status, page = b.get(t, "/ui/dead?"+q)
+			require.Equal(t, http.StatusBadRequest, status, q)
+			require.NotContains(t, page, "other", q)
+		}
+	})
+
 	t.Run("PurgeOneFromItsPage", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, testToken)
