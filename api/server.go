@@ -101,6 +101,9 @@ type Config struct {
 	// StrictTopics accepts only the topics the policies name (400 naming
 	// topic otherwise); see client.Config.StrictTopics.
 	StrictTopics bool
+	// TemplateFunc, when set, refuses a notification naming a template it
+	// does not know (400 naming template); see client.Config.TemplateFunc.
+	TemplateFunc func(name string) bool
 	// PollInterval is the longest a waiting reservation goes without
 	// asking Redis; news of an enqueue or a resume ends the wait sooner.
 	// Default client.PollIntervalDefault (1s).
@@ -202,6 +205,7 @@ func New(cfg *Config) (*Server, error) {
 		Observer:     cfg.Observer,
 		Tracer:       cfg.Tracer,
 		StrictTopics: cfg.StrictTopics,
+		TemplateFunc: cfg.TemplateFunc,
 		PollInterval: cfg.PollInterval,
 	})
 	if err != nil {

@@ -112,6 +112,12 @@ type Config struct {
 	// endpoint.Registry of the policies file's endpoints and those
 	// registered over the API in Store.
 	Endpoints endpoint.Lookup
+	// TemplateFunc reports whether a template of that name is loaded, so
+	// that a request naming one that is not is refused, with a
+	// *notify.FieldError for template, rather than dying at its first
+	// attempt. A topic's own template is the operator's, warned of at
+	// start, and not checked. Default nil: any name is taken.
+	TemplateFunc func(name string) bool
 }
 
 // WithDefaults returns a copy of c with zero fields set to their defaults.
@@ -219,6 +225,9 @@ func (c *Client) EnqueueBatch(ctx context.Context, reqs []*notify.Request) ([]st
 		}
 		if err == nil {
 			n, err = set.Resolve(req, now, c.cfg.MaxPayload)
+		}
+		if err == nil && req.Template != "" && c.cfg.TemplateFunc != nil && !c.cfg.TemplateFunc(req.Template) {
+			err = notify.Errorf("template", "%q is not a template this server has loaded (a file of its templates_dir)", req.Template)
 		}
 		if err == nil && n.Endpoint != "" {
 			err = c.checkEndpoint(ctx, n.Endpoint)

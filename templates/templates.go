@@ -159,6 +159,12 @@ func (s *Set) Names() []string {
 	return slices.Sorted(maps.Keys(*s.byName.Load()))
 }
 
+// Has reports whether a template of that name is loaded.
+func (s *Set) Has(name string) bool {
+	_, ok := (*s.byName.Load())[name]
+	return ok
+}
+
 // ContentType returns the media type of what the named template renders:
 // ContentTypeJSON for a JSON template, ContentTypeText otherwise.
 func ContentType(name string) string {

@@ -595,6 +595,14 @@ func TestServeReloadsTemplates(t *testing.T) {
 	s := startServe(t, e.config)
 	missing := regexp.MustCompile(`does not hold.* topic=order-notify template=order-notify.json`)
 	waitFor(t, 10*time.Second, "a warning of the missing template", func() bool { return missing.MatchString(s.logs.String()) })
+	// A notification naming a template not loaded would die at its first
+	// attempt: it is refused, naming the field.
+	var answer struct {
+		Error struct{ Field string } `json:"error"`
+	}
+	require.Equal(t, http.StatusBadRequest, s.call(t, http.MethodPost, "/v1/notifications",
+		fmt.Sprintf(`{"id": "tpl-0", "topic": "jobs", "channel": "webhook", "target": %q, "template": "order-notify.json", "payload": {}}`, rcv.URL), &answer))
+	require.Equal(t, "template", answer.Error.Field)
 
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "order-notify.json"), []byte(`{"added": {{json .id}}}`), 0o600))
 	// Caught here too, so that the test binary outlives a serve that does
@@ -608,13 +616,17 @@ func TestServeReloadsTemplates(t *testing.T) {
 	waitFor(t, 10*time.Second, "the templates to be reloaded", func() bool {
 		return regexp.MustCompile(`templates reloaded" .*count=2`).MatchString(s.logs.String())
 	})
-	require.Equal(t, http.StatusCreated, s.call(t, http.MethodPost, "/v1/notifications",
-		fmt.Sprintf(`{"id": "tpl-1", "topic": "order-notify", "target": %q, "payload": {}}`, rcv.URL), nil))
-	select {
-	case b := <-bodies:
-		require.JSONEq(t, `{"added": "tpl-1"}`, b)
-	case <-time.After(10 * time.Second):
-		require.FailNow(t, "not delivered", "logs:\n%s", s.logs.String())
+	for id, req := range map[string]string{
+		"tpl-1": `{"id": "tpl-1", "topic": "order-notify", "target": %q, "payload": {}}`,
+		"tpl-2": `{"id": "tpl-2", "topic": "jobs", "channel": "webhook", "target": %q, "template": "order-notify.json", "payload": {}}`,
+	} {
+		require.Equal(t, http.StatusCreated, s.call(t, http.MethodPost, "/v1/notifications", fmt.Sprintf(req, rcv.URL), nil))
+		select {
+		case b := <-bodies:
+			require.JSONEq(t, fmt.Sprintf(`{"added": %q}`, id), b)
+		case <-time.After(10 * time.Second):
+			require.FailNow(t, "not delivered", "logs:\n%s", s.logs.String())
+		}
 	}
 	require.Len(t, missing.FindAllString(s.logs.String(), -1), 1, "no warning once the template is there")
 }

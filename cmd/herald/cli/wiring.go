@@ -441,6 +441,11 @@ func (w *wiring) newAPI(ctx context.Context, addr net.Addr, policies func() *pol
 	if w.memory != nil {
 		cfg.RedisMemoryFunc = w.memory.read
 	}
+	if w.templates != nil {
+		// Only a process that sends loads the templates: an API alone
+		// takes any name.
+		cfg.TemplateFunc = w.templates.Has
+	}
 	if w.tracer != nil {
 		cfg.Tracer, cfg.Middleware = w.tracer, w.tracer.Middleware
 	}
