@@ -62,6 +62,13 @@ func (d Duration) Check(field string) error {
 	return Errorf(field, "%v", checkRange(time.Duration(d), d.String()))
 }
 
+// CeilMS returns d rounded up to the millisecond, as the store keeps
+// durations: of one that Check accepts, so that it cannot overflow.
+func (d Duration) CeilMS() Duration {
+	const ms = Duration(time.Millisecond)
+	return (d + ms - 1) / ms * ms
+}
+
 // checkRange refuses a duration outside what ParseDuration takes; s is how
 // it was written.
 func checkRange(d time.Duration, s string) error {

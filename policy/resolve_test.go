@@ -120,21 +120,43 @@ func TestResolveDueAtOnce(t *testing.T) {
 // record that every later read of fails to write.
 func TestEnqueueSendAtInYear10000(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t, redistest.Options{})
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = rdb.Close() })
-	c, err := herald.NewClient(rdb, &herald.ClientConfig{Namespace: redistest.Namespace(t)})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
+	c := newClient(t)
 	ctx := context.Background()
 
-	_, err = c.Enqueue(ctx, "jobs", map[string]string{"k": "v"}, herald.ID("far"), herald.Channel(notify.ChannelPull),
+	_, err := c.Enqueue(ctx, "jobs", map[string]string{"k": "v"}, herald.ID("far"), herald.Channel(notify.ChannelPull),
 		herald.SendAt(*mustTime(t, "9999-12-31T23:59:59-23:59")))
 	var fe *notify.FieldError
 	require.ErrorAs(t, err, &fe)
 	require.Equal(t, "send_at", fe.Field)
 	_, err = c.Get(ctx, "far")
 	require.ErrorIs(t, err, notify.ErrNotFound)
+}
+
+// TestEnqueueAnswersWhatIsStored: durations finer than the millisecond
+// the store keeps are answered as stored, rounded up, so that the answer
+// to an enqueue and every later read show the same ttr and backoff.
+func TestEnqueueAnswersWhatIsStored(t *testing.T) {
+	t.Parallel()
+	c := newClient(t)
+	ctx := context.Background()
+	res, err := c.Enqueue(ctx, "jobs", map[string]string{"k": "v"}, herald.ID("fine"), herald.Channel(notify.ChannelPull),
+		herald.Delay(time.Hour), herald.TTR(1500*time.Microsecond), herald.Backoff(0, 2500*time.Microsecond, time.Second+time.Nanosecond))
+	require.NoError(t, err)
+	require.Equal(t, notify.Duration(2*time.Millisecond), res.Notification.TTR)
+	require.Equal(t, durations(0, 3*time.Millisecond, time.Second+time.Millisecond), res.Notification.Backoff)
+	got, err := c.Get(ctx, "fine")
+	require.NoError(t, err)
+	require.Equal(t, res.Notification.TTR, got.TTR)
+	require.Equal(t, res.Notification.Backoff, got.Backoff)
+}
+
+// newClient returns a Go client of a Redis of the test's own.
+func newClient(t *testing.T) *herald.Client {
+	t.Helper()
+	c, err := herald.NewClient(redistest.Start(t, redistest.Options{}).Client(t), &herald.ClientConfig{Namespace: redistest.Namespace(t)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }
 
 // TestEnqueueRetriedAcrossPolicyEdit enqueues a notification, edits the

@@ -255,6 +255,12 @@ func (s *Set) Resolve(req *notify.Request, now time.Time, maxPayload int) (*noti
 	if err := n.Validate(maxPayload); err != nil {
 		return nil, err
 	}
+	// As the store keeps them, so that the enqueue's answer shows what
+	// every later read does.
+	n.TTR = n.TTR.CeilMS()
+	for i, d := range n.Backoff {
+		n.Backoff[i] = d.CeilMS()
+	}
 	if n.Channel == notify.ChannelPoll && t.Poll == nil {
 		// The poll sender fails every attempt without the topic's done
 		// condition: better a 400 now than a dead notification later.
