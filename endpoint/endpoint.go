@@ -29,6 +29,7 @@ package endpoint
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/heraldhq/herald/notify"
@@ -58,8 +59,8 @@ type Endpoint struct {
 	// MaxInFlight bounds the attempts to this endpoint running at once,
 	// across every dispatcher. 0: no bound.
 	MaxInFlight int `koanf:"max_in_flight" json:"max_in_flight,omitempty"`
-	// Rate bounds the attempts started per second, across every dispatcher.
-	// 0: no bound.
+	// Rate bounds the attempts started per second, across every dispatcher:
+	// 0 (no bound), or from MinRate to MaxRate.
 	Rate float64 `koanf:"rate" json:"rate,omitempty"`
 	// DisableAfter disables the endpoint once every attempt to it has failed
 	// for this long: its notifications wait, unburnt, until it is enabled.
@@ -84,6 +85,13 @@ const (
 	MaxSecrets = 10
 	// MaxURLLen is the longest URL accepted.
 	MaxURLLen = 2048
+	// MinRate and MaxRate bound a rate other than 0, in requests per
+	// second. MinRate is one request every 11.6 days; far slower rates
+	// overflow the limiter's arithmetic (in Redis, and in Go durations),
+	// so that every limit check would fail and the endpoint's
+	// notifications would wait for ever.
+	MinRate = 1e-6
+	MaxRate = 1e6
 )
 
 // ValidName reports whether name is an acceptable endpoint name: shaped as
@@ -104,8 +112,9 @@ func (e *Endpoint) Validate() error {
 		return notify.Errorf("secrets", "has %d entries, more than %d", len(e.Secrets), MaxSecrets)
 	case e.MaxInFlight < 0:
 		return notify.Errorf("max_in_flight", "must not be negative (0: no limit)")
-	case e.Rate < 0 || e.Rate != e.Rate || e.Rate > 1e6:
-		return notify.Errorf("rate", "must be between 0 (no limit) and 1000000 requests per second")
+	case e.Rate != 0 && !(e.Rate >= MinRate && e.Rate <= MaxRate): // NaN fails both
+		return notify.Errorf("rate", "must be 0 (no limit) or between %s and %s requests per second",
+			strconv.FormatFloat(MinRate, 'f', -1, 64), strconv.FormatFloat(MaxRate, 'f', -1, 64))
 	case e.DisableAfter < 0:
 		return notify.Errorf("disable_after", "must not be negative (0: never)")
 	}
