@@ -242,7 +242,7 @@ func requireNothingLeft(t *testing.T, client redis.UniversalClient, st *store.St
 					gauges[f] += n
 				}
 			}
-		case strings.HasPrefix(suffix, "act:"), suffix == "rate":
+		case strings.HasPrefix(suffix, "act:"), suffix == "rate", strings.HasPrefix(suffix, "alive:"):
 			if ttl <= 0 {
 				left = append(left, fmt.Sprintf("%s without expiry", key))
 			}

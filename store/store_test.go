@@ -504,6 +504,80 @@ func TestExpired(t *testing.T) {
 	require.Equal(t, reserved.Receipt, got[0].Receipt)
 }
 
+// TestExpiredReservedAhead: of three notifications reserved at once, one
+// to start at once and two ahead of the workers, all run out. The one
+// started counts an attempt (ttr expired), whoever held it. The two ahead
+// were never started by a holder that is gone (a dispatcher killed): they
+// are given back uncounted, due as they were. A holder that still lives
+// let them run out in an attempt of its own: they count, once its
+// liveness could have lapsed had it been killed.
+func TestExpiredReservedAhead(t *testing.T) {
+	t.Parallel()
+	reserve := func(t *testing.T, b *testBundle) (started *notify.Notification) {
+		t.Helper()
+		for _, id := range []string{"a", "b", "c"} {
+			n := b.newNotification(t, id, 0, 0, 0)
+			n.TTR = notify.Duration(50 * time.Millisecond)
+			b.enqueue(t, n)
+		}
+		items, _, err := b.store.ReserveAhead(context.Background(), store.PullQueue("jobs"), heraldtest.AllShards(t, b.store), 10, 1)
+		require.NoError(t, err)
+		require.Len(t, items, 3)
+		for _, n := range items {
+			if !store.Ahead(n.Receipt) {
+				require.Nil(t, started, "a second started at once")
+				started = n
+			}
+		}
+		require.NotNil(t, started)
+		b.clock.Advance(time.Second)
+		return started
+	}
+	t.Run("HolderGone", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		b := setup(t, store.Config{})
+		started := reserve(t, b)
+		got, err := b.store.Expired(ctx, 0, 10)
+		require.NoError(t, err)
+		require.Len(t, got, 1)
+		require.Equal(t, started.ID, got[0].ID)
+		var ahead []string
+		for _, id := range []string{"a", "b", "c"} {
+			if id == started.ID {
+				continue
+			}
+			ahead = append(ahead, id)
+			n, err := b.store.Get(ctx, id)
+			require.NoError(t, err)
+			require.Equal(t, notify.StateScheduled, n.State, id)
+			require.Zero(t, n.Attempts, id)
+			require.Empty(t, n.History, id)
+		}
+		require.ElementsMatch(t, ahead, ids(b.reserveAll(t)), "the two given back are due again")
+	})
+	t.Run("HolderAlive", func(t *testing.T) {
+		t.Parallel()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		client := server.Client(t)
+		b := setup(t, store.Config{Client: client})
+		go b.store.KeepAlive(ctx)
+		require.Eventually(t, func() bool {
+			iter := client.Scan(ctx, 0, b.store.Namespace()+":alive:*", 1000).Iterator()
+			return iter.Next(ctx)
+		}, 5*time.Second, time.Millisecond, "KeepAlive said nothing")
+		started := reserve(t, b)
+		got, err := b.store.Expired(ctx, 0, 10)
+		require.NoError(t, err)
+		require.Equal(t, []string{started.ID}, ids(got), "the two ahead wait while their holder could yet be found gone")
+		b.clock.Advance(3 * time.Second)
+		got, err = b.store.Expired(ctx, 0, 10)
+		require.NoError(t, err)
+		require.ElementsMatch(t, []string{"a", "b", "c"}, ids(got))
+	})
+}
+
 // TestExpiredSkipsLaterReservations: the reaper reads the expired ids, then
 // their records. A notification whose expired reservation is finished late
 // and which another dispatcher reserves again in between holds a fresh
