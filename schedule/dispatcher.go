@@ -46,7 +46,9 @@
 // lost (a read timeout, a broken connection, a Stop) reserved is given back
 // unattempted, by the store at once or, when Redis does not answer, by the
 // dispatcher once it does, rather than left to wait out its ttr and count
-// an attempt never made.
+// an attempt never made. So is what a dispatcher killed outright had
+// reserved ahead of its workers: the reaper finds its holder gone
+// (store.Store.KeepAlive, which the dispatcher runs).
 package schedule
 
 import (

@@ -103,8 +103,7 @@ func (s *Store) byHolder(ctx context.Context, ahead []*notify.Notification, laps
 	pipe := s.client.Pipeline()
 	alive := map[string]*redis.IntCmd{}
 	for _, n := range ahead {
-		h := n.Receipt[:min(holderLen, len(n.Receipt))]
-		if alive[h] == nil {
+		if h := holderOf(n.Receipt); alive[h] == nil {
 			alive[h] = pipe.Exists(ctx, s.keys.alive(h))
 		}
 	}
@@ -113,7 +112,7 @@ func (s *Store) byHolder(ctx context.Context, ahead []*notify.Notification, laps
 	}
 	for _, n := range ahead {
 		switch {
-		case alive[n.Receipt[:min(holderLen, len(n.Receipt))]].Val() == 0:
+		case alive[holderOf(n.Receipt)].Val() == 0:
 			unstarted = append(unstarted, n)
 		case ms(*n.Deadline) < lapsed:
 			started = append(started, n)

@@ -439,6 +439,9 @@ const aheadMark = "+"
 // one its holder had not started when it reserved it.
 func Ahead(receipt string) bool { return strings.HasSuffix(receipt, aheadMark) }
 
+// holderOf names the Store that made the reservation of receipt.
+func holderOf(receipt string) string { return receipt[:min(holderLen, len(receipt))] }
+
 // parseReceipt splits a receipt into its call's prefix and its shard.
 func parseReceipt(receipt string) (prefix string, shard int, ok bool) {
 	r := strings.TrimSuffix(receipt, aheadMark)
