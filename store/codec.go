@@ -99,9 +99,7 @@ func ms(t time.Time) int64 { return t.UnixMilli() }
 
 func fromMS(v int64) time.Time { return time.UnixMilli(v).UTC() }
 
-func durMS(d notify.Duration) int64 {
-	return (int64(d) + int64(time.Millisecond) - 1) / int64(time.Millisecond)
-}
+func durMS(d notify.Duration) int64 { return int64(d.CeilMS() / notify.Duration(time.Millisecond)) }
 
 // queueOf is where a notification waits: pull topics have their own queue
 // per topic, every other channel shares the dispatchers' push queue.
