@@ -46,9 +46,7 @@
 // lost (a read timeout, a broken connection, a Stop) reserved is given back
 // unattempted, by the store at once or, when Redis does not answer, by the
 // dispatcher once it does, rather than left to wait out its ttr and count
-// an attempt never made. So is what a dispatcher killed outright had
-// reserved ahead of its workers: the reaper finds its holder gone
-// (store.Store.KeepAlive, which the dispatcher runs).
+// an attempt never made.
 package schedule
 
 import (
@@ -97,8 +95,7 @@ const (
 type Store interface {
 	Shards(ctx context.Context) (int, error)
 	Now() time.Time
-	ReserveAhead(ctx context.Context, queue string, shards []int, limit, started int) ([]*notify.Notification, []store.Head, error)
-	KeepAlive(ctx context.Context)
+	Reserve(ctx context.Context, queue string, shards []int, limit int) ([]*notify.Notification, []store.Head, error)
 	Finish(ctx context.Context, items []store.Finish) ([]error, error)
 	Expired(ctx context.Context, grace time.Duration, limit int) ([]*notify.Notification, error)
 	Sweep(ctx context.Context, limit int) (deleted int, more bool, err error)
@@ -325,10 +322,6 @@ type Dispatcher struct {
 	// context, still runs when the reaper has made its retry due.
 	runningMu sync.Mutex
 	running   map[string]struct{}
-	// spare is the workers waiting for a notification (next) less the
-	// notifications handed to the workers and not yet taken: what a
-	// reservation made now would have started at once, when above 0.
-	spare atomic.Int64
 
 	// pauses is what is paused, read from the store (pause.go).
 	pauses pauses
@@ -402,14 +395,10 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	}
 	d.startPauses(ctx, slices.Collect(maps.Keys(queues)))
 	d.sub = d.store.Subscribe(ctx, d.cancelWaiting)
-	d.loops.Add(3 + len(queues))
+	d.loops.Add(2 + len(queues))
 	go func() {
 		defer d.loops.Done()
 		d.fanOutWakes(ctx, queues)
-	}()
-	go func() {
-		defer d.loops.Done()
-		d.store.KeepAlive(ctx)
 	}()
 	for _, q := range slices.Sorted(maps.Keys(queues)) {
 		go func() {
@@ -588,9 +577,7 @@ func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan
 			rotate++
 			d.reserveStarts()
 			mark, sent := d.sub.Mark(), time.Now()
-			// The waiting workers take the first ones; a killed
-			// dispatcher's others go back uncounted (store.Expired).
-			items, hs, err := d.store.ReserveAhead(ctx, queue, ask, got, int(max(d.spare.Load(), 0)))
+			items, hs, err := d.store.Reserve(ctx, queue, ask, got)
 			d.listReserved(items)
 			d.capacity.give(got - len(items))
 			if err != nil {
@@ -620,7 +607,6 @@ func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan
 				}
 			}
 			handed := d.store.Now()
-			d.spare.Add(-int64(len(items)))
 			for _, n := range items {
 				d.work <- queued{n, handed, mark, sent} // never blocks: work holds as many as capacity
 			}
@@ -901,13 +887,10 @@ func (d *Dispatcher) heard(ctx context.Context, q queued) bool {
 func (d *Dispatcher) next() (queued, bool) {
 	select {
 	case q, ok := <-d.work:
-		d.spare.Add(1) // taken
 		return q, ok
 	default:
 	}
 	d.capacity.grow()
-	// Waiting; once it takes one, the wait and the taking cancel out.
-	d.spare.Add(1)
 	q, ok := <-d.work
 	return q, ok
 }

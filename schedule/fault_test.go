@@ -9,9 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -138,61 +136,24 @@ func TestManyDispatchersNoOverlapNoneLost(t *testing.T) {
 const crashChildEnv = "HERALDTEST_CRASH_CHILD"
 
 // TestCrashChild is the dispatcher that TestCrashedDispatcherWorkIsRetried
-// and TestKilledDispatcherBurnsNothingReservedAhead run in a child process
-// and kill; run directly, it has nothing to do. Its attempts of ids
-// starting with "quick" succeed, and print "done <id>"; every other one
-// prints "started <id>" and holds its worker until the process is killed.
+// runs in a child process and kills; run directly, it has nothing to do.
 func TestCrashChild(t *testing.T) {
 	cfg := os.Getenv(crashChildEnv)
 	if cfg == "" {
 		return
 	}
-	f := strings.Split(cfg, "|")
-	concurrency, err := strconv.Atoi(f[2])
-	require.NoError(t, err)
-	st, err := store.New(&store.Config{Client: redis.NewClient(&redis.Options{Addr: f[0]}), Namespace: f[1], Shards: 8})
+	addr, ns, _ := strings.Cut(cfg, "|")
+	client := redis.NewClient(&redis.Options{Addr: addr})
+	st, err := store.New(&store.Config{Client: client, Namespace: ns, Shards: 8})
 	require.NoError(t, err)
 	hang := notify.SenderFunc(func(ctx context.Context, n *notify.Notification) (notify.Response, error) {
-		if strings.HasPrefix(n.ID, "quick") {
-			fmt.Printf("done %s\n", n.ID)
-			return notify.Response{StatusCode: 200}, nil
-		}
 		fmt.Printf("started %s\n", n.ID)
 		select {} // hold the reservation until killed
 	})
-	d, err := schedule.New(&schedule.Config{Store: st, Senders: map[string]notify.Sender{notify.ChannelWebhook: hang}, Concurrency: concurrency})
+	d, err := schedule.New(&schedule.Config{Store: st, Senders: map[string]notify.Sender{notify.ChannelWebhook: hang}})
 	require.NoError(t, err)
 	require.NoError(t, d.Start(context.Background()))
 	time.Sleep(time.Minute) // the parent kills this process long before
-}
-
-// startCrashChild runs TestCrashChild on namespace ns with that many
-// workers (0: the default) in a child process, and returns the lines it
-// prints and the function that kills it with SIGKILL, also called at the
-// test's end.
-func startCrashChild(t *testing.T, ns string, concurrency int) (lines <-chan string, kill func()) {
-	t.Helper()
-	child := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.v")
-	child.Env = append(os.Environ(), fmt.Sprintf("%s=%s|%s|%d", crashChildEnv, server.Addr, ns, concurrency))
-	out, err := child.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, child.Start())
-	ch := make(chan string, 64)
-	go func() {
-		defer close(ch)
-		for scan := bufio.NewScanner(out); scan.Scan(); {
-			ch <- scan.Text()
-		}
-	}()
-	var once sync.Once
-	kill = func() {
-		once.Do(func() {
-			_ = child.Process.Kill()
-			_ = child.Wait()
-		})
-	}
-	t.Cleanup(kill)
-	return ch, kill
 }
 
 // runCrashChild runs TestCrashChild on namespace ns in a child process,
@@ -200,76 +161,21 @@ func startCrashChild(t *testing.T, ns string, concurrency int) (lines <-chan str
 // with SIGKILL, and returns the ids it started.
 func runCrashChild(t *testing.T, ns string, count int) map[string]bool {
 	t.Helper()
-	lines, kill := startCrashChild(t, ns, 0)
+	child := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.v")
+	child.Env = append(os.Environ(), crashChildEnv+"="+server.Addr+"|"+ns)
+	out, err := child.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, child.Start())
 	started := map[string]bool{}
-	for l := range lines {
-		if id, ok := strings.CutPrefix(l, "started "); ok {
+	scan := bufio.NewScanner(out)
+	for len(started) < count && scan.Scan() {
+		if id, ok := strings.CutPrefix(scan.Text(), "started "); ok {
 			started[id] = true
 		}
-		if len(started) == count {
-			break
-		}
 	}
-	kill()
+	require.NoError(t, child.Process.Kill())
+	_ = child.Wait()
 	return started
-}
-
-// TestKilledDispatcherBurnsNothingReservedAhead: a dispatcher killed
-// (SIGKILL, an OOM kill) while notifications it reserved ahead wait for a
-// worker costs those notifications no attempt: none reached a receiver,
-// so none counts as a failed attempt, and one whose policy allows a
-// single attempt is still delivered rather than dead-lettered unsent. The
-// one its worker had started counts, as an attempt that ran out.
-func TestKilledDispatcherBurnsNothingReservedAhead(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	ctx := context.Background()
-	b.enqueue(t, "quick", ms(0), 0)
-	lines, kill := startCrashChild(t, b.store.Namespace(), 1)
-	waitLine := func(prefix string) string {
-		t.Helper()
-		timeout := time.After(10 * time.Second)
-		for {
-			select {
-			case l, ok := <-lines:
-				require.True(t, ok, "the child ended before printing %q", prefix)
-				if id, found := strings.CutPrefix(l, prefix); found {
-					return id
-				}
-			case <-timeout:
-				t.Fatalf("the child never printed %q", prefix)
-			}
-		}
-	}
-	waitLine("done ") // an attempt was timed: the child now reserves ahead
-	b.waitState(t, "quick", notify.StateSucceeded)
-
-	const total = 6
-	ttr := notify.Duration(600 * time.Millisecond)
-	for i := range total {
-		b.enqueue(t, fmt.Sprint("ahead", i), ms(0), 0, func(r *notify.Request) { r.TTR = &ttr })
-	}
-	held := waitLine("started ")
-	require.Eventually(t, func() bool {
-		stats, err := b.store.Stats(ctx)
-		return err == nil && stats["orders"].Reserved == total
-	}, 10*time.Second, 5*time.Millisecond, "the child did not reserve the rest ahead of its busy worker")
-	kill()
-
-	rec := newRecorder(nil)
-	b.start(t, schedule.Config{Senders: map[string]notify.Sender{notify.ChannelWebhook: rec}})
-	for i := range total {
-		id := fmt.Sprint("ahead", i)
-		if id == held {
-			got := b.waitState(t, id, notify.StateDead)
-			require.Equal(t, 1, got.Attempts, "the attempt the killed child made counts")
-			require.Equal(t, notify.OutcomeTTRExpired, got.History[0].Outcome)
-			continue
-		}
-		got := b.waitState(t, id, notify.StateSucceeded)
-		require.Len(t, got.History, 1, "%s: only the attempt that was made", id)
-		require.Equal(t, 1, rec.attempts(id), id)
-	}
 }
 
 func TestCrashedDispatcherWorkIsRetried(t *testing.T) {
@@ -310,9 +216,9 @@ type countingStore struct {
 	reserves, failed atomic.Int64
 }
 
-func (c *countingStore) ReserveAhead(ctx context.Context, queue string, shards []int, limit, started int) ([]*notify.Notification, []store.Head, error) {
+func (c *countingStore) Reserve(ctx context.Context, queue string, shards []int, limit int) ([]*notify.Notification, []store.Head, error) {
 	c.reserves.Add(1)
-	items, heads, err := c.Store.ReserveAhead(ctx, queue, shards, limit, started)
+	items, heads, err := c.Store.Reserve(ctx, queue, shards, limit)
 	if err != nil {
 		c.failed.Add(1)
 	}

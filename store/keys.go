@@ -27,7 +27,6 @@ import (
 //	herald:{3}:order        HASH  "T|key" -> the last notification of order key key in topic T that has not ended
 //	herald:{3}:link         HASH  "n|id" -> the notification waiting right behind id; "p|id" -> the one id waits behind
 //	herald:{3}:given:R      STRING a Reserve call of receipt prefix R whose answer was lost has been given back; it then reserves nothing if it arrives late (expires after 20 minutes)
-//	herald:alive:H          STRING a dispatcher's Store, H its receipts' first 16 characters, lives (KeepAlive; expires 3 s after its last renewal)
 //	herald:wake             pub/sub channel: "queue shard due_ms" when a shard's head moves earlier
 //	herald:meta             HASH  "shards" -> the namespace's shard count, recorded at first use
 type keys struct {
@@ -110,8 +109,6 @@ func (k *keys) activity(shard int, minute int64) string {
 }
 
 func (k *keys) wake() string { return k.ns + ":wake" }
-
-func (k *keys) alive(holder string) string { return k.ns + ":alive:" + holder }
 
 func (k *keys) meta() string { return k.ns + ":meta" }
 

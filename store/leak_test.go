@@ -242,7 +242,7 @@ func requireNothingLeft(t *testing.T, client redis.UniversalClient, st *store.St
 					gauges[f] += n
 				}
 			}
-		case strings.HasPrefix(suffix, "act:"), suffix == "rate", strings.HasPrefix(suffix, "alive:"):
+		case strings.HasPrefix(suffix, "act:"), suffix == "rate":
 			if ttl <= 0 {
 				left = append(left, fmt.Sprintf("%s without expiry", key))
 			}

@@ -17,12 +17,6 @@ import (
 // attempt counts as failed (ttr expired), and the caller finishes them with
 // Finish. grace absorbs clock skew between dispatchers. One whose content
 // cannot be decoded is quarantined instead of returned.
-//
-// One reserved ahead (Ahead) by a holder whose KeepAlive has lapsed (a
-// dispatcher killed) was never started: it is given back uncounted
-// instead, due when it was. While its holder still lives it is left for
-// aliveFor more, time enough for a killed one's liveness to lapse, and
-// then returned: a live holder ran it, and its sender outlived the ttr.
 func (s *Store) Expired(ctx context.Context, grace time.Duration, limit int) ([]*notify.Notification, error) {
 	if err := s.open(ctx); err != nil {
 		return nil, err
@@ -56,7 +50,7 @@ func (s *Store) Expired(ctx context.Context, grace time.Duration, limit int) ([]
 	if _, err := s.exec(ctx, pipe); err != nil {
 		return nil, fmt.Errorf("read expired reservations: %w", err)
 	}
-	var out, ahead []*notify.Notification
+	var out []*notify.Notification
 	for _, r := range reads {
 		for i, id := range r.ids {
 			content, _ := r.contents.Val()[i].(string)
@@ -70,79 +64,11 @@ func (s *Store) Expired(ctx context.Context, grace time.Duration, limit int) ([]
 			// and the notification reserved again: that reservation is
 			// someone's attempt under way, not an expired one.
 			if n.State == notify.StateReserved && n.Deadline != nil && ms(*n.Deadline) < cutoff {
-				if Ahead(n.Receipt) {
-					ahead = append(ahead, n)
-				} else {
-					out = append(out, n)
-				}
+				out = append(out, n)
 			}
 		}
 	}
-	if len(ahead) == 0 {
-		return out, nil
-	}
-	unstarted, started, err := s.byHolder(ctx, ahead, cutoff-aliveFor.Milliseconds())
-	if err != nil {
-		return nil, err
-	}
-	if len(unstarted) > 0 {
-		if _, err := s.GiveBackUnstarted(ctx, unstarted); err != nil {
-			return nil, err
-		}
-		s.cfg.Logger.WarnContext(ctx, "store: gave back, uncounted, what a dispatcher that is gone had reserved ahead and never started",
-			"notifications", len(unstarted))
-	}
-	return append(out, started...), nil
-}
-
-// byHolder sorts the expired reservations ahead into those whose holder is
-// gone, never started, and those whose live holder started them, by a
-// deadline before the cutoff lapsed: see Expired. Those of a live holder
-// later than that are in neither.
-func (s *Store) byHolder(ctx context.Context, ahead []*notify.Notification, lapsed int64) (unstarted, started []*notify.Notification, err error) {
-	pipe := s.client.Pipeline()
-	alive := map[string]*redis.IntCmd{}
-	for _, n := range ahead {
-		if h := holderOf(n.Receipt); alive[h] == nil {
-			alive[h] = pipe.Exists(ctx, s.keys.alive(h))
-		}
-	}
-	if _, err := s.exec(ctx, pipe); err != nil {
-		return nil, nil, fmt.Errorf("read the liveness of dispatchers: %w", err)
-	}
-	for _, n := range ahead {
-		switch {
-		case alive[holderOf(n.Receipt)].Val() == 0:
-			unstarted = append(unstarted, n)
-		case ms(*n.Deadline) < lapsed:
-			started = append(started, n)
-		}
-	}
-	return unstarted, started, nil
-}
-
-// Liveness of the Stores that reserve ahead (KeepAlive): renewed every
-// aliveEvery, for aliveFor.
-const (
-	aliveEvery = time.Second
-	aliveFor   = 3 * time.Second
-)
-
-// KeepAlive says, until ctx ends, that this Store lives, so that Expired
-// counts as attempts, not gives back, what it reserved ahead and let run
-// out. A dispatcher runs it for as long as it reserves. A renewal Redis
-// refuses only lets a reservation of it that ran out go back uncounted.
-func (s *Store) KeepAlive(ctx context.Context) {
-	t := time.NewTicker(aliveEvery)
-	defer t.Stop()
-	for {
-		_ = s.client.Set(ctx, s.keys.alive(s.holder), "1", aliveFor).Err()
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	return out, nil
 }
 
 // quarantine moves a reserved notification that cannot be decoded aside,

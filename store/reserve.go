@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -45,15 +44,6 @@ type Head struct {
 // the error is a *ReserveError, whose Lost the caller hands to GiveBack
 // once Redis answers again.
 func (s *Store) Reserve(ctx context.Context, queue string, shards []int, limit int) ([]*notify.Notification, []Head, error) {
-	return s.ReserveAhead(ctx, queue, shards, limit, limit)
-}
-
-// ReserveAhead is Reserve for a caller that attempts only the first
-// started of those it reserves at once: the others wait reserved ahead
-// for a worker, and their receipts say so (Ahead). Should the caller die
-// before it starts them, Expired gives them back uncounted rather than
-// count an attempt never made, once the caller's KeepAlive has lapsed.
-func (s *Store) ReserveAhead(ctx context.Context, queue string, shards []int, limit, started int) ([]*notify.Notification, []Head, error) {
 	if err := s.open(ctx); err != nil {
 		return nil, nil, err
 	}
@@ -62,7 +52,7 @@ func (s *Store) ReserveAhead(ctx context.Context, queue string, shards []int, li
 	}
 	limit = min(limit, MaxReserve)
 	now := ms(s.Now())
-	receipt := s.receiptPrefix()
+	receipt := receiptPrefix()
 	quotas := splitQuotas(shards, limit, int(s.rotate.Add(1)))
 	groups := scriptGroups(s.oneNode, quotas, func(q quota) int { return q.max })
 	calls := make([]*scriptCall, len(groups))
@@ -70,18 +60,12 @@ func (s *Store) ReserveAhead(ctx context.Context, queue string, shards []int, li
 	for i, g := range groups {
 		keyList := make([]string, 1, 2+5*len(g))
 		keyList[0] = k.stats(s.counters(g[0].shard))
-		args := make([]any, 1, 2+2*len(g))
+		args := make([]any, 1, 1+2*len(g))
 		args[0] = now
-		most := 0
 		for _, q := range g {
 			keyList = append(keyList, k.due(q.shard, queue), k.reserved(q.shard), k.job(q.shard), k.state(q.shard), k.ready(q.shard, queue))
 			args = append(args, q.max, receipt+strconv.Itoa(q.shard))
-			most += q.max
 		}
-		// The calls share started in order, each as much as it may reserve.
-		first := min(max(started, 0), most)
-		started -= first
-		args = append(args, first)
 		keyList = append(keyList, k.givenBack(s.counters(g[0].shard), receipt))
 		calls[i] = &scriptCall{script: reserveScript, keys: keyList, args: args}
 	}
@@ -360,7 +344,7 @@ func (s *Store) heldBy(ctx context.Context, lost LostReservation) ([]*notify.Not
 			for i, id := range ids {
 				content, _ := contents.Val()[i].(string)
 				state, _ := states.Val()[i].(string)
-				if n, _, err := decode(id, content, state); err == nil && n.State == notify.StateReserved && strings.TrimSuffix(n.Receipt, aheadMark) == receipt {
+				if n, _, err := decode(id, content, state); err == nil && n.State == notify.StateReserved && n.Receipt == receipt {
 					out = append(out, n)
 				}
 			}
@@ -420,44 +404,10 @@ func scriptGroups[T any](oneNode bool, parts []T, size func(T) int) [][]T {
 // by default), so that a shard's state hash becomes a hash table at its
 // first reservation: a listpack is searched from its start for every
 // field, which a busy shard's hundreds of lines would make slow.
-func (s *Store) receiptPrefix() string {
-	return s.holder + randomHex((receiptLen-holderLen)/2) + "."
-}
-
-// receiptLen is the length of a receipt's prefix before its dot, of which
-// the first holderLen name the Store that reserved it.
-const (
-	receiptLen = 32
-	holderLen  = 16
-)
-
-// aheadMark ends the receipt of a notification reserved ahead of the
-// workers (reserveScript).
-const aheadMark = "+"
-
-// Ahead reports whether the receipt is of a notification reserved ahead:
-// one its holder had not started when it reserved it.
-func Ahead(receipt string) bool { return strings.HasSuffix(receipt, aheadMark) }
-
-// holderOf names the Store that made the reservation of receipt.
-func holderOf(receipt string) string { return receipt[:min(holderLen, len(receipt))] }
-
-// parseReceipt splits a receipt into its call's prefix and its shard.
-func parseReceipt(receipt string) (prefix string, shard int, ok bool) {
-	r := strings.TrimSuffix(receipt, aheadMark)
-	dot := strings.LastIndexByte(r, '.')
-	if dot < 0 {
-		return "", 0, false
-	}
-	shard, err := strconv.Atoi(r[dot+1:])
-	return r[:dot+1], shard, err == nil
-}
-
-// randomHex returns n random bytes in hex.
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
+func receiptPrefix() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:]) + "."
 }
 
 // Heads returns, for every shard, when the earliest notification of queue

@@ -593,9 +593,6 @@ return codes
 //	ARGV[2g, 2g+1]    shard g's limit, and the receipt of its reservations,
 //	                  unique to this call and shard: with the id, it names
 //	                  one reservation
-//	ARGV[2+2G]        how many of those reserved start at once: the ones
-//	                  after them, in shard order, wait reserved ahead for a
-//	                  worker, and their receipts end in "+" (aheadMark)
 //
 // The ready list fills what the due set's due ones leave of the limit: it
 // holds, oldest first, the notifications that were due when they were
@@ -620,8 +617,8 @@ return codes
 // is due at its content's first due time, which Go reads, so that no score
 // is read or formatted per notification.
 var reserveScript = newScript(`
-local now, G, started = tonumber(ARGV[1]), (#ARGV - 2) / 2, tonumber(ARGV[#ARGV])
-if not now or G < 1 or G % 1 ~= 0 or #KEYS ~= 2 + 5 * G or not started or started < 0 or started % 1 ~= 0 then
+local now, G = tonumber(ARGV[1]), (#ARGV - 1) / 2
+if not now or G < 1 or G % 1 ~= 0 or #KEYS ~= 2 + 5 * G then
   return redis.error_reply('ERR herald reserve: bad arguments')
 end
 local total = 0
@@ -643,7 +640,6 @@ local res, routes, counts, nowlen = {}, {}, {}, #ARGV[1]
 for g = 1, G do
   local due, reserved, jobs, st, ready = KEYS[5 * g - 3], KEYS[5 * g - 2], KEYS[5 * g - 1], KEYS[5 * g], KEYS[5 * g + 1]
   local receipt, limit = ARGV[2 * g + 1], tonumber(ARGV[2 * g])
-  local ahead = receipt .. '+'
   local rq = string.match(ready, ':ready:(.*)$')
   -- The due set first: what it holds was due before anything enqueued
   -- since, so that a flood of new notifications never holds back a
@@ -696,16 +692,14 @@ for g = 1, G do
           later[#later + 1] = id
         else
           seen[id] = true
-          local rc = receipt
-          if started > 0 then started = started - 1 else rc = ahead end
           if old then
             local _, a, h, cl, _, _, na, _, x = st_split(old)
-            line = st_join('R', a or '0', h or '0', cl or r[1], rc, r[2], na or '', ARGV[1], x or '')
+            line = st_join('R', a or '0', h or '0', cl or r[1], receipt, r[2], na or '', ARGV[1], x or '')
           else
             -- A first attempt: none made, due at its content's first due
             -- time. st_join's format, written out: the call costs every
             -- first reservation 1,500 instructions (callgrind).
-            line = 'R|0|0|' .. r[1] .. '|' .. rc .. '|' .. r[2] .. '||' .. ARGV[1] .. '|'
+            line = 'R|0|0|' .. r[1] .. '|' .. receipt .. '|' .. r[2] .. '||' .. ARGV[1] .. '|'
           end
           sts[n + 1], sts[n + 2], zs[n + 1], zs[n + 2] = id, line, r[2], id
           n = n + 2

@@ -184,9 +184,6 @@ type Store struct {
 	oneNode bool
 	// quarantined counts the records moved aside as undecodable.
 	quarantined atomic.Int64
-	// holder starts the receipt of every reservation this Store makes,
-	// and names it in its liveness key (KeepAlive).
-	holder string
 
 	openMu sync.Mutex // serializes open
 	// opened is set once keys.shards holds the namespace's shard count
@@ -209,7 +206,7 @@ func New(cfg *Config) (*Store, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Store{client: cfg.Client, keys: keys{ns: cfg.Namespace, shards: cfg.Shards}, cfg: cfg, holder: randomHex(holderLen / 2)}
+	s := &Store{client: cfg.Client, keys: keys{ns: cfg.Namespace, shards: cfg.Shards}, cfg: cfg}
 	s.batcher.store = s
 	_, s.oneNode = cfg.Client.(*redis.Client)
 	return s, nil

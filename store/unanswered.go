@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/heraldhq/herald/notify"
@@ -44,11 +46,14 @@ func (u *Unanswered) Keep(err error) bool {
 func (u *Unanswered) KeepUnstarted(ns []*notify.Notification) {
 	var calls []LostReservation
 	for _, n := range ns {
-		prefix, shard, ok := parseReceipt(n.Receipt)
-		if !ok || n.Deadline == nil {
+		// A receipt is its call's prefix, which ends in a dot, and the
+		// shard (receiptPrefix).
+		dot := strings.LastIndexByte(n.Receipt, '.')
+		shard, err := strconv.Atoi(n.Receipt[dot+1:])
+		if dot < 0 || err != nil || n.Deadline == nil {
 			continue
 		}
-		l := LostReservation{Queue: queueOf(n.Channel, n.Topic), Receipt: prefix, At: *n.Deadline}
+		l := LostReservation{Queue: queueOf(n.Channel, n.Topic), Receipt: n.Receipt[:dot+1], At: *n.Deadline}
 		i := 0
 		for i < len(calls) && (calls[i].Queue != l.Queue || calls[i].Receipt != l.Receipt) {
 			i++
