@@ -82,6 +82,21 @@ func (r *recorder) attempts(id string) int {
 	return len(r.starts[id])
 }
 
+// holding returns a recorder whose attempt of id holds its worker:
+// started is closed as that attempt starts, and it succeeds once release
+// is closed. Other attempts succeed at once.
+func holding(id string) (rec *recorder, started, release chan struct{}) {
+	started, release = make(chan struct{}), make(chan struct{})
+	rec = newRecorder(func(_ context.Context, n *notify.Notification) error {
+		if n.ID == id {
+			close(started)
+			<-release
+		}
+		return nil
+	})
+	return rec, started, release
+}
+
 type testBundle struct {
 	store    *store.Store
 	policies *policy.Set
@@ -286,15 +301,7 @@ func TestTTRExpiryCountsAsFailedAttempt(t *testing.T) {
 func TestCancelDuringAnAttempt(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	started := make(chan struct{})
-	cancelled := make(chan struct{})
-	rec := newRecorder(func(_ context.Context, n *notify.Notification) error {
-		if n.ID == "n1" {
-			close(started)
-			<-cancelled
-		}
-		return nil
-	})
+	rec, started, cancelled := holding("n1")
 	b.start(t, schedule.Config{Senders: map[string]notify.Sender{notify.ChannelWebhook: rec}})
 	b.enqueue(t, "n1", ms(0, 0), 0)
 	<-started
@@ -343,14 +350,7 @@ func testCancelWinsOverReservedAhead(t *testing.T, early bool) {
 	rdb.AddHook(hold)
 	b := setupOn(t, rdb, redistest.Namespace(t))
 	ctx := context.Background()
-	started, release := make(chan struct{}), make(chan struct{})
-	rec := newRecorder(func(_ context.Context, n *notify.Notification) error {
-		if n.ID == "slow" {
-			close(started)
-			<-release
-		}
-		return nil
-	})
+	rec, started, release := holding("slow")
 	// Only wake-ups reserve here, so that the reservation of "probe" below
 	// shows the dispatcher has heard every message published before it.
 	b.start(t, schedule.Config{Senders: map[string]notify.Sender{notify.ChannelWebhook: rec}, Concurrency: 1, PollInterval: time.Minute})
@@ -488,14 +488,7 @@ func TestObserverCountsRecordedAttemptsOnly(t *testing.T) {
 	t.Run("CancelledMeanwhile", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
-		started, cancelled := make(chan struct{}), make(chan struct{})
-		rec := newRecorder(func(_ context.Context, n *notify.Notification) error {
-			if n.ID == "n1" {
-				close(started)
-				<-cancelled
-			}
-			return nil
-		})
+		rec, started, cancelled := holding("n1")
 		obs := &observed{finished: map[string][]notify.Action{}}
 		d := b.start(t, schedule.Config{Senders: map[string]notify.Sender{notify.ChannelWebhook: rec}, Observer: obs})
 		b.enqueue(t, "n1", ms(0, 0), 0)
@@ -605,14 +598,7 @@ func TestDispatcherThatCannotSubscribe(t *testing.T) {
 	rdb := redis.NewClient(opts)
 	t.Cleanup(func() { _ = rdb.Close() })
 	b := setupOn(t, rdb, redistest.Namespace(t))
-	started, release := make(chan struct{}), make(chan struct{})
-	rec := newRecorder(func(_ context.Context, n *notify.Notification) error {
-		if n.ID == "slow" {
-			close(started)
-			<-release
-		}
-		return nil
-	})
+	rec, started, release := holding("slow")
 	b.enqueue(t, "quick", ms(0), 0) // a timed attempt, after which a dispatcher reserves ahead
 	b.enqueue(t, "slow", ms(0), 100*time.Millisecond)
 	reminder := b.enqueue(t, "reminder", ms(0), 300*time.Millisecond)
