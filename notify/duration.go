@@ -63,7 +63,8 @@ func (d Duration) Check(field string) error {
 }
 
 // CeilMS returns d rounded up to the millisecond, as the store keeps
-// durations: of one that Check accepts, so that it cannot overflow.
+// durations. d must be one Check accepts, so that the rounding cannot
+// overflow.
 func (d Duration) CeilMS() Duration {
 	const ms = Duration(time.Millisecond)
 	return (d + ms - 1) / ms * ms

@@ -162,12 +162,12 @@ type Config struct {
 	// about 100ms, by the average attempt's time, and none before an
 	// attempt was timed, so that other dispatchers' idle workers take the
 	// rest of a burst; none while the subscription to wake-ups is down,
-	// when a cancel of one waiting could go unheard. Their ttr runs while they wait: one that waited
-	// until its reservation no longer leaves its attempt the policy's
-	// timeout (or nine tenths of its ttr, where shorter) is given back
-	// unstarted and reserved afresh, and the dispatcher then reserves fewer
-	// ahead, growing back while workers find nothing waiting. Default
-	// Batch; -1 reserves only for idle workers.
+	// when a cancel of one waiting could go unheard. Their ttr runs while
+	// they wait: one that waited until its reservation no longer leaves its
+	// attempt the policy's timeout (or nine tenths of its ttr, where
+	// shorter) is given back unstarted and reserved afresh, and the
+	// dispatcher then reserves fewer ahead, growing back while workers find
+	// nothing waiting. Default Batch; -1 reserves only for idle workers.
 	Prefetch int
 	// Batch is the most notifications one reservation takes from one shard
 	// and the most the reaper and sweeper move per call. Default 100.
