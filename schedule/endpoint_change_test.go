@@ -17,6 +17,18 @@ import (
 // slowOK answers 200 after 20ms.
 func slowOK(int, http.ResponseWriter) { time.Sleep(20 * time.Millisecond) }
 
+// backlogAt registers endpoint m at rcv with max_in_flight 2, starts three
+// dispatchers, enqueues total notifications for m with ids prefix0..,
+// and returns once rcv has had some: a backlog waits for m's places.
+func (b *testBundle) backlogAt(t *testing.T, rcv *receiver, prefix string, total int) {
+	t.Helper()
+	_, err := b.store.PutEndpoint(context.Background(), "m", &endpoint.Endpoint{URL: rcv.URL, MaxInFlight: 2})
+	require.NoError(t, err)
+	b.startLimited(t, 3, schedule.Config{})
+	b.enqueueEndpointBatch(t, prefix, "m", total)
+	require.Eventually(t, func() bool { return len(rcv.requests()) >= 5 }, 10*time.Second, 5*time.Millisecond)
+}
+
 // TestEndpointMovedWhileABacklogWaits: an endpoint's URL changed over the
 // API while a backlog waits for its max_in_flight, reserved ahead by three
 // dispatchers, moves the rest of the backlog: once the dispatchers have
@@ -27,14 +39,10 @@ func TestEndpointMovedWhileABacklogWaits(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	old, moved := newReceiver(t, slowOK), newReceiver(t, slowOK)
-	_, err := b.store.PutEndpoint(ctx, "m", &endpoint.Endpoint{URL: old.URL, MaxInFlight: 2})
-	require.NoError(t, err)
-	b.startLimited(t, 3, schedule.Config{})
 	const total = 120
-	b.enqueueEndpointBatch(t, "mv", "m", total)
-	require.Eventually(t, func() bool { return len(old.requests()) >= 5 }, 10*time.Second, 5*time.Millisecond)
+	b.backlogAt(t, old, "mv", total)
 
-	_, err = b.store.PutEndpoint(ctx, "m", &endpoint.Endpoint{URL: moved.URL, MaxInFlight: 2})
+	_, err := b.store.PutEndpoint(ctx, "m", &endpoint.Endpoint{URL: moved.URL, MaxInFlight: 2})
 	require.NoError(t, err)
 	changed := time.Now()
 	for i := range total {
@@ -69,12 +77,8 @@ func TestEndpointDeletedWhileABacklogWaits(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	rcv := newReceiver(t, slowOK)
-	_, err := b.store.PutEndpoint(ctx, "m", &endpoint.Endpoint{URL: rcv.URL, MaxInFlight: 2})
-	require.NoError(t, err)
-	b.startLimited(t, 3, schedule.Config{})
 	const total = 120
-	b.enqueueEndpointBatch(t, "del", "m", total)
-	require.Eventually(t, func() bool { return len(rcv.requests()) >= 5 }, 10*time.Second, 5*time.Millisecond)
+	b.backlogAt(t, rcv, "del", total)
 	require.NoError(t, b.store.DeleteEndpoint(ctx, "m"))
 
 	succeeded, dead := 0, 0
@@ -82,6 +86,7 @@ func TestEndpointDeletedWhileABacklogWaits(t *testing.T) {
 		id := fmt.Sprint("del", i)
 		var rec *notify.Notification
 		require.Eventually(t, func() bool {
+			var err error
 			rec, err = b.store.Get(ctx, id)
 			return err == nil && (rec.State == notify.StateSucceeded || rec.State == notify.StateDead)
 		}, 15*time.Second, 5*time.Millisecond, "%s still waits after its endpoint was deleted", id)
