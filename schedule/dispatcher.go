@@ -47,6 +47,13 @@
 // unattempted, by the store at once or, when Redis does not answer, by the
 // dispatcher once it does, rather than left to wait out its ttr and count
 // an attempt never made.
+//
+// A dispatcher killed outright leaves its reservations to the reaper. An
+// attempt it had started counts, as one that ran out (ttr_expired); one it
+// had reserved ahead and not started goes back uncounted, since each start
+// of those is recorded in Redis before the attempt is made (store.Start,
+// written together with the other starts of the moment). A start that
+// finds its reservation ended (a cancel, a reaper) is not made.
 package schedule
 
 import (
@@ -95,7 +102,9 @@ const (
 type Store interface {
 	Shards(ctx context.Context) (int, error)
 	Now() time.Time
-	Reserve(ctx context.Context, queue string, shards []int, limit int) ([]*notify.Notification, []store.Head, error)
+	ReserveAhead(ctx context.Context, queue string, shards []int, limit, started int) ([]*notify.Notification, []store.Head, error)
+	Start(ctx context.Context, n *notify.Notification) error
+	GiveBackUnstarted(ctx context.Context, ns []*notify.Notification) ([]error, error)
 	Finish(ctx context.Context, items []store.Finish) ([]error, error)
 	Expired(ctx context.Context, grace time.Duration, limit int) ([]*notify.Notification, error)
 	Sweep(ctx context.Context, limit int) (deleted int, more bool, err error)
@@ -322,6 +331,10 @@ type Dispatcher struct {
 	// context, still runs when the reaper has made its retry due.
 	runningMu sync.Mutex
 	running   map[string]struct{}
+	// spare is the workers waiting for a notification (next) less the
+	// notifications handed to the workers and not yet taken: what a
+	// reservation made now would have started at once, when above 0.
+	spare atomic.Int64
 
 	// pauses is what is paused, read from the store (pause.go).
 	pauses pauses
@@ -577,7 +590,10 @@ func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan
 			rotate++
 			d.reserveStarts()
 			mark, sent := d.sub.Mark(), time.Now()
-			items, hs, err := d.store.Reserve(ctx, queue, ask, got)
+			// The idle workers take the first ones; the others wait
+			// reserved ahead, and are started (d.start) as a worker takes
+			// them, so that a killed dispatcher's go back uncounted.
+			items, hs, err := d.store.ReserveAhead(ctx, queue, ask, got, int(max(d.spare.Load(), 0)))
 			d.listReserved(items)
 			d.capacity.give(got - len(items))
 			if err != nil {
@@ -607,8 +623,13 @@ func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan
 				}
 			}
 			handed := d.store.Now()
-			for _, n := range items {
-				d.work <- queued{n, handed, mark, sent} // never blocks: work holds as many as capacity
+			d.spare.Add(-int64(len(items)))
+			for _, ahead := range [...]bool{false, true} {
+				for _, n := range items {
+					if store.Ahead(n) == ahead {
+						d.work <- queued{n, handed, mark, sent} // never blocks: work holds as many as capacity
+					}
+				}
 			}
 			continue
 		}
@@ -760,11 +781,38 @@ func (d *Dispatcher) run(ctx context.Context, n *notify.Notification, p *policy.
 		delete(d.running, n.ID)
 		d.runningMu.Unlock()
 	}()
-	if release, ok := d.acquire(ctx, n); ok {
-		err := d.attempt(n, p)
-		release()
-		d.recordHealth(ctx, n, err)
+	release, ok := d.acquire(ctx, n)
+	if !ok {
+		return
 	}
+	if !d.start(ctx, n) {
+		release()
+		return
+	}
+	err := d.attempt(n, p)
+	release()
+	d.recordHealth(ctx, n, err)
+}
+
+// start records in the store that the attempt of n, reserved ahead of the
+// workers, starts (store.Start), and reports whether it may be made: not
+// when the reservation ended meanwhile (a cancel, a reaper), and not when
+// Redis cannot be told, when n goes back unstarted. Unrecorded, a start
+// would be given back uncounted should this dispatcher die while the
+// attempt runs, and sent again. It waits for Redis even as the dispatcher
+// stops, so that what the store holds is known.
+func (d *Dispatcher) start(ctx context.Context, n *notify.Notification) bool {
+	switch err := d.store.Start(context.WithoutCancel(ctx), n); {
+	case err == nil:
+		return true
+	case errors.Is(err, notify.ErrStaleReceipt):
+		d.log.DebugContext(ctx, "schedule: dropped a notification whose reservation ended while it waited for a worker", "id", n.ID)
+	default:
+		d.cfg.Observer.StoreError("start", err)
+		d.releaseAt(n, n.DueAt(d.store.Now()))
+		d.log.DebugContext(ctx, "schedule: gave back a notification reserved ahead: its start could not be recorded", "id", n.ID, "error", err)
+	}
+	return false
 }
 
 // aheadHorizon is about how long a notification reserved ahead may wait
@@ -887,10 +935,13 @@ func (d *Dispatcher) heard(ctx context.Context, q queued) bool {
 func (d *Dispatcher) next() (queued, bool) {
 	select {
 	case q, ok := <-d.work:
+		d.spare.Add(1) // taken, as the hand-over counted
 		return q, ok
 	default:
 	}
 	d.capacity.grow()
+	// Waiting; the hand-over of the one it gets counts it taken.
+	d.spare.Add(1)
 	q, ok := <-d.work
 	return q, ok
 }
@@ -1175,6 +1226,10 @@ func (d *Dispatcher) checkClock(ctx context.Context, skewed *failureLog) {
 func (d *Dispatcher) reap(ctx context.Context, failing *failureLog) {
 	for ctx.Err() == nil {
 		expired, err := d.store.Expired(ctx, d.cfg.ReapGrace, d.cfg.Batch)
+		found := len(expired)
+		if err == nil {
+			expired, err = d.giveBackUnstarted(ctx, expired)
+		}
 		if err == nil && len(expired) > 0 {
 			now := d.store.Now()
 			set := d.cfg.PoliciesFunc()
@@ -1207,10 +1262,43 @@ func (d *Dispatcher) reap(ctx context.Context, failing *failureLog) {
 			return
 		}
 		failing.ok(ctx)
-		if len(expired) < d.cfg.Batch {
+		if found < d.cfg.Batch {
 			return
 		}
 	}
+}
+
+// giveBackUnstarted gives back, uncounted, the expired reservations that
+// were reserved ahead and never started (store.Ahead): their dispatcher
+// stopped without giving them back, killed outright, and no attempt of
+// them was made. It returns the others, whose attempts ran out.
+func (d *Dispatcher) giveBackUnstarted(ctx context.Context, expired []*notify.Notification) ([]*notify.Notification, error) {
+	var unstarted, started []*notify.Notification
+	for _, n := range expired {
+		if store.Ahead(n) {
+			unstarted = append(unstarted, n)
+		} else {
+			started = append(started, n)
+		}
+	}
+	if len(unstarted) == 0 {
+		return started, nil
+	}
+	errs, err := d.store.GiveBackUnstarted(ctx, unstarted)
+	if err != nil {
+		return nil, err
+	}
+	given := 0
+	for _, e := range errs {
+		if e == nil {
+			given++
+		}
+	}
+	if given > 0 {
+		d.log.WarnContext(ctx, "schedule: gave back, uncounted, notifications a dispatcher had reserved ahead and never started; it ended without giving them back (killed?)",
+			"notifications", given)
+	}
+	return started, nil
 }
 
 // sweep deletes finished records past their retention, and dead ones past

@@ -9,7 +9,9 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -136,24 +138,65 @@ func TestManyDispatchersNoOverlapNoneLost(t *testing.T) {
 const crashChildEnv = "HERALDTEST_CRASH_CHILD"
 
 // TestCrashChild is the dispatcher that TestCrashedDispatcherWorkIsRetried
-// runs in a child process and kills; run directly, it has nothing to do.
+// and TestKilledDispatcherBurnsNothingReservedAhead run in a child process
+// and kill; run directly, it has nothing to do. Its attempts of ids
+// starting with "quick" succeed at once, and of ids starting with "slow"
+// after 100ms, and print "done <id>"; every other one prints "started
+// <id>" and holds its worker until the process is killed.
 func TestCrashChild(t *testing.T) {
 	cfg := os.Getenv(crashChildEnv)
 	if cfg == "" {
 		return
 	}
-	addr, ns, _ := strings.Cut(cfg, "|")
-	client := redis.NewClient(&redis.Options{Addr: addr})
-	st, err := store.New(&store.Config{Client: client, Namespace: ns, Shards: 8})
+	f := strings.Split(cfg, "|")
+	concurrency, err := strconv.Atoi(f[2])
+	require.NoError(t, err)
+	st, err := store.New(&store.Config{Client: redis.NewClient(&redis.Options{Addr: f[0]}), Namespace: f[1], Shards: 8})
 	require.NoError(t, err)
 	hang := notify.SenderFunc(func(ctx context.Context, n *notify.Notification) (notify.Response, error) {
+		if slow := strings.HasPrefix(n.ID, "slow"); slow || strings.HasPrefix(n.ID, "quick") {
+			if slow {
+				time.Sleep(100 * time.Millisecond)
+			}
+			fmt.Printf("done %s\n", n.ID)
+			return notify.Response{StatusCode: 200}, nil
+		}
 		fmt.Printf("started %s\n", n.ID)
 		select {} // hold the reservation until killed
 	})
-	d, err := schedule.New(&schedule.Config{Store: st, Senders: map[string]notify.Sender{notify.ChannelWebhook: hang}})
+	d, err := schedule.New(&schedule.Config{Store: st, Senders: map[string]notify.Sender{notify.ChannelWebhook: hang}, Concurrency: concurrency})
 	require.NoError(t, err)
 	require.NoError(t, d.Start(context.Background()))
 	time.Sleep(time.Minute) // the parent kills this process long before
+}
+
+// startCrashChild runs TestCrashChild on namespace ns with that many
+// workers (0: the default) in a child process, and returns the lines it
+// prints and the function that kills it with SIGKILL, also called at the
+// test's end.
+func startCrashChild(t *testing.T, ns string, concurrency int) (lines <-chan string, kill func()) {
+	t.Helper()
+	child := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.v")
+	child.Env = append(os.Environ(), fmt.Sprintf("%s=%s|%s|%d", crashChildEnv, server.Addr, ns, concurrency))
+	out, err := child.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, child.Start())
+	ch := make(chan string, 64)
+	go func() {
+		defer close(ch)
+		for scan := bufio.NewScanner(out); scan.Scan(); {
+			ch <- scan.Text()
+		}
+	}()
+	var once sync.Once
+	kill = func() {
+		once.Do(func() {
+			_ = child.Process.Kill()
+			_ = child.Wait()
+		})
+	}
+	t.Cleanup(kill)
+	return ch, kill
 }
 
 // runCrashChild runs TestCrashChild on namespace ns in a child process,
@@ -161,21 +204,61 @@ func TestCrashChild(t *testing.T) {
 // with SIGKILL, and returns the ids it started.
 func runCrashChild(t *testing.T, ns string, count int) map[string]bool {
 	t.Helper()
-	child := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.v")
-	child.Env = append(os.Environ(), crashChildEnv+"="+server.Addr+"|"+ns)
-	out, err := child.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, child.Start())
+	lines, kill := startCrashChild(t, ns, 0)
 	started := map[string]bool{}
-	scan := bufio.NewScanner(out)
-	for len(started) < count && scan.Scan() {
-		if id, ok := strings.CutPrefix(scan.Text(), "started "); ok {
+	for l := range lines {
+		if id, ok := strings.CutPrefix(l, "started "); ok {
 			started[id] = true
 		}
+		if len(started) == count {
+			break
+		}
 	}
-	require.NoError(t, child.Process.Kill())
-	_ = child.Wait()
+	kill()
 	return started
+}
+
+// TestKilledDispatcherBurnsNothingReservedAhead: a dispatcher killed
+// (SIGKILL, an OOM kill) while notifications it reserved ahead wait for a
+// worker costs those notifications no attempt: none reached a receiver,
+// so none counts as a failed attempt, and one whose policy allows a
+// single attempt is still delivered rather than dead-lettered unsent. The
+// one its worker had started counts, as an attempt that ran out.
+func TestKilledDispatcherBurnsNothingReservedAhead(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	b.enqueue(t, "quick", ms(0), 0)
+	lines, kill := startCrashChild(t, b.store.Namespace(), 1)
+	waitLine(t, lines, "done ") // an attempt was timed: the child now reserves ahead
+	b.waitState(t, "quick", notify.StateSucceeded)
+
+	const total = 6
+	ttr := notify.Duration(600 * time.Millisecond)
+	for i := range total {
+		b.enqueue(t, fmt.Sprint("ahead", i), ms(0), 0, func(r *notify.Request) { r.TTR = &ttr })
+	}
+	held := waitLine(t, lines, "started ")
+	require.Eventually(t, func() bool {
+		stats, err := b.store.Stats(ctx)
+		return err == nil && stats["orders"].Reserved == total
+	}, 10*time.Second, 5*time.Millisecond, "the child did not reserve the rest ahead of its busy worker")
+	kill()
+
+	rec := newRecorder(nil)
+	b.start(t, schedule.Config{Senders: map[string]notify.Sender{notify.ChannelWebhook: rec}})
+	for i := range total {
+		id := fmt.Sprint("ahead", i)
+		if id == held {
+			got := b.waitState(t, id, notify.StateDead)
+			require.Equal(t, 1, got.Attempts, "the attempt the killed child made counts")
+			require.Equal(t, notify.OutcomeTTRExpired, got.History[0].Outcome)
+			continue
+		}
+		got := b.waitState(t, id, notify.StateSucceeded)
+		require.Len(t, got.History, 1, "%s: only the attempt that was made", id)
+		require.Equal(t, 1, rec.attempts(id), id)
+	}
 }
 
 func TestCrashedDispatcherWorkIsRetried(t *testing.T) {
@@ -216,9 +299,9 @@ type countingStore struct {
 	reserves, failed atomic.Int64
 }
 
-func (c *countingStore) Reserve(ctx context.Context, queue string, shards []int, limit int) ([]*notify.Notification, []store.Head, error) {
+func (c *countingStore) ReserveAhead(ctx context.Context, queue string, shards []int, limit, started int) ([]*notify.Notification, []store.Head, error) {
 	c.reserves.Add(1)
-	items, heads, err := c.Store.Reserve(ctx, queue, shards, limit)
+	items, heads, err := c.Store.ReserveAhead(ctx, queue, shards, limit, started)
 	if err != nil {
 		c.failed.Add(1)
 	}
@@ -516,5 +599,87 @@ func TestStopRecordsOutcomesRedisTakesInTime(t *testing.T) {
 		got, err := b.store.Get(context.Background(), id)
 		require.NoError(t, err)
 		require.Equal(t, notify.StateSucceeded, got.State, "%s recorded", id)
+	}
+}
+
+// TestKilledDispatcherCountsWhatItStartedAhead: of what a killed
+// dispatcher had reserved ahead of its busy worker, the attempt the worker
+// had started counts, as one that ran out, and is not sent again; those
+// still waiting for the worker cost no attempt, and are delivered once
+// each.
+func TestKilledDispatcherCountsWhatItStartedAhead(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.enqueue(t, "quick", ms(0), 0)
+	lines, kill := startCrashChild(t, b.store.Namespace(), 1)
+	waitLine(t, lines, "done ")
+	b.waitState(t, "quick", notify.StateSucceeded)
+
+	// The worker is busy with slow attempts, 100ms each, while "held" and
+	// then the "late" ones are reserved ahead of it: it starts "held"
+	// after the slow ones, and "late" waits behind it. The ttr leaves
+	// "held" 500ms to wait and still start, with the child's policy.
+	ctx := context.Background()
+	ttr := notify.Duration(5 * time.Second)
+	withTTR := func(r *notify.Request) { r.TTR = &ttr }
+	const slow, late = 3, 3
+	for i := range slow {
+		b.enqueue(t, fmt.Sprint("slow", i), ms(0), 0, withTTR)
+	}
+	// Each is reserved after the ones before it, so behind them.
+	require.Eventually(t, func() bool {
+		for i := range slow {
+			if n, err := b.store.Get(ctx, fmt.Sprint("slow", i)); err != nil || n.State == notify.StateScheduled {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, time.Millisecond)
+	b.enqueue(t, "held", ms(0), 0, withTTR)
+	b.waitState(t, "held", notify.StateReserved)
+	for i := range late {
+		b.enqueue(t, fmt.Sprint("late", i), ms(0), 0, withTTR)
+	}
+	require.Equal(t, "held", waitLine(t, lines, "started "))
+	require.Eventually(t, func() bool {
+		stats, err := b.store.Stats(ctx)
+		return err == nil && stats["orders"].Reserved == 1+late
+	}, 10*time.Second, 5*time.Millisecond, "the child did not reserve the late ones ahead of its busy worker")
+	kill()
+
+	rec := newRecorder(nil)
+	b.start(t, schedule.Config{Senders: map[string]notify.Sender{notify.ChannelWebhook: rec}})
+	for i := range slow {
+		got := b.waitState(t, fmt.Sprint("slow", i), notify.StateSucceeded)
+		require.Len(t, got.History, 1, got.ID)
+	}
+	for i := range late {
+		id := fmt.Sprint("late", i)
+		got := b.waitState(t, id, notify.StateSucceeded)
+		require.Len(t, got.History, 1, "%s: only the attempt that was made", id)
+		require.Equal(t, 1, rec.attempts(id), id)
+	}
+	got := b.waitState(t, "held", notify.StateDead)
+	require.Equal(t, 1, got.Attempts, "the attempt the killed child started counts")
+	require.Equal(t, notify.OutcomeTTRExpired, got.History[0].Outcome)
+	require.Zero(t, rec.attempts("held"), "its one attempt was made")
+}
+
+// waitLine returns the rest of the first line from a child's lines that
+// starts with prefix, failing the test when the child ends, or prints none
+// within 10s.
+func waitLine(t *testing.T, lines <-chan string, prefix string) string {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case l, ok := <-lines:
+			require.True(t, ok, "the child ended before printing %q", prefix)
+			if rest, found := strings.CutPrefix(l, prefix); found {
+				return rest
+			}
+		case <-timeout:
+			t.Fatalf("the child never printed %q", prefix)
+		}
 	}
 }

@@ -11,8 +11,9 @@ import (
 // (batcher.expect) before it writes without them.
 const lingerMax = 50 * time.Microsecond
 
-// batcher writes enqueues made at the same time together (a group commit):
-// a caller that finds no write under way writes its own request at once;
+// batcher writes requests made at the same time together (a group commit):
+// concurrent enqueues, and the starts of notifications reserved ahead. A
+// caller that finds no write under way writes its own request at once;
 // requests that arrive while one is under way wait, and the first of them
 // writes all that waited, up to MaxBatch, as soon as it ends. An idle store
 // therefore answers in one round trip, and a busy one pays one script per
@@ -22,14 +23,16 @@ const lingerMax = 50 * time.Microsecond
 // are then written about 7 to a script instead of 3.6, which cut Redis CPU
 // per enqueue by a fifth at the same rate (docs/benchmarks.md). Most of a
 // small script's cost is the request's, not its items'.
-type batcher struct {
-	store *Store
+type batcher[Req, Res any] struct {
+	// write writes a batch of requests, with one result each; an error is
+	// every request's.
+	write func(ctx context.Context, reqs []Req) ([]Res, error)
 
 	mu sync.Mutex // guards the fields below
 	// writing is set while a batch is being written.
 	writing bool
 	// waiting holds the requests that arrived during the write.
-	waiting []*waiter
+	waiting []*waiter[Req, Res]
 	// expect is how many callers the next batch is likely to hold: those
 	// the last batch answered, who are about to enqueue again, and those
 	// that waited for it.
@@ -37,9 +40,9 @@ type batcher struct {
 }
 
 // waiter is one caller's request and, once written, its result.
-type waiter struct {
-	req EnqueueRequest
-	res EnqueueResult
+type waiter[Req, Res any] struct {
+	req Req
+	res Res
 	err error
 	// done is closed when res and err are set; lead is closed when the
 	// waiter must write the batch it heads.
@@ -48,8 +51,8 @@ type waiter struct {
 
 // do writes req, alone or with the requests of other callers, and returns
 // its result. A cancelled ctx stops the wait, not a write under way.
-func (b *batcher) do(ctx context.Context, req EnqueueRequest) (EnqueueResult, error) {
-	w := &waiter{req: req, done: make(chan struct{}), lead: make(chan struct{})}
+func (b *batcher[Req, Res]) do(ctx context.Context, req Req) (Res, error) {
+	w := &waiter[Req, Res]{req: req, done: make(chan struct{}), lead: make(chan struct{})}
 	b.mu.Lock()
 	first := !b.writing
 	if first {
@@ -67,17 +70,18 @@ func (b *batcher) do(ctx context.Context, req EnqueueRequest) (EnqueueResult, er
 			// Leadership may already be on its way: pass it on rather than
 			// strand the others.
 			b.abandon(w)
-			return EnqueueResult{}, ctx.Err()
+			var none Res
+			return none, ctx.Err()
 		}
 	}
-	b.write(context.WithoutCancel(ctx), w)
+	b.writeBatch(context.WithoutCancel(ctx), w)
 	return w.res, w.err
 }
 
-// write writes lead's request with those waiting, up to MaxBatch in all,
+// writeBatch writes lead's request with those waiting, up to MaxBatch in all,
 // answers each waiter, then hands the writing on to the first of those
 // that arrived meanwhile, or stops.
-func (b *batcher) write(ctx context.Context, lead *waiter) {
+func (b *batcher[Req, Res]) writeBatch(ctx context.Context, lead *waiter[Req, Res]) {
 	// Yield once before cutting the batch: the callers the last batch just
 	// answered are runnable and about to enqueue again, and letting them
 	// queue first makes batches larger. With 8 producers of single calls
@@ -108,15 +112,15 @@ func (b *batcher) write(ctx context.Context, lead *waiter) {
 		}
 	}
 	n := min(len(b.waiting), MaxBatch-1)
-	batch := append([]*waiter{lead}, b.waiting[:n]...)
+	batch := append([]*waiter[Req, Res]{lead}, b.waiting[:n]...)
 	b.waiting = b.waiting[n:]
 	b.mu.Unlock()
 
-	reqs := make([]EnqueueRequest, len(batch))
+	reqs := make([]Req, len(batch))
 	for i, w := range batch {
 		reqs[i] = w.req
 	}
-	results, err := b.store.enqueueBatch(ctx, reqs)
+	results, err := b.write(ctx, reqs)
 	for i, w := range batch {
 		if err != nil {
 			w.err = err
@@ -131,7 +135,7 @@ func (b *batcher) write(ctx context.Context, lead *waiter) {
 // handOff makes the first waiting request the writer, taking it out of the
 // queue, or ends the writing. answered is how many callers the batch just
 // written answered (0 when no batch was).
-func (b *batcher) handOff(answered int) {
+func (b *batcher[Req, Res]) handOff(answered int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if answered > 0 {
@@ -148,7 +152,7 @@ func (b *batcher) handOff(answered int) {
 
 // abandon removes w, whose caller gave up; if w had just been made a
 // writer, the next waiting request takes its place.
-func (b *batcher) abandon(w *waiter) {
+func (b *batcher[Req, Res]) abandon(w *waiter[Req, Res]) {
 	b.mu.Lock()
 	for i, o := range b.waiting {
 		if o == w {

@@ -93,7 +93,7 @@ func TestEnqueueWhenRedisIsFull(t *testing.T) {
 // TestDispatchWhenRedisIsFull: reservations and their outcomes do not
 // wait for memory, since an outcome that could not be recorded would
 // have its attempt made again: every attempt reserved while Redis is full
-// is recorded, once, and so are a cancel and a reap. (Their scripts delete
+// is recorded, once, and so are its start, a cancel and a reap. (Their scripts delete
 // before they write, and Redis lets a script that has written go on.)
 func TestDispatchWhenRedisIsFull(t *testing.T) {
 	t.Parallel()
@@ -106,11 +106,15 @@ func TestDispatchWhenRedisIsFull(t *testing.T) {
 	b.clock.Advance(time.Millisecond)
 	redistest.Fill(t, c)
 
-	got := b.reserveAll(t)
+	// Reserved ahead of the workers, each is started before its attempt.
+	got, _, err := b.store.ReserveAhead(ctx, store.PullQueue("jobs"), heraldtest.AllShards(t, b.store), store.MaxReserve, 0)
+	require.NoError(t, err)
 	require.Len(t, got, 4)
 	var items []store.Finish
 	var expires *notify.Notification
 	for _, n := range got {
+		require.True(t, store.Ahead(n))
+		require.NoError(t, b.store.Start(ctx, n), n.ID)
 		switch n.ID {
 		case "ok":
 			items = append(items, b.finish(notify.ActionAck, n, time.Time{}))

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -44,6 +45,16 @@ type Head struct {
 // the error is a *ReserveError, whose Lost the caller hands to GiveBack
 // once Redis answers again.
 func (s *Store) Reserve(ctx context.Context, queue string, shards []int, limit int) ([]*notify.Notification, []Head, error) {
+	return s.ReserveAhead(ctx, queue, shards, limit, limit)
+}
+
+// ReserveAhead is Reserve for a caller that starts at once only the first
+// started of those it reserves (its idle workers'): the others wait reserved
+// ahead for a worker, and Ahead reports them so. Each of those must be
+// started with Start before its attempt is made; should the caller die
+// first, the reaper gives it back uncounted (Expired), where one started
+// counts an attempt that ran out.
+func (s *Store) ReserveAhead(ctx context.Context, queue string, shards []int, limit, started int) ([]*notify.Notification, []Head, error) {
 	if err := s.open(ctx); err != nil {
 		return nil, nil, err
 	}
@@ -60,12 +71,20 @@ func (s *Store) Reserve(ctx context.Context, queue string, shards []int, limit i
 	for i, g := range groups {
 		keyList := make([]string, 1, 2+5*len(g))
 		keyList[0] = k.stats(s.counters(g[0].shard))
-		args := make([]any, 1, 1+2*len(g))
+		args := make([]any, 1, 2+2*len(g))
 		args[0] = now
+		most := 0
 		for _, q := range g {
 			keyList = append(keyList, k.due(q.shard, queue), k.reserved(q.shard), k.job(q.shard), k.state(q.shard), k.ready(q.shard, queue))
 			args = append(args, q.max, receipt+strconv.Itoa(q.shard))
+			most += q.max
 		}
+		// The calls take their share of started in order, each as many as
+		// it may reserve: one that reserves fewer leaves some idle worker
+		// to a notification reserved ahead, which then only costs a Start.
+		first := min(max(started, 0), most)
+		started -= first
+		args = append(args, first)
 		keyList = append(keyList, k.givenBack(s.counters(g[0].shard), receipt))
 		calls[i] = &scriptCall{script: reserveScript, keys: keyList, args: args}
 	}
@@ -344,7 +363,7 @@ func (s *Store) heldBy(ctx context.Context, lost LostReservation) ([]*notify.Not
 			for i, id := range ids {
 				content, _ := contents.Val()[i].(string)
 				state, _ := states.Val()[i].(string)
-				if n, _, err := decode(id, content, state); err == nil && n.State == notify.StateReserved && n.Receipt == receipt {
+				if n, _, err := decode(id, content, state); err == nil && n.State == notify.StateReserved && strings.TrimSuffix(n.Receipt, aheadMark) == receipt {
 					out = append(out, n)
 				}
 			}
@@ -408,6 +427,99 @@ func receiptPrefix() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:]) + "."
+}
+
+// aheadMark ends the receipt of a notification reserved ahead of the
+// workers (ReserveAhead) until its attempt starts (Start).
+const aheadMark = "+"
+
+// Ahead reports whether n, as reserved, waits ahead of the workers: its
+// attempt must be started with Start before it is made.
+func Ahead(n *notify.Notification) bool { return strings.HasSuffix(n.Receipt, aheadMark) }
+
+// Start records that the attempt of n, reserved ahead (Ahead), starts now,
+// before the attempt is made, so that the reaper counts it should the
+// caller die while it runs; one never started goes back uncounted. On
+// success n holds the started reservation's receipt and state line, for
+// Finish. notify.ErrStaleReceipt means the reservation no longer holds (n
+// was cancelled, or taken back by a reaper): the attempt must not be made.
+// Any other error leaves n ahead, to be given back unstarted. Starts made
+// at the same time are written together, as single enqueues are. A
+// notification not reserved ahead needs none, and costs nothing.
+func (s *Store) Start(ctx context.Context, n *notify.Notification) error {
+	if !Ahead(n) {
+		return nil
+	}
+	if err := s.open(ctx); err != nil {
+		return err
+	}
+	receipt := strings.TrimSuffix(n.Receipt, aheadMark)
+	// The receipt is a line's fifth field, and no field holds "|".
+	line := strings.Replace(n.Version, "|"+n.Receipt+"|", "|"+receipt+"|", 1)
+	if line == n.Version {
+		return notify.ErrStaleReceipt
+	}
+	err, werr := s.starts.do(ctx, startRequest{n.ID, s.keys.shardFor(n), n.Version, line})
+	if werr != nil {
+		return werr
+	}
+	if err == nil {
+		n.Receipt, n.Version = receipt, line
+	}
+	return err
+}
+
+// startRequest is one Start on its way into startScript: the id's line as
+// reserved, and its started line.
+type startRequest struct {
+	id    string
+	shard int
+	old   string
+	line  string
+}
+
+// startBatch writes a batch of starts: one script on a single Redis, one
+// per shard on a Cluster. Each answers nil or notify.ErrStaleReceipt.
+func (s *Store) startBatch(ctx context.Context, reqs []startRequest) ([]error, error) {
+	byShard := map[int][]int{}
+	for i, r := range reqs {
+		byShard[r.shard] = append(byShard[r.shard], i)
+	}
+	batches := s.shardBatches(byShard)
+	calls := make([]*scriptCall, len(batches))
+	order := make([][]int, len(batches))
+	for c, b := range batches {
+		keyList := make([]string, 0, len(b))
+		args := make([]any, 1, 1+len(b)+3*len(reqs))
+		args[0] = len(b)
+		for _, g := range b {
+			keyList = append(keyList, s.keys.state(g.shard))
+			args = append(args, len(g.idx))
+		}
+		for _, g := range b {
+			for _, i := range g.idx {
+				args = append(args, reqs[i].id, reqs[i].old, reqs[i].line)
+			}
+			order[c] = append(order[c], g.idx...)
+		}
+		calls[c] = &scriptCall{script: startScript, keys: keyList, args: args}
+	}
+	if err := s.runAcked(ctx, calls); err != nil {
+		return nil, fmt.Errorf("start: %w", err)
+	}
+	errs := make([]error, len(reqs))
+	for c, call := range calls {
+		codes, _, err := replyCodes(call, len(order[c]))
+		if err != nil {
+			return nil, fmt.Errorf("start: %w", err)
+		}
+		for j, i := range order[c] {
+			if codes[j] != codeOK {
+				errs[i] = notify.ErrStaleReceipt
+			}
+		}
+	}
+	return errs, nil
 }
 
 // Heads returns, for every shard, when the earliest notification of queue
@@ -495,13 +607,7 @@ func (s *Store) finish(ctx context.Context, items []Finish, run func(context.Con
 		byShard[shard] = append(byShard[shard], i)
 	}
 	minute := now.Unix() / 60
-	var shards []shardItems
-	for _, shard := range sortedKeys(byShard) {
-		for chunk := range slices.Chunk(byShard[shard], maxScriptBatch) {
-			shards = append(shards, shardItems{shard: shard, idx: chunk})
-		}
-	}
-	batches := scriptGroups(s.oneNode, shards, func(g shardItems) int { return len(g.idx) })
+	batches := s.shardBatches(byShard)
 	calls := make([]*scriptCall, len(batches))
 	order := make([][]int, len(batches))
 	for c, b := range batches {
@@ -747,6 +853,19 @@ func (g counterGroup) fields() (stats, act []any) {
 type shardItems struct {
 	shard int
 	idx   []int
+}
+
+// shardBatches cuts items, their indexes by shard, into the script calls
+// of one batch: at most maxScriptBatch of a shard in a part, and the parts
+// grouped as scriptGroups does.
+func (s *Store) shardBatches(byShard map[int][]int) [][]shardItems {
+	var shards []shardItems
+	for _, shard := range sortedKeys(byShard) {
+		for chunk := range slices.Chunk(byShard[shard], maxScriptBatch) {
+			shards = append(shards, shardItems{shard: shard, idx: chunk})
+		}
+	}
+	return scriptGroups(s.oneNode, shards, func(g shardItems) int { return len(g.idx) })
 }
 
 // finishCall builds the script call that finishes the items of groups.

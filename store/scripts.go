@@ -20,8 +20,8 @@ import (
 //     all of its work: Redis does not roll back a script that fails half-way;
 //   - they never decode a payload: the content's header line (codec.go)
 //     holds what they need;
-//   - those that must work while Redis is at maxmemory (reserve, finish,
-//     cancel, purge, sweep, quarantine, unpark, an endpoint's failing
+//   - those that must work while Redis is at maxmemory (reserve, start,
+//     finish, cancel, purge, sweep, quarantine, unpark, an endpoint's failing
 //     streak and disable, a give-back's mark) delete before their first
 //     write that may grow memory: Redis refuses such a write only as a
 //     script's first, so the others (enqueue) change nothing when refused.
@@ -593,6 +593,10 @@ return codes
 //	ARGV[2g, 2g+1]    shard g's limit, and the receipt of its reservations,
 //	                  unique to this call and shard: with the id, it names
 //	                  one reservation
+//	ARGV[2+2G]        how many of those reserved start at once: the ones
+//	                  after them, in shard order, wait reserved ahead for a
+//	                  worker, and their receipts end in "+" (aheadMark)
+//	                  until they start (startScript)
 //
 // The ready list fills what the due set's due ones leave of the limit: it
 // holds, oldest first, the notifications that were due when they were
@@ -617,8 +621,8 @@ return codes
 // is due at its content's first due time, which Go reads, so that no score
 // is read or formatted per notification.
 var reserveScript = newScript(`
-local now, G = tonumber(ARGV[1]), (#ARGV - 1) / 2
-if not now or G < 1 or G % 1 ~= 0 or #KEYS ~= 2 + 5 * G then
+local now, G, started = tonumber(ARGV[1]), (#ARGV - 2) / 2, int_arg(ARGV[#ARGV], 0, MAX_BATCH)
+if not now or G < 1 or G % 1 ~= 0 or #KEYS ~= 2 + 5 * G or not started then
   return redis.error_reply('ERR herald reserve: bad arguments')
 end
 local total = 0
@@ -640,6 +644,7 @@ local res, routes, counts, nowlen = {}, {}, {}, #ARGV[1]
 for g = 1, G do
   local due, reserved, jobs, st, ready = KEYS[5 * g - 3], KEYS[5 * g - 2], KEYS[5 * g - 1], KEYS[5 * g], KEYS[5 * g + 1]
   local receipt, limit = ARGV[2 * g + 1], tonumber(ARGV[2 * g])
+  local ahead = receipt .. '+'
   local rq = string.match(ready, ':ready:(.*)$')
   -- The due set first: what it holds was due before anything enqueued
   -- since, so that a flood of new notifications never holds back a
@@ -692,14 +697,16 @@ for g = 1, G do
           later[#later + 1] = id
         else
           seen[id] = true
+          local rc = receipt
+          if started > 0 then started = started - 1 else rc = ahead end
           if old then
             local _, a, h, cl, _, _, na, _, x = st_split(old)
-            line = st_join('R', a or '0', h or '0', cl or r[1], receipt, r[2], na or '', ARGV[1], x or '')
+            line = st_join('R', a or '0', h or '0', cl or r[1], rc, r[2], na or '', ARGV[1], x or '')
           else
             -- A first attempt: none made, due at its content's first due
             -- time. st_join's format, written out: the call costs every
             -- first reservation 1,500 instructions (callgrind).
-            line = 'R|0|0|' .. r[1] .. '|' .. receipt .. '|' .. r[2] .. '||' .. ARGV[1] .. '|'
+            line = 'R|0|0|' .. r[1] .. '|' .. rc .. '|' .. r[2] .. '||' .. ARGV[1] .. '|'
           end
           sts[n + 1], sts[n + 2], zs[n + 1], zs[n + 2] = id, line, r[2], id
           n = n + 2
@@ -726,6 +733,60 @@ for topic, c in pairs(counts) do
   redis.call('HINCRBY', KEYS[1], topic .. ':scheduled', '-' .. d)
 end
 return res
+`)
+
+// startScript starts the attempts of notifications reserved ahead
+// (Store.Start): it swaps each one's state line for its started line, the
+// same without the receipt's "+", only if the stored line is still the one
+// it was reserved with, as finishScript does. A call holds one shard on a
+// Cluster, any number on a single Redis.
+//
+//	KEYS[g]   shard g's st HASH
+//	ARGV[1]   G, the number of shards
+//	ARGV[1+g] how many items shard g has
+//	then      3 per item, shard by shard: id, the line it was reserved
+//	          with, its started line
+//
+// Returns one code per item: OK, or STALE when the stored line is no
+// longer the one it was reserved with (cancelled, or taken back): that
+// attempt must not be made.
+var startScript = newScript(`
+local G = int_arg(ARGV[1], 1, MAX_BATCH)
+if not G or #KEYS ~= G then return redis.error_reply('ERR herald start: bad arguments') end
+local total = 0
+for g = 1, G do
+  local c = int_arg(ARGV[1 + g], 1, MAX_BATCH)
+  if not c then return redis.error_reply('ERR herald start: bad arguments') end
+  total = total + c
+end
+if total > MAX_BATCH or #ARGV ~= 1 + G + 3 * total then return redis.error_reply('ERR herald start: bad arguments') end
+for b = 2 + G, #ARGV do
+  if ARGV[b] == '' then return redis.error_reply('ERR herald start: bad arguments') end
+end
+-- A delete first, of nothing (ids are never empty), as in markScript: a
+-- full Redis must not stop the attempts it already reserved.
+redis.call('HDEL', KEYS[1], '')
+local codes, b = {}, 1 + G
+for g = 1, G do
+  local c = tonumber(ARGV[1 + g])
+  local ids = {}
+  for j = 1, c do ids[j] = ARGV[b + 3 * j - 2] end
+  local states = redis.call('HMGET', KEYS[g], unpack(ids))
+  local sts, n = {}, 0
+  for j = 1, c do
+    local at = b + 3 * j - 3
+    if states[j] == ARGV[at + 2] then
+      codes[#codes + 1] = OK
+      sts[n + 1], sts[n + 2] = ARGV[at + 1], ARGV[at + 3]
+      n = n + 2
+    else
+      codes[#codes + 1] = STALE
+    end
+  end
+  if n > 0 then redis.call('HSET', KEYS[g], unpack(sts)) end
+  b = b + 3 * c
+end
+return codes
 `)
 
 // markScript sets a mark that expires, while Redis is full too: a lost

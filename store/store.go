@@ -176,8 +176,10 @@ type Store struct {
 	// rotate turns the first shard served when a reservation is smaller
 	// than the shards with due work.
 	rotate atomic.Int64
-	// batcher writes concurrent single enqueues together.
-	batcher batcher
+	// batcher writes concurrent single enqueues together, and starts
+	// those of notifications reserved ahead (Start).
+	batcher batcher[EnqueueRequest, EnqueueResult]
+	starts  batcher[startRequest, error]
 	// oneNode is set when every shard lives on one Redis (a standalone or
 	// Sentinel-managed master, not a Cluster): a script may then span
 	// shards.
@@ -207,7 +209,7 @@ func New(cfg *Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{client: cfg.Client, keys: keys{ns: cfg.Namespace, shards: cfg.Shards}, cfg: cfg}
-	s.batcher.store = s
+	s.batcher.write, s.starts.write = s.enqueueBatch, s.startBatch
 	_, s.oneNode = cfg.Client.(*redis.Client)
 	return s, nil
 }
