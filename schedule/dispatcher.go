@@ -50,10 +50,12 @@
 //
 // A dispatcher killed outright leaves its reservations to the reaper. An
 // attempt it had started counts, as one that ran out (ttr_expired); one it
-// had reserved ahead and not started goes back uncounted, since each start
-// of those is recorded in Redis before the attempt is made (store.Start,
-// written together with the other starts of the moment). A start that
-// finds its reservation ended (a cancel, a reaper) is not made.
+// had reserved ahead and not started goes back uncounted. The starts of
+// those reserved ahead are recorded in Redis for this (store.Start): one
+// number per queue, raised as the workers start them in the order they
+// were reserved, and written in the background every 10ms at most, so
+// that an attempt started within about that long before the kill may go
+// back uncounted too, and be made again.
 package schedule
 
 import (
@@ -103,8 +105,7 @@ type Store interface {
 	Shards(ctx context.Context) (int, error)
 	Now() time.Time
 	ReserveAhead(ctx context.Context, queue string, shards []int, limit, started int) ([]*notify.Notification, []store.Head, error)
-	Start(ctx context.Context, n *notify.Notification) error
-	GiveBackUnstarted(ctx context.Context, ns []*notify.Notification) ([]error, error)
+	Start(n *notify.Notification)
 	Finish(ctx context.Context, items []store.Finish) ([]error, error)
 	Expired(ctx context.Context, grace time.Duration, limit int) ([]*notify.Notification, error)
 	Sweep(ctx context.Context, limit int) (deleted int, more bool, err error)
@@ -591,8 +592,9 @@ func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan
 			d.reserveStarts()
 			mark, sent := d.sub.Mark(), time.Now()
 			// The idle workers take the first ones; the others wait
-			// reserved ahead, and are started (d.start) as a worker takes
-			// them, so that a killed dispatcher's go back uncounted.
+			// reserved ahead, and their starts are recorded
+			// (store.Start), so that a killed dispatcher's unstarted ones
+			// go back uncounted.
 			items, hs, err := d.store.ReserveAhead(ctx, queue, ask, got, int(max(d.spare.Load(), 0)))
 			d.listReserved(items)
 			d.capacity.give(got - len(items))
@@ -781,38 +783,14 @@ func (d *Dispatcher) run(ctx context.Context, n *notify.Notification, p *policy.
 		delete(d.running, n.ID)
 		d.runningMu.Unlock()
 	}()
-	release, ok := d.acquire(ctx, n)
-	if !ok {
-		return
-	}
-	if !d.start(ctx, n) {
+	if release, ok := d.acquire(ctx, n); ok {
+		// Reserved ahead, its start is recorded for the reaper, should
+		// this dispatcher die while it runs.
+		d.store.Start(n)
+		err := d.attempt(n, p)
 		release()
-		return
+		d.recordHealth(ctx, n, err)
 	}
-	err := d.attempt(n, p)
-	release()
-	d.recordHealth(ctx, n, err)
-}
-
-// start records in the store that the attempt of n, reserved ahead of the
-// workers, starts (store.Start), and reports whether it may be made: not
-// when the reservation ended meanwhile (a cancel, a reaper), and not when
-// Redis cannot be told, when n goes back unstarted. Unrecorded, a start
-// would be given back uncounted should this dispatcher die while the
-// attempt runs, and sent again. It waits for Redis even as the dispatcher
-// stops, so that what the store holds is known.
-func (d *Dispatcher) start(ctx context.Context, n *notify.Notification) bool {
-	switch err := d.store.Start(context.WithoutCancel(ctx), n); {
-	case err == nil:
-		return true
-	case errors.Is(err, notify.ErrStaleReceipt):
-		d.log.DebugContext(ctx, "schedule: dropped a notification whose reservation ended while it waited for a worker", "id", n.ID)
-	default:
-		d.cfg.Observer.StoreError("start", err)
-		d.releaseAt(n, n.DueAt(d.store.Now()))
-		d.log.DebugContext(ctx, "schedule: gave back a notification reserved ahead: its start could not be recorded", "id", n.ID, "error", err)
-	}
-	return false
 }
 
 // aheadHorizon is about how long a notification reserved ahead may wait
@@ -1226,10 +1204,6 @@ func (d *Dispatcher) checkClock(ctx context.Context, skewed *failureLog) {
 func (d *Dispatcher) reap(ctx context.Context, failing *failureLog) {
 	for ctx.Err() == nil {
 		expired, err := d.store.Expired(ctx, d.cfg.ReapGrace, d.cfg.Batch)
-		found := len(expired)
-		if err == nil {
-			expired, err = d.giveBackUnstarted(ctx, expired)
-		}
 		if err == nil && len(expired) > 0 {
 			now := d.store.Now()
 			set := d.cfg.PoliciesFunc()
@@ -1262,43 +1236,10 @@ func (d *Dispatcher) reap(ctx context.Context, failing *failureLog) {
 			return
 		}
 		failing.ok(ctx)
-		if found < d.cfg.Batch {
+		if len(expired) < d.cfg.Batch {
 			return
 		}
 	}
-}
-
-// giveBackUnstarted gives back, uncounted, the expired reservations that
-// were reserved ahead and never started (store.Ahead): their dispatcher
-// stopped without giving them back, killed outright, and no attempt of
-// them was made. It returns the others, whose attempts ran out.
-func (d *Dispatcher) giveBackUnstarted(ctx context.Context, expired []*notify.Notification) ([]*notify.Notification, error) {
-	var unstarted, started []*notify.Notification
-	for _, n := range expired {
-		if store.Ahead(n) {
-			unstarted = append(unstarted, n)
-		} else {
-			started = append(started, n)
-		}
-	}
-	if len(unstarted) == 0 {
-		return started, nil
-	}
-	errs, err := d.store.GiveBackUnstarted(ctx, unstarted)
-	if err != nil {
-		return nil, err
-	}
-	given := 0
-	for _, e := range errs {
-		if e == nil {
-			given++
-		}
-	}
-	if given > 0 {
-		d.log.WarnContext(ctx, "schedule: gave back, uncounted, notifications a dispatcher had reserved ahead and never started; it ended without giving them back (killed?)",
-			"notifications", given)
-	}
-	return started, nil
 }
 
 // sweep deletes finished records past their retention, and dead ones past

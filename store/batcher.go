@@ -11,9 +11,8 @@ import (
 // (batcher.expect) before it writes without them.
 const lingerMax = 50 * time.Microsecond
 
-// batcher writes requests made at the same time together (a group commit):
-// concurrent enqueues, and the starts of notifications reserved ahead. A
-// caller that finds no write under way writes its own request at once;
+// batcher writes enqueues made at the same time together (a group commit):
+// a caller that finds no write under way writes its own request at once;
 // requests that arrive while one is under way wait, and the first of them
 // writes all that waited, up to MaxBatch, as soon as it ends. An idle store
 // therefore answers in one round trip, and a busy one pays one script per
@@ -23,16 +22,14 @@ const lingerMax = 50 * time.Microsecond
 // are then written about 7 to a script instead of 3.6, which cut Redis CPU
 // per enqueue by a fifth at the same rate (docs/benchmarks.md). Most of a
 // small script's cost is the request's, not its items'.
-type batcher[Req, Res any] struct {
-	// write writes a batch of requests, with one result each; an error is
-	// every request's.
-	write func(ctx context.Context, reqs []Req) ([]Res, error)
+type batcher struct {
+	store *Store
 
 	mu sync.Mutex // guards the fields below
 	// writing is set while a batch is being written.
 	writing bool
 	// waiting holds the requests that arrived during the write.
-	waiting []*waiter[Req, Res]
+	waiting []*waiter
 	// expect is how many callers the next batch is likely to hold: those
 	// the last batch answered, who are about to enqueue again, and those
 	// that waited for it.
@@ -40,9 +37,9 @@ type batcher[Req, Res any] struct {
 }
 
 // waiter is one caller's request and, once written, its result.
-type waiter[Req, Res any] struct {
-	req Req
-	res Res
+type waiter struct {
+	req EnqueueRequest
+	res EnqueueResult
 	err error
 	// done is closed when res and err are set; lead is closed when the
 	// waiter must write the batch it heads.
@@ -51,8 +48,8 @@ type waiter[Req, Res any] struct {
 
 // do writes req, alone or with the requests of other callers, and returns
 // its result. A cancelled ctx stops the wait, not a write under way.
-func (b *batcher[Req, Res]) do(ctx context.Context, req Req) (Res, error) {
-	w := &waiter[Req, Res]{req: req, done: make(chan struct{}), lead: make(chan struct{})}
+func (b *batcher) do(ctx context.Context, req EnqueueRequest) (EnqueueResult, error) {
+	w := &waiter{req: req, done: make(chan struct{}), lead: make(chan struct{})}
 	b.mu.Lock()
 	first := !b.writing
 	if first {
@@ -70,18 +67,17 @@ func (b *batcher[Req, Res]) do(ctx context.Context, req Req) (Res, error) {
 			// Leadership may already be on its way: pass it on rather than
 			// strand the others.
 			b.abandon(w)
-			var none Res
-			return none, ctx.Err()
+			return EnqueueResult{}, ctx.Err()
 		}
 	}
-	b.writeBatch(context.WithoutCancel(ctx), w)
+	b.write(context.WithoutCancel(ctx), w)
 	return w.res, w.err
 }
 
-// writeBatch writes lead's request with those waiting, up to MaxBatch in all,
+// write writes lead's request with those waiting, up to MaxBatch in all,
 // answers each waiter, then hands the writing on to the first of those
 // that arrived meanwhile, or stops.
-func (b *batcher[Req, Res]) writeBatch(ctx context.Context, lead *waiter[Req, Res]) {
+func (b *batcher) write(ctx context.Context, lead *waiter) {
 	// Yield once before cutting the batch: the callers the last batch just
 	// answered are runnable and about to enqueue again, and letting them
 	// queue first makes batches larger. With 8 producers of single calls
@@ -112,15 +108,15 @@ func (b *batcher[Req, Res]) writeBatch(ctx context.Context, lead *waiter[Req, Re
 		}
 	}
 	n := min(len(b.waiting), MaxBatch-1)
-	batch := append([]*waiter[Req, Res]{lead}, b.waiting[:n]...)
+	batch := append([]*waiter{lead}, b.waiting[:n]...)
 	b.waiting = b.waiting[n:]
 	b.mu.Unlock()
 
-	reqs := make([]Req, len(batch))
+	reqs := make([]EnqueueRequest, len(batch))
 	for i, w := range batch {
 		reqs[i] = w.req
 	}
-	results, err := b.write(ctx, reqs)
+	results, err := b.store.enqueueBatch(ctx, reqs)
 	for i, w := range batch {
 		if err != nil {
 			w.err = err
@@ -135,7 +131,7 @@ func (b *batcher[Req, Res]) writeBatch(ctx context.Context, lead *waiter[Req, Re
 // handOff makes the first waiting request the writer, taking it out of the
 // queue, or ends the writing. answered is how many callers the batch just
 // written answered (0 when no batch was).
-func (b *batcher[Req, Res]) handOff(answered int) {
+func (b *batcher) handOff(answered int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if answered > 0 {
@@ -152,7 +148,7 @@ func (b *batcher[Req, Res]) handOff(answered int) {
 
 // abandon removes w, whose caller gave up; if w had just been made a
 // writer, the next waiting request takes its place.
-func (b *batcher[Req, Res]) abandon(w *waiter[Req, Res]) {
+func (b *batcher) abandon(w *waiter) {
 	b.mu.Lock()
 	for i, o := range b.waiting {
 		if o == w {

@@ -27,6 +27,7 @@ import (
 //	herald:{3}:order        HASH  "T|key" -> the last notification of order key key in topic T that has not ended
 //	herald:{3}:link         HASH  "n|id" -> the notification waiting right behind id; "p|id" -> the one id waits behind
 //	herald:{3}:given:R      STRING a Reserve call of receipt prefix R whose answer was lost has been given back; it then reserves nothing if it arrives late (expires after 20 minutes)
+//	herald:started:H:Q      STRING the highest number of queue Q's notifications reserved ahead by the Store whose receipts start with H that may have started (Store.Start); expires 7 days after the last
 //	herald:wake             pub/sub channel: "queue shard due_ms" when a shard's head moves earlier
 //	herald:meta             HASH  "shards" -> the namespace's shard count, recorded at first use
 type keys struct {
@@ -102,6 +103,10 @@ func (k *keys) dead(shard int, topic string) string { return k.prefix(shard) + "
 // shard's counters, where that call's script looks for it.
 func (k *keys) givenBack(shard int, receipt string) string {
 	return k.prefix(shard) + "given:" + receipt
+}
+
+func (k *keys) started(holder, queue string) string {
+	return k.ns + ":started:" + holder + ":" + queue
 }
 
 func (k *keys) activity(shard int, minute int64) string {

@@ -17,6 +17,11 @@ import (
 // attempt counts as failed (ttr expired), and the caller finishes them with
 // Finish. grace absorbs clock skew between dispatchers. One whose content
 // cannot be decoded is quarantined instead of returned.
+//
+// One reserved ahead of a dispatcher's workers whose start its holder never
+// recorded (Start) is given back uncounted instead, due when it was: no
+// attempt of it was made, and its dispatcher ended without giving it back
+// (killed outright).
 func (s *Store) Expired(ctx context.Context, grace time.Duration, limit int) ([]*notify.Notification, error) {
 	if err := s.open(ctx); err != nil {
 		return nil, err
@@ -67,6 +72,24 @@ func (s *Store) Expired(ctx context.Context, grace time.Duration, limit int) ([]
 				out = append(out, n)
 			}
 		}
+	}
+	unstarted, out, err := s.unstarted(ctx, out)
+	if err != nil || len(unstarted) == 0 {
+		return out, err
+	}
+	errs, err := s.GiveBackUnstarted(ctx, unstarted)
+	if err != nil {
+		return nil, err
+	}
+	given := 0
+	for _, e := range errs {
+		if e == nil {
+			given++
+		}
+	}
+	if given > 0 {
+		s.cfg.Logger.WarnContext(ctx, "store: gave back, uncounted, notifications a dispatcher had reserved ahead and never started; it ended without giving them back (killed?)",
+			"notifications", given)
 	}
 	return out, nil
 }

@@ -63,7 +63,7 @@ func (s *Store) ReserveAhead(ctx context.Context, queue string, shards []int, li
 	}
 	limit = min(limit, MaxReserve)
 	now := ms(s.Now())
-	receipt := receiptPrefix()
+	receipt := s.receiptPrefix()
 	quotas := splitQuotas(shards, limit, int(s.rotate.Add(1)))
 	groups := scriptGroups(s.oneNode, quotas, func(q quota) int { return q.max })
 	calls := make([]*scriptCall, len(groups))
@@ -82,9 +82,14 @@ func (s *Store) ReserveAhead(ctx context.Context, queue string, shards []int, li
 		// The calls take their share of started in order, each as many as
 		// it may reserve: one that reserves fewer leaves some idle worker
 		// to a notification reserved ahead, which then only costs a Start.
+		// Those reserved ahead are numbered on from the queue's last.
 		first := min(max(started, 0), most)
 		started -= first
-		args = append(args, first)
+		s.aheadMu.Lock()
+		seq := s.aheadNext[queue] + 1
+		s.aheadNext[queue] += int64(most - first)
+		s.aheadMu.Unlock()
+		args = append(args, first, seq)
 		keyList = append(keyList, k.givenBack(s.counters(g[0].shard), receipt))
 		calls[i] = &scriptCall{script: reserveScript, keys: keyList, args: args}
 	}
@@ -363,7 +368,7 @@ func (s *Store) heldBy(ctx context.Context, lost LostReservation) ([]*notify.Not
 			for i, id := range ids {
 				content, _ := contents.Val()[i].(string)
 				state, _ := states.Val()[i].(string)
-				if n, _, err := decode(id, content, state); err == nil && n.State == notify.StateReserved && strings.TrimSuffix(n.Receipt, aheadMark) == receipt {
+				if n, _, err := decode(id, content, state); err == nil && n.State == notify.StateReserved && strings.HasPrefix(n.Receipt, receipt) && (len(n.Receipt) == len(receipt) || n.Receipt[len(receipt):len(receipt)+1] == aheadMark) {
 					out = append(out, n)
 				}
 			}
@@ -423,103 +428,179 @@ func scriptGroups[T any](oneNode bool, parts []T, size func(T) int) [][]T {
 // by default), so that a shard's state hash becomes a hash table at its
 // first reservation: a listpack is searched from its start for every
 // field, which a busy shard's hundreds of lines would make slow.
-func receiptPrefix() string {
-	var b [16]byte
+func (s *Store) receiptPrefix() string {
+	var b [(receiptLen - holderLen) / 2]byte
 	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:]) + "."
+	return s.holder + hex.EncodeToString(b[:]) + "."
 }
 
-// aheadMark ends the receipt of a notification reserved ahead of the
-// workers (ReserveAhead) until its attempt starts (Start).
+// receiptLen is the length of a receipt's prefix before its dot, of which
+// the first holderLen name the Store that reserved it (Store.holder).
+const (
+	receiptLen = 32
+	holderLen  = 16
+)
+
+// newHolder returns a Store's holder, the start of its receipts.
+func newHolder() string {
+	var b [holderLen / 2]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// aheadMark follows the receipt of a notification reserved ahead of the
+// workers (ReserveAhead), before its number among its queue's.
 const aheadMark = "+"
 
-// Ahead reports whether n, as reserved, waits ahead of the workers: its
-// attempt must be started with Start before it is made.
-func Ahead(n *notify.Notification) bool { return strings.HasSuffix(n.Receipt, aheadMark) }
+// Ahead reports whether n was reserved ahead of the workers: its attempt
+// must be started with Start before it is made.
+func Ahead(n *notify.Notification) bool { return strings.Contains(n.Receipt, aheadMark) }
 
-// Start records that the attempt of n, reserved ahead (Ahead), starts now,
-// before the attempt is made, so that the reaper counts it should the
-// caller die while it runs; one never started goes back uncounted. On
-// success n holds the started reservation's receipt and state line, for
-// Finish. notify.ErrStaleReceipt means the reservation no longer holds (n
-// was cancelled, or taken back by a reaper): the attempt must not be made.
-// Any other error leaves n ahead, to be given back unstarted. Starts made
-// at the same time are written together, as single enqueues are. A
-// notification not reserved ahead needs none, and costs nothing.
-func (s *Store) Start(ctx context.Context, n *notify.Notification) error {
+// aheadOf returns, for a receipt of a notification reserved ahead, the
+// holder of the Store that reserved it and its number among its queue's.
+func aheadOf(receipt string) (holder string, seq int64, ok bool) {
+	i := strings.LastIndex(receipt, aheadMark)
+	if i < holderLen {
+		return "", 0, false
+	}
+	seq, err := strconv.ParseInt(receipt[i+1:], 10, 64)
+	return receipt[:holderLen], seq, err == nil
+}
+
+// startedFor is how long a Store's record of its starts (Start) outlives
+// its last start: far longer than any reservation waits to be reaped.
+const startedFor = 7 * 24 * time.Hour
+
+// startsEvery is how often a Store writes its record of starts at most
+// (Start): a dispatcher killed within about this long after it started an
+// attempt reserved ahead may have that attempt given back uncounted, and
+// made again.
+const startsEvery = 10 * time.Millisecond
+
+// Start notes that the attempt of n, reserved ahead of the workers
+// (Ahead), starts now, for the reaper: should the caller die, an attempt
+// it started counts, as one that ran out, and one it reserved ahead and
+// never started goes back uncounted. The note is one number per queue:
+// the Store numbers what it reserves ahead in the order the caller hands
+// it to its workers, who start it in that order, and Start raises the
+// number to n's. It is written to Redis in the background, at most every
+// startsEvery and never on the attempt's way: see Started. A notification
+// not reserved ahead needs none.
+//
+// Several dispatchers sharing one Store share its numbers: a start of one
+// may then count a notification waiting for another's worker, should the
+// process die.
+func (s *Store) Start(n *notify.Notification) {
 	if !Ahead(n) {
-		return nil
+		return
 	}
-	if err := s.open(ctx); err != nil {
-		return err
+	_, seq, ok := aheadOf(n.Receipt)
+	if !ok {
+		return
 	}
-	receipt := strings.TrimSuffix(n.Receipt, aheadMark)
-	// The receipt is a line's fifth field, and no field holds "|".
-	line := strings.Replace(n.Version, "|"+n.Receipt+"|", "|"+receipt+"|", 1)
-	if line == n.Version {
-		return notify.ErrStaleReceipt
+	q := queueOf(n.Channel, n.Topic)
+	s.aheadMu.Lock()
+	defer s.aheadMu.Unlock()
+	if seq <= s.aheadWant[q] {
+		return
 	}
-	err, werr := s.starts.do(ctx, startRequest{n.ID, s.keys.shardFor(n), n.Version, line})
-	if werr != nil {
-		return werr
+	s.aheadWant[q] = seq
+	if s.startsIdle == nil {
+		s.startsIdle = make(chan struct{})
+		go s.writeStarts(s.startsIdle)
 	}
-	if err == nil {
-		n.Receipt, n.Version = receipt, line
-	}
-	return err
 }
 
-// startRequest is one Start on its way into startScript: the id's line as
-// reserved, and its started line.
-type startRequest struct {
-	id    string
-	shard int
-	old   string
-	line  string
+// Started waits until the starts noted so far are written (Start), or
+// ctx ends, and returns the failure of the last write, if one failed.
+func (s *Store) Started(ctx context.Context) error {
+	s.aheadMu.Lock()
+	idle := s.startsIdle
+	s.aheadMu.Unlock()
+	if idle != nil {
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	s.aheadMu.Lock()
+	defer s.aheadMu.Unlock()
+	return s.startsErr
 }
 
-// startBatch writes a batch of starts: one script on a single Redis, one
-// per shard on a Cluster. Each answers nil or notify.ErrStaleReceipt.
-func (s *Store) startBatch(ctx context.Context, reqs []startRequest) ([]error, error) {
-	byShard := map[int][]int{}
-	for i, r := range reqs {
-		byShard[r.shard] = append(byShard[r.shard], i)
-	}
-	batches := s.shardBatches(byShard)
-	calls := make([]*scriptCall, len(batches))
-	order := make([][]int, len(batches))
-	for c, b := range batches {
-		keyList := make([]string, 0, len(b))
-		args := make([]any, 1, 1+len(b)+3*len(reqs))
-		args[0] = len(b)
-		for _, g := range b {
-			keyList = append(keyList, s.keys.state(g.shard))
-			args = append(args, len(g.idx))
-		}
-		for _, g := range b {
-			for _, i := range g.idx {
-				args = append(args, reqs[i].id, reqs[i].old, reqs[i].line)
-			}
-			order[c] = append(order[c], g.idx...)
-		}
-		calls[c] = &scriptCall{script: startScript, keys: keyList, args: args}
-	}
-	if err := s.runAcked(ctx, calls); err != nil {
-		return nil, fmt.Errorf("start: %w", err)
-	}
-	errs := make([]error, len(reqs))
-	for c, call := range calls {
-		codes, _, err := replyCodes(call, len(order[c]))
-		if err != nil {
-			return nil, fmt.Errorf("start: %w", err)
-		}
-		for j, i := range order[c] {
-			if codes[j] != codeOK {
-				errs[i] = notify.ErrStaleReceipt
+// writeStarts writes the starts noted (Start) until none is left
+// unwritten, at most every startsEvery, then closes idle. One that fails
+// is left for the next Start to write, with its own: a writer that kept
+// trying would spin while Redis is away.
+func (s *Store) writeStarts(idle chan struct{}) {
+	for {
+		s.aheadMu.Lock()
+		var queue string
+		var seq int64
+		for q, want := range s.aheadWant {
+			if want > s.aheadStarted[q] {
+				queue, seq = q, want
+				break
 			}
 		}
+		if queue == "" {
+			s.startsIdle = nil
+			s.aheadMu.Unlock()
+			close(idle)
+			return
+		}
+		wait := time.Until(s.startsAt.Add(startsEvery))
+		s.aheadMu.Unlock()
+		time.Sleep(wait)
+		_, err := s.runAckedScript(context.Background(), markScript, []string{s.keys.started(s.holder, queue)},
+			startedFor.Milliseconds(), seq)
+		s.aheadMu.Lock()
+		s.startsAt, s.startsErr = time.Now(), err
+		if err == nil {
+			s.aheadStarted[queue] = max(s.aheadStarted[queue], seq)
+		} else {
+			s.startsErr = fmt.Errorf("record the starts of notifications reserved ahead: %w", err)
+			s.aheadWant[queue] = s.aheadStarted[queue]
+		}
+		s.aheadMu.Unlock()
 	}
-	return errs, nil
+}
+
+// unstarted sorts expired reservations into those reserved ahead that never
+// started, by their holders' records of starts (Start), and the others.
+func (s *Store) unstarted(ctx context.Context, expired []*notify.Notification) (unstarted, others []*notify.Notification, err error) {
+	pipe := s.client.Pipeline()
+	records := map[string]*redis.StringCmd{}
+	for _, n := range expired {
+		if holder, _, ok := aheadOf(n.Receipt); ok {
+			k := s.keys.started(holder, queueOf(n.Channel, n.Topic))
+			if records[k] == nil {
+				records[k] = pipe.Get(ctx, k)
+			}
+		}
+	}
+	if len(records) == 0 {
+		return nil, expired, nil
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, nil, fmt.Errorf("read the starts of notifications reserved ahead: %w", err)
+	}
+	for _, n := range expired {
+		holder, seq, ok := aheadOf(n.Receipt)
+		if !ok {
+			others = append(others, n)
+			continue
+		}
+		// None recorded: none of the holder's started.
+		top, _ := records[s.keys.started(holder, queueOf(n.Channel, n.Topic))].Int64()
+		if seq > top {
+			unstarted = append(unstarted, n)
+		} else {
+			others = append(others, n)
+		}
+	}
+	return unstarted, others, nil
 }
 
 // Heads returns, for every shard, when the earliest notification of queue

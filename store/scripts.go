@@ -20,8 +20,8 @@ import (
 //     all of its work: Redis does not roll back a script that fails half-way;
 //   - they never decode a payload: the content's header line (codec.go)
 //     holds what they need;
-//   - those that must work while Redis is at maxmemory (reserve, start,
-//     finish, cancel, purge, sweep, quarantine, unpark, an endpoint's failing
+//   - those that must work while Redis is at maxmemory (reserve, finish,
+//     cancel, purge, sweep, quarantine, unpark, an endpoint's failing
 //     streak and disable, a give-back's mark) delete before their first
 //     write that may grow memory: Redis refuses such a write only as a
 //     script's first, so the others (enqueue) change nothing when refused.
@@ -596,7 +596,9 @@ return codes
 //	ARGV[2+2G]        how many of those reserved start at once: the ones
 //	                  after them, in shard order, wait reserved ahead for a
 //	                  worker, and their receipts end in "+" (aheadMark)
-//	                  until they start (startScript)
+//	                  and a number, ARGV[3+2G] and up in that order, which
+//	                  the reaper compares with the caller's starts
+//	                  (Store.Start)
 //
 // The ready list fills what the due set's due ones leave of the limit: it
 // holds, oldest first, the notifications that were due when they were
@@ -621,8 +623,9 @@ return codes
 // is due at its content's first due time, which Go reads, so that no score
 // is read or formatted per notification.
 var reserveScript = newScript(`
-local now, G, started = tonumber(ARGV[1]), (#ARGV - 2) / 2, int_arg(ARGV[#ARGV], 0, MAX_BATCH)
-if not now or G < 1 or G % 1 ~= 0 or #KEYS ~= 2 + 5 * G or not started then
+local now, G = tonumber(ARGV[1]), (#ARGV - 3) / 2
+local started, seq = int_arg(ARGV[#ARGV - 1], 0, MAX_BATCH), int_arg(ARGV[#ARGV], 0, 9007199254740991)
+if not now or G < 1 or G % 1 ~= 0 or #KEYS ~= 2 + 5 * G or not started or not seq then
   return redis.error_reply('ERR herald reserve: bad arguments')
 end
 local total = 0
@@ -698,7 +701,12 @@ for g = 1, G do
         else
           seen[id] = true
           local rc = receipt
-          if started > 0 then started = started - 1 else rc = ahead end
+          if started > 0 then
+            started = started - 1
+          else
+            rc = ahead .. string.format('%d', seq)
+            seq = seq + 1
+          end
           if old then
             local _, a, h, cl, _, _, na, _, x = st_split(old)
             line = st_join('R', a or '0', h or '0', cl or r[1], rc, r[2], na or '', ARGV[1], x or '')
@@ -735,72 +743,20 @@ end
 return res
 `)
 
-// startScript starts the attempts of notifications reserved ahead
-// (Store.Start): it swaps each one's state line for its started line, the
-// same without the receipt's "+", only if the stored line is still the one
-// it was reserved with, as finishScript does. A call holds one shard on a
-// Cluster, any number on a single Redis.
-//
-//	KEYS[g]   shard g's st HASH
-//	ARGV[1]   G, the number of shards
-//	ARGV[1+g] how many items shard g has
-//	then      3 per item, shard by shard: id, the line it was reserved
-//	          with, its started line
-//
-// Returns one code per item: OK, or STALE when the stored line is no
-// longer the one it was reserved with (cancelled, or taken back): that
-// attempt must not be made.
-var startScript = newScript(`
-local G = int_arg(ARGV[1], 1, MAX_BATCH)
-if not G or #KEYS ~= G then return redis.error_reply('ERR herald start: bad arguments') end
-local total = 0
-for g = 1, G do
-  local c = int_arg(ARGV[1 + g], 1, MAX_BATCH)
-  if not c then return redis.error_reply('ERR herald start: bad arguments') end
-  total = total + c
-end
-if total > MAX_BATCH or #ARGV ~= 1 + G + 3 * total then return redis.error_reply('ERR herald start: bad arguments') end
-for b = 2 + G, #ARGV do
-  if ARGV[b] == '' then return redis.error_reply('ERR herald start: bad arguments') end
-end
--- A delete first, of nothing (ids are never empty), as in markScript: a
--- full Redis must not stop the attempts it already reserved.
-redis.call('HDEL', KEYS[1], '')
-local codes, b = {}, 1 + G
-for g = 1, G do
-  local c = tonumber(ARGV[1 + g])
-  local ids = {}
-  for j = 1, c do ids[j] = ARGV[b + 3 * j - 2] end
-  local states = redis.call('HMGET', KEYS[g], unpack(ids))
-  local sts, n = {}, 0
-  for j = 1, c do
-    local at = b + 3 * j - 3
-    if states[j] == ARGV[at + 2] then
-      codes[#codes + 1] = OK
-      sts[n + 1], sts[n + 2] = ARGV[at + 1], ARGV[at + 3]
-      n = n + 2
-    else
-      codes[#codes + 1] = STALE
-    end
-  end
-  if n > 0 then redis.call('HSET', KEYS[g], unpack(sts)) end
-  b = b + 3 * c
-end
-return codes
-`)
-
 // markScript sets a mark that expires, while Redis is full too: a lost
-// Reserve call given back (reserveScript), a dashboard session signed out.
+// Reserve call given back (reserveScript), a dashboard session signed out,
+// the starts of a dispatcher's notifications reserved ahead (Store.Start).
 //
 // KEYS[1] the mark.
 // ARGV[1] how long the mark lasts (ms).
+// ARGV[2] its value; "1" when absent.
 var markScript = newScript(`
-if not int_arg(ARGV[1], 1, 9007199254740991) then return redis.error_reply('ERR herald mark: bad arguments') end
--- A delete first, of nothing: Redis at maxmemory refuses a script's first
--- write that may grow memory, and a give-back or a sign-out must go on
--- while it is full.
+if not int_arg(ARGV[1], 1, 9007199254740991) or ARGV[2] == '' then return redis.error_reply('ERR herald mark: bad arguments') end
+-- A delete first: Redis at maxmemory refuses a script's first write that
+-- may grow memory, and a give-back, a sign-out or a start must go on while
+-- it is full.
 redis.call('DEL', KEYS[1])
-redis.call('SET', KEYS[1], '1', 'PX', ARGV[1])
+redis.call('SET', KEYS[1], ARGV[2] or '1', 'PX', ARGV[1])
 return 1
 `)
 

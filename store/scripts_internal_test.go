@@ -38,7 +38,7 @@ func TestRunScriptsRunsEachCallOnce(t *testing.T) {
 	k := st.keys
 	reserve := &scriptCall{script: reserveScript,
 		keys: []string{k.stats(0), k.due(0, PullQueue("jobs")), k.reserved(0), k.job(0), k.state(0), k.ready(0, PullQueue("jobs")), k.givenBack(0, "r.")},
-		args: []any{ms(time.Now()), 1, "r.", 1}}
+		args: []any{ms(time.Now()), 1, "r.", 1, 1}}
 	sweep := &scriptCall{script: sweepScript,
 		keys: []string{k.finished(0), k.job(0), k.state(0), k.hist(0)}, args: []any{ms(time.Now()), 10}}
 	require.NoError(t, st.runScripts(ctx, []*scriptCall{reserve, sweep}))
@@ -149,12 +149,11 @@ func TestRejectedCallChangesNothing(t *testing.T) {
 		{"EnqueueNewReadyWithoutWake", enqueueNewScript, newKeys, enqueueNewArgs(now, func(a []any) { a[8] = "" })},
 		{"EnqueueNewCountsDisagree", enqueueNewScript, newKeys, enqueueNewArgs(now, func(a []any) { a[7] = 3 })},
 		{"ReserveBadLimit", reserveScript, []string{k.stats(0), k.due(0, PullQueue("jobs")), k.reserved(0), k.job(0), k.state(0), k.ready(0, PullQueue("jobs")),
-			k.due(0, PullQueue("jobs")), k.reserved(0), k.job(0), k.state(0), k.ready(0, PullQueue("jobs")), k.givenBack(0, "r.")}, []any{ms(time.Now()), 1, "r.", 0, "s.", 2}},
+			k.due(0, PullQueue("jobs")), k.reserved(0), k.job(0), k.state(0), k.ready(0, PullQueue("jobs")), k.givenBack(0, "r.")}, []any{ms(time.Now()), 1, "r.", 0, "s.", 2, 1}},
 		{"ReserveBadStarted", reserveScript, []string{k.stats(0), k.due(0, PullQueue("jobs")), k.reserved(0), k.job(0), k.state(0), k.ready(0, PullQueue("jobs")),
-			k.givenBack(0, "r.")}, []any{ms(time.Now()), 1, "r.", -1}},
-		{"StartCountsDisagree", startScript, []string{k.state(0)}, []any{1, 2, reserved[0].ID, reserved[0].Version, "R|started"}},
-		{"StartEmptyLine", startScript, []string{k.state(0), k.state(0)},
-			[]any{2, 1, 1, reserved[0].ID, reserved[0].Version, "R|started", reserved[1].ID, reserved[1].Version, ""}},
+			k.givenBack(0, "r.")}, []any{ms(time.Now()), 1, "r.", -1, 1}},
+		{"ReserveBadNumber", reserveScript, []string{k.stats(0), k.due(0, PullQueue("jobs")), k.reserved(0), k.job(0), k.state(0), k.ready(0, PullQueue("jobs")),
+			k.givenBack(0, "r.")}, []any{ms(time.Now()), 1, "r.", 0, "x"}},
 		{"FinishBadGroup", finishScript, finishKeys, finishArgs(func(a []any) { a[len(a)-3] = 9 })},
 		{"FinishBadGroupField", finishScript, finishKeys, finishArgs(func(a []any) { a[14] = "x" })},
 		{"FinishRetryWithoutDue", finishScript, finishKeys, finishArgs(func(a []any) { a[len(a)-2] = "soon" })},

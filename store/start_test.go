@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,100 +15,112 @@ import (
 	"github.com/heraldhq/herald/store"
 )
 
-// TestStartAhead: a reservation that starts only its first notification at
-// once reserves the others ahead. Start records the start of one of those
-// once, and its attempt then finishes as any other; the start of one
-// cancelled, or given back by a reaper, while it waited is refused and
-// changes nothing, so that its attempt is not made.
+// reserveAhead reserves count due notifications of the bundle's pull
+// topic ahead of the workers, none started at once, in the order a
+// dispatcher hands them to its workers.
+func (b *testBundle) reserveAhead(t *testing.T, count int) []*notify.Notification {
+	t.Helper()
+	items, _, err := b.store.ReserveAhead(context.Background(), store.PullQueue("jobs"), []int{0}, count, 0)
+	require.NoError(t, err)
+	require.Len(t, items, count)
+	for _, n := range items {
+		require.True(t, store.Ahead(n), n.ID)
+	}
+	return items
+}
+
+// expire runs the reaper's read once every reservation ran out, and
+// returns the ids it counts as attempts that ran out.
+func (b *testBundle) expire(t *testing.T) map[string]bool {
+	t.Helper()
+	b.clock.Advance(time.Hour)
+	expired, err := b.store.Expired(context.Background(), 0, 100)
+	require.NoError(t, err)
+	out := map[string]bool{}
+	for _, n := range expired {
+		out[n.ID] = true
+	}
+	return out
+}
+
+// requireGivenBack checks that id waits for its first attempt again, with
+// none counted.
+func (b *testBundle) requireGivenBack(t *testing.T, id string) {
+	t.Helper()
+	got, err := b.store.Get(context.Background(), id)
+	require.NoError(t, err)
+	require.Equal(t, notify.StateScheduled, got.State, id)
+	require.Zero(t, got.Attempts, id)
+	require.Empty(t, got.History, id)
+}
+
+// TestStartAhead: of what a dispatcher reserved ahead of its workers and
+// then left to run out (it was killed), the reaper counts the attempts
+// whose start was recorded, those the workers took before them included,
+// and gives back uncounted the ones after, which no worker took; one that
+// started at once counts as ever.
 func TestStartAhead(t *testing.T) {
 	t.Parallel()
 	onEachDeployment(t, func(t *testing.T, client redis.UniversalClient, shards int) {
 		ctx := context.Background()
 		b := setup(t, store.Config{Client: client, Shards: shards})
-		const count = 4
+		const count = 5
 		for i := range count {
 			b.enqueue(t, b.newNotification(t, fmt.Sprint("n", i), 0))
 		}
-		items, _, err := b.store.ReserveAhead(ctx, store.PullQueue("jobs"), heraldtest.AllShards(t, b.store), count, 1)
+		items, _, err := b.store.ReserveAhead(ctx, store.PullQueue("jobs"), heraldtest.AllShards(t, b.store), store.MaxReserve, 1)
 		require.NoError(t, err)
 		require.Len(t, items, count)
-		var ahead []*notify.Notification
-		for _, n := range items {
-			if store.Ahead(n) {
-				ahead = append(ahead, n)
-			} else {
-				require.NoError(t, b.store.Start(ctx, n), "one started at once needs no start")
-			}
+		require.False(t, store.Ahead(items[0]), "the first starts at once")
+		b.store.Start(items[0]) // needs none
+		for _, n := range items[1:] {
+			require.True(t, store.Ahead(n), n.ID)
 		}
-		require.Len(t, ahead, count-1)
+		// The workers took items[1] and items[2], in that order, and
+		// started them as the scheduler let them.
+		b.store.Start(items[2])
+		b.store.Start(items[1])
+		require.NoError(t, b.store.Started(ctx))
 
-		started, cancelled, reaped := ahead[0], ahead[1], ahead[2]
-		receipt := started.Receipt
-		require.NoError(t, b.store.Start(ctx, started))
-		require.False(t, store.Ahead(started))
-		require.NotEqual(t, receipt, started.Receipt)
-		require.NoError(t, b.store.Start(ctx, started), "a second start is none")
-		errs, err := b.store.Finish(ctx, []store.Finish{b.finish(notify.ActionAck, started, time.Time{})})
-		require.NoError(t, err)
-		require.NoError(t, errs[0], "the started attempt finishes")
-
-		_, err = b.store.Cancel(ctx, cancelled.ID)
-		require.NoError(t, err)
-		require.ErrorIs(t, b.store.Start(ctx, cancelled), notify.ErrStaleReceipt)
-		got, err := b.store.Get(ctx, cancelled.ID)
-		require.NoError(t, err)
-		require.Equal(t, notify.StateCancelled, got.State)
-		require.Zero(t, got.Attempts)
-
-		errs, err = b.store.GiveBackUnstarted(ctx, []*notify.Notification{reaped})
-		require.NoError(t, err)
-		require.NoError(t, errs[0])
-		require.ErrorIs(t, b.store.Start(ctx, reaped), notify.ErrStaleReceipt)
-		got, err = b.store.Get(ctx, reaped.ID)
-		require.NoError(t, err)
-		require.Equal(t, notify.StateScheduled, got.State, "given back, not started")
-		require.Zero(t, got.Attempts)
-		require.Empty(t, got.History)
+		counted := b.expire(t)
+		require.Equal(t, map[string]bool{items[0].ID: true, items[1].ID: true, items[2].ID: true}, counted)
+		for _, n := range items[3:] {
+			b.requireGivenBack(t, n.ID)
+		}
 		heraldtest.RequireStatsMatch(t, b.store)
 	})
 }
 
-// TestStartsTogether: starts made at the same time, of notifications in
-// several shards, are written together and each answered for itself.
-func TestStartsTogether(t *testing.T) {
+// TestStartsOfOneStore: one Store's starts count none of what another
+// reserved ahead, and starts noted at the same time are all recorded.
+func TestStartsOfOneStore(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setup(t, store.Config{Shards: 4})
+	b := setup(t, store.Config{Shards: 1})
+	other, err := store.New(&store.Config{Client: server.Client(t), Namespace: b.store.Namespace(), TimeNowFunc: b.clock.Now})
+	require.NoError(t, err)
 	const count = 40
 	for i := range count {
 		b.enqueue(t, b.newNotification(t, fmt.Sprint("n", i), 0))
 	}
-	var items []*notify.Notification
-	for len(items) < count { // the shards hold unequal shares
-		got, _, err := b.store.ReserveAhead(ctx, store.PullQueue("jobs"), heraldtest.AllShards(t, b.store), count, 0)
-		require.NoError(t, err)
-		require.NotEmpty(t, got)
-		items = append(items, got...)
-	}
-	_, err := b.store.Cancel(ctx, items[0].ID)
+	mine := b.reserveAhead(t, count/2)
+	theirs, _, err := other.ReserveAhead(ctx, store.PullQueue("jobs"), heraldtest.AllShards(t, other), store.MaxReserve, 0)
 	require.NoError(t, err)
-	errs := make(chan error, count)
-	for _, n := range items {
-		go func() { errs <- b.store.Start(ctx, n) }()
+	require.Len(t, theirs, count/2, "the rest")
+
+	var wg sync.WaitGroup
+	for _, n := range mine {
+		wg.Go(func() { b.store.Start(n) })
 	}
-	stale := 0
-	for range count {
-		if err := <-errs; err != nil {
-			require.ErrorIs(t, err, notify.ErrStaleReceipt)
-			stale++
-		}
+	wg.Wait()
+	require.NoError(t, b.store.Started(ctx))
+	counted := b.expire(t)
+	require.Len(t, counted, len(mine))
+	for _, n := range mine {
+		require.True(t, counted[n.ID], n.ID)
 	}
-	require.Equal(t, 1, stale, "the one cancelled")
-	for _, n := range items[1:] {
-		require.False(t, store.Ahead(n), n.ID)
-		errs, err := b.store.Finish(ctx, []store.Finish{b.finish(notify.ActionAck, n, time.Time{})})
-		require.NoError(t, err)
-		require.NoError(t, errs[0], n.ID)
+	for _, n := range theirs {
+		b.requireGivenBack(t, n.ID)
 	}
 	heraldtest.RequireStatsMatch(t, b.store)
 }

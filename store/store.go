@@ -176,10 +176,20 @@ type Store struct {
 	// rotate turns the first shard served when a reservation is smaller
 	// than the shards with due work.
 	rotate atomic.Int64
-	// batcher writes concurrent single enqueues together, and starts
-	// those of notifications reserved ahead (Start).
-	batcher batcher[EnqueueRequest, EnqueueResult]
-	starts  batcher[startRequest, error]
+	// batcher writes concurrent single enqueues together.
+	batcher batcher
+	// holder starts every receipt of this Store's reservations.
+	holder  string
+	aheadMu sync.Mutex // guards the fields below
+	// aheadNext is, per queue, the number of the last notification this
+	// Store reserved ahead (ReserveAhead); aheadWant the highest whose
+	// start was noted (Start), and aheadStarted the highest written.
+	aheadNext, aheadWant, aheadStarted map[string]int64
+	// startsIdle is closed when the writer of starts stops, nil while none
+	// runs; startsAt is when it last wrote, and startsErr why that failed.
+	startsIdle chan struct{}
+	startsAt   time.Time
+	startsErr  error
 	// oneNode is set when every shard lives on one Redis (a standalone or
 	// Sentinel-managed master, not a Cluster): a script may then span
 	// shards.
@@ -209,7 +219,9 @@ func New(cfg *Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{client: cfg.Client, keys: keys{ns: cfg.Namespace, shards: cfg.Shards}, cfg: cfg}
-	s.batcher.write, s.starts.write = s.enqueueBatch, s.startBatch
+	s.batcher.store = s
+	s.holder = newHolder()
+	s.aheadNext, s.aheadWant, s.aheadStarted = map[string]int64{}, map[string]int64{}, map[string]int64{}
 	_, s.oneNode = cfg.Client.(*redis.Client)
 	return s, nil
 }
