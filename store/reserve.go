@@ -50,10 +50,10 @@ func (s *Store) Reserve(ctx context.Context, queue string, shards []int, limit i
 
 // ReserveAhead is Reserve for a caller that starts at once only the first
 // started of those it reserves (its idle workers'): the others wait reserved
-// ahead for a worker, and Ahead reports them so. Each of those must be
-// started with Start before its attempt is made; should the caller die
-// first, the reaper gives it back uncounted (Expired), where one started
-// counts an attempt that ran out.
+// ahead for a worker, and Ahead reports them so. The caller notes each
+// of those with Start as its attempt starts: should the caller die, the
+// reaper gives back uncounted the ones it never started (Expired), and
+// counts the others as attempts that ran out.
 func (s *Store) ReserveAhead(ctx context.Context, queue string, shards []int, limit, started int) ([]*notify.Notification, []Head, error) {
 	if err := s.open(ctx); err != nil {
 		return nil, nil, err
@@ -452,8 +452,8 @@ func newHolder() string {
 // workers (ReserveAhead), before its number among its queue's.
 const aheadMark = "+"
 
-// Ahead reports whether n was reserved ahead of the workers: its attempt
-// must be started with Start before it is made.
+// Ahead reports whether n was reserved ahead of the workers: its start
+// is to be noted with Start.
 func Ahead(n *notify.Notification) bool { return strings.Contains(n.Receipt, aheadMark) }
 
 // aheadOf returns, for a receipt of a notification reserved ahead, the
@@ -583,8 +583,12 @@ func (s *Store) unstarted(ctx context.Context, expired []*notify.Notification) (
 	if len(records) == 0 {
 		return nil, expired, nil
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, nil, fmt.Errorf("read the starts of notifications reserved ahead: %w", err)
+	_, _ = s.exec(ctx, pipe)
+	for _, c := range records {
+		// A record that cannot be read might say started: none is guessed.
+		if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) {
+			return nil, nil, fmt.Errorf("read the starts of notifications reserved ahead: %w", err)
+		}
 	}
 	for _, n := range expired {
 		holder, seq, ok := aheadOf(n.Receipt)
