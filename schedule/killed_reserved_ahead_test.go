@@ -1,0 +1,339 @@
+package schedule_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/internal/heraldtest"
+	"github.com/heraldhq/herald/internal/redistest"
+	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/schedule"
+	"github.com/heraldhq/herald/store"
+)
+
+const queuesChildEnv = "HERALDTEST_QUEUES_CHILD"
+
+// TestQueuesChild is the dispatcher that the tests below run in a child
+// process and kill; run directly, it has nothing to do. It serves the
+// webhook channel and the pull topics it is given, each through the same
+// attempt: ids starting with "quick" succeed at once and print "done
+// <id>"; every other one prints "started <id>" and holds its worker until
+// the process is killed.
+func TestQueuesChild(t *testing.T) {
+	cfg := os.Getenv(queuesChildEnv)
+	if cfg == "" {
+		return
+	}
+	f := strings.Split(cfg, "|")
+	concurrency, err := strconv.Atoi(f[2])
+	require.NoError(t, err)
+	// One address names a single Redis, several a Cluster.
+	client := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: strings.Split(f[0], ",")})
+	st, err := store.New(&store.Config{Client: client, Namespace: f[1], Shards: 8})
+	require.NoError(t, err)
+	var mu sync.Mutex // one line at a time
+	hang := notify.SenderFunc(func(ctx context.Context, n *notify.Notification) (notify.Response, error) {
+		if strings.HasPrefix(n.ID, "quick") {
+			mu.Lock()
+			fmt.Printf("done %s\n", n.ID)
+			mu.Unlock()
+			return notify.Response{StatusCode: 200}, nil
+		}
+		mu.Lock()
+		fmt.Printf("started %s\n", n.ID)
+		mu.Unlock()
+		select {} // hold the reservation until killed
+	})
+	handlers := map[string]notify.Sender{}
+	for _, topic := range strings.Split(f[3], ",") {
+		if topic != "" {
+			handlers[topic] = hang
+		}
+	}
+	d, err := schedule.New(&schedule.Config{Store: st, Concurrency: concurrency,
+		Senders: map[string]notify.Sender{notify.ChannelWebhook: hang}, Handlers: handlers})
+	require.NoError(t, err)
+	require.NoError(t, d.Start(context.Background()))
+	time.Sleep(time.Minute) // the parent kills this process long before
+}
+
+// startQueuesChildOn runs TestQueuesChild on namespace ns of the Redis at
+// addrs (one address names a single Redis, several a Cluster's masters)
+// with that many workers and the pull topics given, and returns the lines
+// it prints and the function that kills it with SIGKILL, also called at
+// the test's end.
+func startQueuesChildOn(t *testing.T, addrs []string, ns string, concurrency int, topics []string) (lines <-chan string, kill func()) {
+	t.Helper()
+	child := exec.Command(os.Args[0], "-test.run=^TestQueuesChild$", "-test.v")
+	child.Env = append(os.Environ(), fmt.Sprintf("%s=%s|%s|%d|%s", queuesChildEnv, strings.Join(addrs, ","), ns, concurrency, strings.Join(topics, ",")))
+	out, err := child.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, child.Start())
+	ch := make(chan string, 256)
+	go func() {
+		defer close(ch)
+		for scan := bufio.NewScanner(out); scan.Scan(); {
+			ch <- scan.Text()
+		}
+	}()
+	var once sync.Once
+	kill = func() {
+		once.Do(func() {
+			_ = child.Process.Kill()
+			_ = child.Wait()
+		})
+	}
+	t.Cleanup(kill)
+	return ch, kill
+}
+
+// pullTopics returns the names of count pull topics.
+func pullTopics(count int) []string {
+	out := make([]string, count)
+	for i := range out {
+		out[i] = fmt.Sprint("jobs", i)
+	}
+	return out
+}
+
+// resolve builds the notification of a request with one attempt allowed
+// and the given ttr, due now: of topic orders by webhook, or of the pull
+// topic given.
+func (b *testBundle) resolve(t *testing.T, id, pullTopic string, ttr time.Duration) *notify.Notification {
+	t.Helper()
+	d, tr := notify.Duration(0), notify.Duration(ttr)
+	req := &notify.Request{ID: id, Topic: "orders", Channel: notify.ChannelWebhook, Target: "https://merchant.test/notify",
+		Backoff: ms(0), Delay: &d, TTR: &tr, Policy: "fast"}
+	if pullTopic != "" {
+		req.Topic, req.Channel, req.Target = pullTopic, notify.ChannelPull, ""
+	}
+	n, err := b.policies.Resolve(req, time.Now(), 0)
+	require.NoError(t, err)
+	return n
+}
+
+// enqueueAll stores ns in one batch, so that their queues are woken at
+// the same moment.
+func (b *testBundle) enqueueAll(t *testing.T, ns []*notify.Notification) {
+	t.Helper()
+	reqs := make([]store.EnqueueRequest, len(ns))
+	for i, n := range ns {
+		reqs[i] = store.EnqueueRequest{Notification: n}
+	}
+	res, err := b.store.EnqueueBatch(context.Background(), reqs)
+	require.NoError(t, err)
+	for _, r := range res {
+		require.NoError(t, r.Err)
+	}
+}
+
+// reservedOf returns how many notifications of the topics given are
+// reserved.
+func (b *testBundle) reservedOf(t *testing.T, topics []string) int64 {
+	t.Helper()
+	all, err := b.store.Stats(context.Background())
+	require.NoError(t, err)
+	var sum int64
+	for _, topic := range topics {
+		sum += all[topic].Reserved
+	}
+	return sum
+}
+
+// receipts describes the reservations of ids, for a failure message.
+func (b *testBundle) receipts(t *testing.T, ids []string) string {
+	t.Helper()
+	var out []string
+	for _, id := range ids {
+		n, err := b.store.Get(context.Background(), id)
+		require.NoError(t, err)
+		out = append(out, fmt.Sprintf("%s %s %q", id, n.State, n.Receipt))
+	}
+	return strings.Join(out, "; ")
+}
+
+// waitReserved waits until at least that many notifications of the
+// topics given are reserved.
+func (b *testBundle) waitReserved(t *testing.T, topics []string, count int) {
+	t.Helper()
+	require.Eventually(t, func() bool { return b.reservedOf(t, topics) >= int64(count) },
+		10*time.Second, 5*time.Millisecond, "never %d reserved", count)
+}
+
+// startDelivering starts a dispatcher on the bundle's store that succeeds
+// at every attempt of the webhook channel and of the pull topics given,
+// and returns what it records.
+func (b *testBundle) startDelivering(t *testing.T, topics []string) *recorder {
+	t.Helper()
+	rec := newRecorder(nil)
+	handlers := map[string]notify.Sender{}
+	for _, topic := range topics {
+		handlers[topic] = rec
+	}
+	b.start(t, schedule.Config{Senders: map[string]notify.Sender{notify.ChannelWebhook: rec}, Handlers: handlers})
+	return rec
+}
+
+// requireDeliveredOnce waits until id succeeded, and checks that the one
+// attempt rec made is its only one.
+func (b *testBundle) requireDeliveredOnce(t *testing.T, rec *recorder, id string) {
+	t.Helper()
+	got := b.waitState(t, id, notify.StateSucceeded)
+	require.Len(t, got.History, 1, "%s: only the attempt that was made: %+v", id, got.History)
+	require.Equal(t, 1, rec.attempts(id), id)
+}
+
+// requireCountedOnce waits until id, allowed one attempt, is dead, and
+// checks that the attempt a killed dispatcher made counts, as one that ran
+// out, and was not made again.
+func (b *testBundle) requireCountedOnce(t *testing.T, rec *recorder, id string) {
+	t.Helper()
+	got := b.waitState(t, id, notify.StateDead)
+	require.Len(t, got.History, 1, id)
+	require.Equal(t, notify.OutcomeTTRExpired, got.History[0].Outcome, id)
+	require.Zero(t, rec.attempts(id), "%s: its one attempt was made", id)
+}
+
+// primedChild enqueues a quick notification, starts TestQueuesChild on
+// the bundle's namespace at addrs (the package's Redis when none) and
+// waits until it delivered that one: an attempt was timed, so the child
+// now reserves ahead of its workers.
+func (b *testBundle) primedChild(t *testing.T, addrs []string, concurrency int, topics []string) (lines <-chan string, kill func()) {
+	t.Helper()
+	b.enqueue(t, "quick", ms(0), 0)
+	if addrs == nil {
+		addrs = []string{server.Addr}
+	}
+	lines, kill = startQueuesChildOn(t, addrs, b.store.Namespace(), concurrency, topics)
+	waitLine(t, lines, "done ")
+	b.waitState(t, "quick", notify.StateSucceeded)
+	return lines, kill
+}
+
+// holdThenWait has the child's one worker start "held", which it holds,
+// then enqueues count webhook notifications "ahead0" and up, and waits
+// until the child reserved them all ahead of its worker.
+func (b *testBundle) holdThenWait(t *testing.T, lines <-chan string, count int) []*notify.Notification {
+	t.Helper()
+	b.enqueueAll(t, []*notify.Notification{b.resolve(t, "held", "", time.Second)})
+	require.Equal(t, "held", waitLine(t, lines, "started "))
+	var ns []*notify.Notification
+	for i := range count {
+		ns = append(ns, b.resolve(t, fmt.Sprint("ahead", i), "", time.Second))
+	}
+	b.enqueueAll(t, ns)
+	b.waitReserved(t, []string{"orders"}, 1+count)
+	return ns
+}
+
+// TestCancelWhileReservedAheadThenKilled: a notification cancelled while
+// it waits reserved ahead of a busy worker stays cancelled, with no
+// attempt, when its dispatcher is then killed; those that waited with it
+// are delivered once each, and the attempt the worker had started counts.
+func TestCancelWhileReservedAheadThenKilled(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	lines, kill := b.primedChild(t, nil, 1, nil)
+	const waiting = 4
+	b.holdThenWait(t, lines, waiting)
+	got, err := b.store.Cancel(ctx, "ahead1")
+	require.NoError(t, err)
+	require.Equal(t, notify.StateCancelled, got.State)
+	// The attempt of held started long before the kill.
+	time.Sleep(100 * time.Millisecond)
+	kill()
+
+	rec := b.startDelivering(t, nil)
+	b.requireCountedOnce(t, rec, "held")
+	for i := range waiting {
+		if i != 1 {
+			b.requireDeliveredOnce(t, rec, fmt.Sprint("ahead", i))
+		}
+	}
+	got, err = b.store.Get(ctx, "ahead1")
+	require.NoError(t, err)
+	require.Equal(t, notify.StateCancelled, got.State)
+	require.Zero(t, got.Attempts)
+	require.Empty(t, got.History)
+	require.Zero(t, rec.attempts("ahead1"))
+}
+
+// TestKilledBesideALiveDispatcher: two dispatchers share a namespace and
+// its backlog; one is killed while its workers hold attempts and more
+// notifications wait reserved ahead of them. The other delivers the rest:
+// each notification the killed one never started once, none of them
+// counted twice or dead-lettered unsent, no two attempts of one at once,
+// and the attempts the killed one started count.
+func TestKilledBesideALiveDispatcher(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	lines, kill := b.primedChild(t, nil, 2, nil)
+
+	const count = 300
+	var ns []*notify.Notification
+	for i := range count {
+		ns = append(ns, b.resolve(t, fmt.Sprint("n", i), "", time.Second))
+	}
+	b.enqueueAll(t, ns[:count/2])
+	held := map[string]bool{waitLine(t, lines, "started "): true}
+	held[waitLine(t, lines, "started ")] = true
+	// It holds two attempts and reserves more ahead of its workers.
+	b.waitReserved(t, []string{"orders"}, 2+count/4)
+	// The other dispatcher joins, and more comes due.
+	live := setupOn(t, server.Client(t), b.store.Namespace())
+	live.policies = b.policies
+	rec := live.startDelivering(t, nil)
+	b.enqueueAll(t, ns[count/2:])
+	time.Sleep(100 * time.Millisecond) // the held attempts started long before the kill
+	kill()
+
+	for _, n := range ns {
+		if held[n.ID] {
+			b.requireCountedOnce(t, rec, n.ID)
+		} else {
+			b.requireDeliveredOnce(t, rec, n.ID)
+		}
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	require.Zero(t, rec.overlaps)
+}
+
+// TestKilledOnACluster: on a three-master Redis Cluster, a dispatcher
+// killed while its worker holds an attempt and notifications of every
+// shard wait reserved ahead of it costs those no attempt: each is
+// delivered once afterwards. The attempt it had started counts.
+func TestKilledOnACluster(t *testing.T) {
+	t.Parallel()
+	cluster := redistest.StartCluster(t, 3)
+	ns := redistest.Namespace(t)
+	st, err := store.New(&store.Config{Client: cluster.Client(t), Namespace: ns, Shards: 8, Logger: heraldtest.Logger(t)})
+	require.NoError(t, err)
+	b := &testBundle{store: st, policies: setup(t).policies}
+	var addrs []string
+	for _, node := range cluster.Nodes {
+		addrs = append(addrs, node.Addr)
+	}
+	lines, kill := b.primedChild(t, addrs, 1, nil)
+	ahead := b.holdThenWait(t, lines, 40)
+	time.Sleep(100 * time.Millisecond) // the attempt of held started long before the kill
+	kill()
+
+	rec := b.startDelivering(t, nil)
+	b.requireCountedOnce(t, rec, "held")
+	for _, n := range ahead {
+		b.requireDeliveredOnce(t, rec, n.ID)
+	}
+}

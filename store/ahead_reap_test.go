@@ -1,0 +1,151 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/heraldhq/herald/internal/heraldtest"
+	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/store"
+)
+
+// TestStartsOfARestartedStore: a process restarts, and its new Store
+// reserves ahead on the same namespace, numbering its own from one again.
+// The reaper judges each reservation by the starts of the Store that made
+// it: the old Store's started attempts count, and those it never started
+// go back uncounted, however far the new Store's starts went; the new
+// Store's started attempts count too. What went back is reserved again
+// and counted by its new start.
+func TestStartsOfARestartedStore(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, store.Config{Shards: 1})
+	for i := range 3 {
+		b.enqueue(t, b.newNotification(t, fmt.Sprint("old", i), 0))
+	}
+	old := b.reserveAhead(t, 3)
+	b.store.Start(old[0])
+	require.NoError(t, b.store.Started(ctx))
+
+	// The process dies; the next one opens the namespace.
+	next, err := store.New(&store.Config{Client: server.Client(t), Namespace: b.store.Namespace(), Shards: 1, TimeNowFunc: b.clock.Now})
+	require.NoError(t, err)
+	for i := range 5 {
+		b.enqueue(t, b.newNotification(t, fmt.Sprint("new", i), 0))
+	}
+	mine, _, err := next.ReserveAhead(ctx, store.PullQueue("jobs"), []int{0}, store.MaxReserve, 0)
+	require.NoError(t, err)
+	require.Len(t, mine, 5, "only the new ones are due")
+	for _, n := range mine {
+		require.True(t, store.Ahead(n), n.ID)
+		next.Start(n)
+	}
+	require.NoError(t, next.Started(ctx))
+
+	counted := b.reap(t)
+	want := map[string]bool{old[0].ID: true}
+	for _, n := range mine {
+		want[n.ID] = true
+	}
+	require.Equal(t, want, counted)
+	for _, n := range old[1:] {
+		b.requireGivenBack(t, n.ID)
+	}
+
+	// Given back, the old Store's unstarted ones are the new Store's now:
+	// numbered after its last, and counted once it starts them.
+	again, _, err := next.ReserveAhead(ctx, store.PullQueue("jobs"), []int{0}, store.MaxReserve, 0)
+	require.NoError(t, err)
+	require.Len(t, again, 2)
+	next.Start(again[0])
+	require.NoError(t, next.Started(ctx))
+	require.Equal(t, map[string]bool{again[0].ID: true}, b.reap(t))
+	b.requireGivenBack(t, again[1].ID)
+}
+
+// reap runs the reaper once every reservation ran out, records a retry a
+// day later for each attempt it counts, as its caller does, and returns
+// the ids of those.
+func (b *testBundle) reap(t *testing.T) map[string]bool {
+	t.Helper()
+	ctx := context.Background()
+	b.clock.Advance(time.Hour)
+	expired, err := b.store.Expired(ctx, 0, 100)
+	require.NoError(t, err)
+	out := map[string]bool{}
+	var items []store.Finish
+	for _, n := range expired {
+		out[n.ID] = true
+		items = append(items, b.finish(notify.ActionRetry, n, b.clock.Now().Add(24*time.Hour)))
+	}
+	if len(items) > 0 {
+		errs, err := b.store.Finish(ctx, items)
+		require.NoError(t, err)
+		for _, e := range errs {
+			require.NoError(t, e)
+		}
+	}
+	return out
+}
+
+// TestStartsOfOneQueueCountNoneOfAnother: a dispatcher reserves ahead in
+// the push queue and in a pull topic's queue, which number theirs apart,
+// and starts only pull ones. The reaper counts the pull ones up to the
+// last started, and gives back uncounted every push one, whatever its
+// number; those a pull consumer reserved (Reserve) count as ever, though
+// their Store recorded no start.
+func TestStartsOfOneQueueCountNoneOfAnother(t *testing.T) {
+	t.Parallel()
+	onEachDeployment(t, func(t *testing.T, client redis.UniversalClient, shards int) {
+		ctx := context.Background()
+		b := setup(t, store.Config{Client: client, Shards: shards})
+		all := heraldtest.AllShards(t, b.store)
+		for i := range 4 {
+			b.enqueue(t, heraldtest.Notification(t, fmt.Sprint("hook", i), b.clock.Now(),
+				heraldtest.Channel(notify.ChannelWebhook, "https://merchant.test/notify")))
+			b.enqueue(t, b.newNotification(t, fmt.Sprint("job", i), 0))
+			b.enqueue(t, heraldtest.Notification(t, fmt.Sprint("pulled", i), b.clock.Now(), heraldtest.Topic("pulled")))
+		}
+		hooks, _, err := b.store.ReserveAhead(ctx, store.QueuePush, all, store.MaxReserve, 0)
+		require.NoError(t, err)
+		require.Len(t, hooks, 4)
+		jobs, _, err := b.store.ReserveAhead(ctx, store.PullQueue("jobs"), all, store.MaxReserve, 0)
+		require.NoError(t, err)
+		require.Len(t, jobs, 4)
+		pulled := b.store
+		if shards > 1 {
+			// A consumer of the API, through a Store of its own.
+			pulled, err = store.New(&store.Config{Client: client, Namespace: b.store.Namespace(), Shards: shards, TimeNowFunc: b.clock.Now})
+			require.NoError(t, err)
+		}
+		consumed, _, err := pulled.Reserve(ctx, store.PullQueue("pulled"), all, store.MaxReserve)
+		require.NoError(t, err)
+		require.Len(t, consumed, 4)
+		for _, n := range append(hooks, jobs...) {
+			require.True(t, store.Ahead(n), n.ID)
+		}
+		for _, n := range consumed {
+			require.False(t, store.Ahead(n), n.ID)
+			pulled.Start(n) // needs none
+		}
+		// The worker took all the pull ones and started the third.
+		b.store.Start(jobs[2])
+		require.NoError(t, b.store.Started(ctx))
+
+		counted := b.reap(t)
+		want := map[string]bool{jobs[0].ID: true, jobs[1].ID: true, jobs[2].ID: true}
+		for _, n := range consumed {
+			want[n.ID] = true
+		}
+		require.Equal(t, want, counted)
+		for _, n := range hooks {
+			b.requireGivenBack(t, n.ID)
+		}
+		b.requireGivenBack(t, jobs[3].ID)
+	})
+}
