@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/heraldtest"
+	"github.com/heraldhq/herald/internal/redistest"
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/store"
 )
@@ -148,4 +150,97 @@ func TestStartsOfOneQueueCountNoneOfAnother(t *testing.T) {
 		}
 		b.requireGivenBack(t, jobs[3].ID)
 	})
+}
+
+// TestStartsOutliveAFailover: on a Redis Cluster with a replica behind
+// each master and WaitReplicas, the master holding a Store's record of
+// starts dies once the record was written, and its replica takes over.
+// The reaper still counts the attempts started, and gives back uncounted
+// only those never started.
+func TestStartsOutliveAFailover(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cluster := redistest.StartClusterReplicas(t, 3, 1)
+	b := setup(t, store.Config{Client: cluster.Client(t), Shards: 8, WaitReplicas: 1})
+	const count = 12
+	for i := range count {
+		b.enqueue(t, b.newNotification(t, fmt.Sprint("n", i), 0))
+	}
+	items, _, err := b.store.ReserveAhead(ctx, store.PullQueue("jobs"), heraldtest.AllShards(t, b.store), store.MaxReserve, 0)
+	require.NoError(t, err)
+	require.Len(t, items, count)
+	const started = count / 2
+	b.store.Start(items[started-1])
+	require.NoError(t, b.store.Started(ctx))
+
+	// The master holding the record dies.
+	var victim *redistest.Server
+	for _, node := range cluster.Nodes {
+		keys, err := node.Client(t).Keys(ctx, b.store.Namespace()+":started:*").Result()
+		require.NoError(t, err)
+		if len(keys) > 0 {
+			victim = node
+		}
+	}
+	require.NotNil(t, victim, "no master holds the record")
+	promoted := cluster.ReplicaOf(victim).Client(t)
+	victim.Kill()
+	require.Eventually(t, func() bool {
+		role, err := promoted.Do(ctx, "role").Slice()
+		return err == nil && role[0] == "master"
+	}, 20*time.Second, 20*time.Millisecond, "no replica was promoted")
+	// Every node that lives knows: a client then finds the new master.
+	var living []*redis.Client
+	for _, node := range append(slices.Clone(cluster.Nodes), cluster.Replicas...) {
+		if node != victim {
+			living = append(living, node.Client(t))
+		}
+	}
+	require.Eventually(t, func() bool {
+		for _, c := range living {
+			slots, err := c.ClusterSlots(ctx).Result()
+			if err != nil {
+				return false
+			}
+			for _, r := range slots {
+				if len(r.Nodes) > 0 && r.Nodes[0].Addr == victim.Addr {
+					return false
+				}
+			}
+		}
+		return true
+	}, 20*time.Second, 20*time.Millisecond, "the cluster still names the dead master")
+
+	// The dead Store's reservations are reaped by another process.
+	reaper, err := store.New(&store.Config{Client: cluster.Client(t), Namespace: b.store.Namespace(), Shards: 8, TimeNowFunc: b.clock.Now})
+	require.NoError(t, err)
+	b.clock.Advance(time.Hour)
+	counted := map[string]bool{}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		expired, err := reaper.Expired(ctx, 0, 100)
+		for _, n := range expired {
+			counted[n.ID] = true
+		}
+		if err == nil {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the reaper never read the cluster after the failover: %v", err)
+	}
+	want := map[string]bool{}
+	for _, n := range items[:started] {
+		want[n.ID] = true
+	}
+	require.Equal(t, want, counted)
+	for _, n := range items[started:] {
+		got, err := reaper.Get(ctx, n.ID)
+		require.NoError(t, err)
+		require.Equal(t, notify.StateScheduled, got.State, n.ID)
+		require.Zero(t, got.Attempts, n.ID)
+	}
+	// The dead Store's client learns of the promotion too, for the checks
+	// at the test's end.
+	require.Eventually(t, func() bool {
+		_, err := b.store.Stats(ctx)
+		return err == nil
+	}, 30*time.Second, 50*time.Millisecond)
 }
