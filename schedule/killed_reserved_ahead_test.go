@@ -164,11 +164,18 @@ func (b *testBundle) receipts(t *testing.T, ids []string) string {
 }
 
 // waitReserved waits until at least that many notifications of the
-// topics given are reserved.
+// topics given are reserved, and no more are for 200ms: a dispatcher
+// reserves ahead as many as its workers' pace says, which a loaded
+// machine makes fewer.
 func (b *testBundle) waitReserved(t *testing.T, topics []string, count int) {
 	t.Helper()
-	require.Eventually(t, func() bool { return b.reservedOf(t, topics) >= int64(count) },
-		10*time.Second, 5*time.Millisecond, "never %d reserved", count)
+	last, since := int64(-1), time.Now()
+	require.Eventually(t, func() bool {
+		if n := b.reservedOf(t, topics); n != last {
+			last, since = n, time.Now()
+		}
+		return last >= int64(count) && time.Since(since) >= 200*time.Millisecond
+	}, 15*time.Second, 5*time.Millisecond, "never %d reserved", count)
 }
 
 // startDelivering starts a dispatcher on the bundle's store that succeeds
@@ -223,7 +230,8 @@ func (b *testBundle) primedChild(t *testing.T, addrs []string, concurrency int, 
 
 // holdThenWait has the child's one worker start "held", which it holds,
 // then enqueues count webhook notifications "ahead0" and up, and waits
-// until the child reserved them all ahead of its worker.
+// until the child reserved at least one of them ahead of its worker, and
+// no more.
 func (b *testBundle) holdThenWait(t *testing.T, lines <-chan string, count int) []*notify.Notification {
 	t.Helper()
 	b.enqueueAll(t, []*notify.Notification{b.resolve(t, "held", "", time.Second)})
@@ -233,7 +241,7 @@ func (b *testBundle) holdThenWait(t *testing.T, lines <-chan string, count int) 
 		ns = append(ns, b.resolve(t, fmt.Sprint("ahead", i), "", time.Second))
 	}
 	b.enqueueAll(t, ns)
-	b.waitReserved(t, []string{"orders"}, 1+count)
+	b.waitReserved(t, []string{"orders"}, 2)
 	return ns
 }
 
@@ -247,8 +255,14 @@ func TestCancelWhileReservedAheadThenKilled(t *testing.T) {
 	ctx := context.Background()
 	lines, kill := b.primedChild(t, nil, 1, nil)
 	const waiting = 4
-	b.holdThenWait(t, lines, waiting)
-	got, err := b.store.Cancel(ctx, "ahead1")
+	var cancelled string
+	for _, n := range b.holdThenWait(t, lines, waiting) {
+		if got, err := b.store.Get(ctx, n.ID); err == nil && got.State == notify.StateReserved {
+			cancelled = n.ID
+		}
+	}
+	require.NotEmpty(t, cancelled, "none waits reserved ahead")
+	got, err := b.store.Cancel(ctx, cancelled)
 	require.NoError(t, err)
 	require.Equal(t, notify.StateCancelled, got.State)
 	// The attempt of held started long before the kill.
@@ -258,16 +272,16 @@ func TestCancelWhileReservedAheadThenKilled(t *testing.T) {
 	rec := b.startDelivering(t, nil)
 	b.requireCountedOnce(t, rec, "held")
 	for i := range waiting {
-		if i != 1 {
-			b.requireDeliveredOnce(t, rec, fmt.Sprint("ahead", i))
+		if id := fmt.Sprint("ahead", i); id != cancelled {
+			b.requireDeliveredOnce(t, rec, id)
 		}
 	}
-	got, err = b.store.Get(ctx, "ahead1")
+	got, err = b.store.Get(ctx, cancelled)
 	require.NoError(t, err)
 	require.Equal(t, notify.StateCancelled, got.State)
 	require.Zero(t, got.Attempts)
 	require.Empty(t, got.History)
-	require.Zero(t, rec.attempts("ahead1"))
+	require.Zero(t, rec.attempts(cancelled))
 }
 
 // TestKilledBesideALiveDispatcher: two dispatchers share a namespace and
@@ -290,7 +304,7 @@ func TestKilledBesideALiveDispatcher(t *testing.T) {
 	held := map[string]bool{waitLine(t, lines, "started "): true}
 	held[waitLine(t, lines, "started ")] = true
 	// It holds two attempts and reserves more ahead of its workers.
-	b.waitReserved(t, []string{"orders"}, 2+count/4)
+	b.waitReserved(t, []string{"orders"}, 3)
 	// The other dispatcher joins, and more comes due.
 	live := setupOn(t, server.Client(t), b.store.Namespace())
 	live.policies = b.policies
@@ -312,8 +326,8 @@ func TestKilledBesideALiveDispatcher(t *testing.T) {
 }
 
 // TestKilledOnACluster: on a three-master Redis Cluster, a dispatcher
-// killed while its worker holds an attempt and notifications of every
-// shard wait reserved ahead of it costs those no attempt: each is
+// killed while its worker holds an attempt and notifications of several
+// shards wait reserved ahead of it costs those no attempt: each is
 // delivered once afterwards. The attempt it had started counts.
 func TestKilledOnACluster(t *testing.T) {
 	t.Parallel()
