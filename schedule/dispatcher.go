@@ -50,12 +50,12 @@
 //
 // A dispatcher killed outright leaves its reservations to the reaper. An
 // attempt it had started counts, as one that ran out (ttr_expired); one it
-// had reserved ahead and not started goes back uncounted. The starts of
-// those reserved ahead are recorded in Redis for this (store.Start): one
-// number per queue, raised as the workers start them in the order they
-// were reserved, and written in the background every 10ms at most, so
-// that an attempt started within about that long before the kill may go
-// back uncounted too, and be made again.
+// had reserved and not started goes back uncounted. The starts are
+// recorded in Redis for this (store.Start): one number per queue, raised
+// as the workers start notifications in the order they were reserved, and
+// written in the background every 10ms at most, so that an attempt
+// started within about that long before the kill may go back uncounted
+// too, and be made again.
 package schedule
 
 import (
@@ -332,10 +332,6 @@ type Dispatcher struct {
 	// context, still runs when the reaper has made its retry due.
 	runningMu sync.Mutex
 	running   map[string]struct{}
-	// spare is the workers waiting for a notification (next) less the
-	// notifications handed to the workers and not yet taken: what a
-	// reservation made now would have started at once, when above 0.
-	spare atomic.Int64
 
 	// pauses is what is paused, read from the store (pause.go).
 	pauses pauses
@@ -591,11 +587,11 @@ func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan
 			rotate++
 			d.reserveStarts()
 			mark, sent := d.sub.Mark(), time.Now()
-			// The idle workers take the first ones; the others wait
-			// reserved ahead, and their starts are recorded
+			// Every one is reserved ahead, and its start recorded
 			// (store.Start), so that a killed dispatcher's unstarted ones
-			// go back uncounted.
-			items, hs, err := d.store.ReserveAhead(ctx, queue, ask, got, int(max(d.spare.Load(), 0)))
+			// go back uncounted: even one an idle worker would take at
+			// once may wait behind another queue's in the channel.
+			items, hs, err := d.store.ReserveAhead(ctx, queue, ask, got, 0)
 			d.listReserved(items)
 			d.capacity.give(got - len(items))
 			if err != nil {
@@ -625,13 +621,8 @@ func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan
 				}
 			}
 			handed := d.store.Now()
-			d.spare.Add(-int64(len(items)))
-			for _, ahead := range [...]bool{false, true} {
-				for _, n := range items {
-					if store.Ahead(n) == ahead {
-						d.work <- queued{n, handed, mark, sent} // never blocks: work holds as many as capacity
-					}
-				}
+			for _, n := range items {
+				d.work <- queued{n, handed, mark, sent} // never blocks: work holds as many as capacity
 			}
 			continue
 		}
@@ -784,8 +775,8 @@ func (d *Dispatcher) run(ctx context.Context, n *notify.Notification, p *policy.
 		d.runningMu.Unlock()
 	}()
 	if release, ok := d.acquire(ctx, n); ok {
-		// Reserved ahead, its start is recorded for the reaper, should
-		// this dispatcher die while it runs.
+		// Its start is recorded for the reaper, should this dispatcher
+		// die while it runs.
 		d.store.Start(n)
 		err := d.attempt(n, p)
 		release()
@@ -913,13 +904,10 @@ func (d *Dispatcher) heard(ctx context.Context, q queued) bool {
 func (d *Dispatcher) next() (queued, bool) {
 	select {
 	case q, ok := <-d.work:
-		d.spare.Add(1) // taken, as the hand-over counted
 		return q, ok
 	default:
 	}
 	d.capacity.grow()
-	// Waiting; the hand-over of the one it gets counts it taken.
-	d.spare.Add(1)
 	q, ok := <-d.work
 	return q, ok
 }

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -214,8 +216,40 @@ func runCrashChild(t *testing.T, ns string, count int) map[string]bool {
 			break
 		}
 	}
+	waitStartsRecorded(t, ns, slices.Collect(maps.Keys(started)))
 	kill()
 	return started
+}
+
+// waitStartsRecorded waits until the starts of ids, made by a child's
+// dispatcher, are recorded in Redis for the reaper (store.Start writes
+// them in the background within about 10ms), so that a kill now counts
+// them as attempts made. It reads the record where the store keeps it:
+// the receipt's holder and number, under "started" in the namespace.
+func waitStartsRecorded(t *testing.T, ns string, ids []string) {
+	t.Helper()
+	ctx := context.Background()
+	client := server.Client(t)
+	st, err := store.New(&store.Config{Client: client, Namespace: ns})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		for _, id := range ids {
+			n, err := st.Get(ctx, id)
+			if err != nil {
+				return false
+			}
+			mark := strings.LastIndex(n.Receipt, "+")
+			number, err := strconv.ParseInt(n.Receipt[mark+1:], 10, 64)
+			if mark < 16 || err != nil {
+				return false
+			}
+			recorded, err := client.Get(ctx, ns+":started:"+n.Receipt[:16]+":"+store.QueuePush).Int64()
+			if err != nil || recorded < number {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, time.Millisecond, "the child's starts were not recorded")
 }
 
 // TestKilledDispatcherBurnsNothingReservedAhead: a dispatcher killed
@@ -239,6 +273,7 @@ func TestKilledDispatcherBurnsNothingReservedAhead(t *testing.T) {
 		b.enqueue(t, fmt.Sprint("ahead", i), ms(0), 0, func(r *notify.Request) { r.TTR = &ttr })
 	}
 	held := waitLine(t, lines, "started ")
+	waitStartsRecorded(t, b.store.Namespace(), []string{held})
 	require.Eventually(t, func() bool {
 		stats, err := b.store.Stats(ctx)
 		return err == nil && stats["orders"].Reserved == total
@@ -641,6 +676,7 @@ func TestKilledDispatcherCountsWhatItStartedAhead(t *testing.T) {
 		b.enqueue(t, fmt.Sprint("late", i), ms(0), 0, withTTR)
 	}
 	require.Equal(t, "held", waitLine(t, lines, "started "))
+	waitStartsRecorded(t, b.store.Namespace(), []string{"held"})
 	require.Eventually(t, func() bool {
 		stats, err := b.store.Stats(ctx)
 		return err == nil && stats["orders"].Reserved == 1+late

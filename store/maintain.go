@@ -26,6 +26,11 @@ func (s *Store) Expired(ctx context.Context, grace time.Duration, limit int) ([]
 	if err := s.open(ctx); err != nil {
 		return nil, err
 	}
+	// This Store's own starts not written yet (Redis was away) are written
+	// first, so that its reaper does not give back an attempt it made.
+	if err := s.Started(ctx); err != nil {
+		return nil, err
+	}
 	cutoff := ms(s.Now().Add(-grace))
 	pipe := s.client.Pipeline()
 	cmds := make([]*redis.StringSliceCmd, s.keys.shards)

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -484,8 +485,9 @@ const startsEvery = 10 * time.Millisecond
 // the Store numbers what it reserves ahead in the order the caller hands
 // it to its workers, who start it in that order, and Start raises the
 // number to n's. It is written to Redis in the background, at most every
-// startsEvery and never on the attempt's way: see Started. A notification
-// not reserved ahead needs none.
+// startsEvery and never on the attempt's way: see Started. A write that
+// fails is made again at the next Start or reap (Expired) of this Store.
+// A notification not reserved ahead needs none.
 //
 // Several dispatchers sharing one Store share its numbers: a start of one
 // may then count a notification waiting for another's worker, should the
@@ -501,20 +503,15 @@ func (s *Store) Start(n *notify.Notification) {
 	q := queueOf(n.Channel, n.Topic)
 	s.aheadMu.Lock()
 	defer s.aheadMu.Unlock()
-	if seq <= s.aheadWant[q] {
-		return
-	}
-	s.aheadWant[q] = seq
-	if s.startsIdle == nil {
-		s.startsIdle = make(chan struct{})
-		go s.writeStarts(s.startsIdle)
-	}
+	s.aheadWant[q] = max(s.aheadWant[q], seq)
+	s.writeStartsLocked()
 }
 
 // Started waits until the starts noted so far are written (Start), or
 // ctx ends, and returns the failure of the last write, if one failed.
 func (s *Store) Started(ctx context.Context) error {
 	s.aheadMu.Lock()
+	s.writeStartsLocked()
 	idle := s.startsIdle
 	s.aheadMu.Unlock()
 	if idle != nil {
@@ -529,22 +526,42 @@ func (s *Store) Started(ctx context.Context) error {
 	return s.startsErr
 }
 
-// writeStarts writes the starts noted (Start) until none is left
-// unwritten, at most every startsEvery, then closes idle. One that fails
-// is left for the next Start to write, with its own: a writer that kept
-// trying would spin while Redis is away.
+// writeStartsLocked starts the writer of starts (writeStarts) unless it
+// runs or has nothing to write. aheadMu is held.
+func (s *Store) writeStartsLocked() {
+	if s.startsIdle != nil || len(s.unwrittenLocked()) == 0 {
+		return
+	}
+	s.startsIdle = make(chan struct{})
+	go s.writeStarts(s.startsIdle)
+}
+
+// unwrittenLocked returns, per queue, the highest start noted and not yet
+// written. aheadMu is held.
+func (s *Store) unwrittenLocked() map[string]int64 {
+	out := map[string]int64{}
+	for q, want := range s.aheadWant {
+		if want > s.aheadStarted[q] {
+			out[q] = want
+		}
+	}
+	return out
+}
+
+// writeStarts writes the starts noted (Start), every queue's in one round
+// trip, at most every startsEvery, until none is left unwritten or a write
+// fails, then closes idle. One that fails is left for the next Start or
+// reap: a writer that kept trying would outlive a Redis gone for good.
+//
+// It waits for no replica (Config.WaitReplicas): a replica that lags would
+// hold every start behind it. A failover may thus lose the last starts,
+// and the attempts they were of go back uncounted, as an attempt whose
+// outcome no replica confirmed is made again.
 func (s *Store) writeStarts(idle chan struct{}) {
 	for {
 		s.aheadMu.Lock()
-		var queue string
-		var seq int64
-		for q, want := range s.aheadWant {
-			if want > s.aheadStarted[q] {
-				queue, seq = q, want
-				break
-			}
-		}
-		if queue == "" {
+		top := s.unwrittenLocked()
+		if len(top) == 0 {
 			s.startsIdle = nil
 			s.aheadMu.Unlock()
 			close(idle)
@@ -553,15 +570,30 @@ func (s *Store) writeStarts(idle chan struct{}) {
 		wait := time.Until(s.startsAt.Add(startsEvery))
 		s.aheadMu.Unlock()
 		time.Sleep(wait)
-		_, err := s.runAckedScript(context.Background(), markScript, []string{s.keys.started(s.holder, queue)},
-			startedFor.Milliseconds(), seq)
+		queues := slices.Collect(maps.Keys(top))
+		calls := make([]*scriptCall, len(queues))
+		for i, q := range queues {
+			calls[i] = &scriptCall{script: markScript,
+				keys: []string{s.keys.started(s.holder, q)}, args: []any{startedFor.Milliseconds(), top[q]}}
+		}
+		err := s.runScripts(context.Background(), calls)
 		s.aheadMu.Lock()
-		s.startsAt, s.startsErr = time.Now(), err
-		if err == nil {
-			s.aheadStarted[queue] = max(s.aheadStarted[queue], seq)
-		} else {
+		s.startsAt = time.Now()
+		for i, c := range calls {
+			if err == nil {
+				err = c.cmd.Err()
+			}
+			if c.cmd.Err() == nil {
+				s.aheadStarted[queues[i]] = max(s.aheadStarted[queues[i]], top[queues[i]])
+			}
+		}
+		s.startsErr = nil
+		if err != nil {
 			s.startsErr = fmt.Errorf("record the starts of notifications reserved ahead: %w", err)
-			s.aheadWant[queue] = s.aheadStarted[queue]
+			s.startsIdle = nil
+			s.aheadMu.Unlock()
+			close(idle)
+			return
 		}
 		s.aheadMu.Unlock()
 	}
