@@ -553,10 +553,10 @@ func (s *Store) unwrittenLocked() map[string]int64 {
 // fails, then closes idle. One that fails is left for the next Start or
 // reap: a writer that kept trying would outlive a Redis gone for good.
 //
-// It waits for no replica (Config.WaitReplicas): a replica that lags would
-// hold every start behind it. A failover may thus lose the last starts,
-// and the attempts they were of go back uncounted, as an attempt whose
-// outcome no replica confirmed is made again.
+// With Config.WaitReplicas it waits for the replicas, so that a failover
+// keeps the record; one they did not confirm within redis.wait_timeout
+// stands as written on the master, as an unconfirmed outcome does, and a
+// failover then may give its attempts back uncounted.
 func (s *Store) writeStarts(idle chan struct{}) {
 	for {
 		s.aheadMu.Lock()
@@ -576,7 +576,10 @@ func (s *Store) writeStarts(idle chan struct{}) {
 			calls[i] = &scriptCall{script: markScript,
 				keys: []string{s.keys.started(s.holder, q)}, args: []any{startedFor.Milliseconds(), top[q]}}
 		}
-		err := s.runScripts(context.Background(), calls)
+		err := s.runAcked(context.Background(), calls)
+		if errors.Is(err, notify.ErrNotReplicated) {
+			err = nil
+		}
 		s.aheadMu.Lock()
 		s.startsAt = time.Now()
 		for i, c := range calls {
