@@ -507,33 +507,45 @@ func (s *Store) Start(n *notify.Notification) {
 	s.writeStartsLocked()
 }
 
-// Started waits until the starts noted so far are written (Start), or
-// ctx ends, and returns the failure of the last write, if one failed.
+// Started waits until the starts noted before it was called are written
+// (Start), or ctx ends, and returns why a write failed if one did. Starts
+// noted meanwhile do not hold it.
 func (s *Store) Started(ctx context.Context) error {
 	s.aheadMu.Lock()
+	goal := s.unwrittenLocked()
 	s.writeStartsLocked()
-	idle := s.startsIdle
-	s.aheadMu.Unlock()
-	if idle != nil {
+	for {
+		done := true
+		for q, seq := range goal {
+			done = done && s.aheadStarted[q] >= seq
+		}
+		if done || !s.startsRunning {
+			err := s.startsErr
+			s.aheadMu.Unlock()
+			if done {
+				return nil
+			}
+			return err
+		}
+		wrote := s.startsWrote
+		s.aheadMu.Unlock()
 		select {
-		case <-idle:
+		case <-wrote:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+		s.aheadMu.Lock()
 	}
-	s.aheadMu.Lock()
-	defer s.aheadMu.Unlock()
-	return s.startsErr
 }
 
 // writeStartsLocked starts the writer of starts (writeStarts) unless it
 // runs or has nothing to write. aheadMu is held.
 func (s *Store) writeStartsLocked() {
-	if s.startsIdle != nil || len(s.unwrittenLocked()) == 0 {
+	if s.startsRunning || len(s.unwrittenLocked()) == 0 {
 		return
 	}
-	s.startsIdle = make(chan struct{})
-	go s.writeStarts(s.startsIdle)
+	s.startsRunning = true
+	go s.writeStarts()
 }
 
 // unwrittenLocked returns, per queue, the highest start noted and not yet
@@ -550,21 +562,21 @@ func (s *Store) unwrittenLocked() map[string]int64 {
 
 // writeStarts writes the starts noted (Start), every queue's in one round
 // trip, at most every startsEvery, until none is left unwritten or a write
-// fails, then closes idle. One that fails is left for the next Start or
-// reap: a writer that kept trying would outlive a Redis gone for good.
+// fails. One that fails is left for the next Start or reap: a writer that
+// kept trying would outlive a Redis gone for good. After each write it
+// wakes those waiting in Started.
 //
 // With Config.WaitReplicas it waits for the replicas, so that a failover
 // keeps the record; one they did not confirm within redis.wait_timeout
 // stands as written on the master, as an unconfirmed outcome does, and a
 // failover then may give its attempts back uncounted.
-func (s *Store) writeStarts(idle chan struct{}) {
+func (s *Store) writeStarts() {
 	for {
 		s.aheadMu.Lock()
 		top := s.unwrittenLocked()
 		if len(top) == 0 {
-			s.startsIdle = nil
+			s.startsRunning = false
 			s.aheadMu.Unlock()
-			close(idle)
 			return
 		}
 		wait := time.Until(s.startsAt.Add(startsEvery))
@@ -593,12 +605,15 @@ func (s *Store) writeStarts(idle chan struct{}) {
 		s.startsErr = nil
 		if err != nil {
 			s.startsErr = fmt.Errorf("record the starts of notifications reserved ahead: %w", err)
-			s.startsIdle = nil
-			s.aheadMu.Unlock()
-			close(idle)
+			s.startsRunning = false
+		}
+		close(s.startsWrote)
+		s.startsWrote = make(chan struct{})
+		running := s.startsRunning
+		s.aheadMu.Unlock()
+		if !running {
 			return
 		}
-		s.aheadMu.Unlock()
 	}
 }
 

@@ -124,3 +124,39 @@ func TestStartsOfOneStore(t *testing.T) {
 	}
 	heraldtest.RequireStatsMatch(t, b.store)
 }
+
+// TestStartedUnderLoad: Started waits for the starts noted before it, not
+// for those that keep coming, so that a reaper is not held up while the
+// workers go on starting attempts.
+func TestStartedUnderLoad(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, store.Config{Shards: 1})
+	const count = store.MaxReserve
+	reqs := make([]store.EnqueueRequest, count)
+	for i := range reqs {
+		reqs[i].Notification = b.newNotification(t, fmt.Sprint("n", i), 0)
+	}
+	_, err := b.store.EnqueueBatch(ctx, reqs)
+	require.NoError(t, err)
+	items := b.reserveAhead(t, count)
+
+	b.store.Start(items[0])
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer close(stop)
+	wg.Go(func() { // a start every 2ms for 2s
+		for _, n := range items[1:] {
+			select {
+			case <-stop:
+				return
+			case <-time.After(2 * time.Millisecond):
+				b.store.Start(n)
+			}
+		}
+	})
+	wait, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	require.NoError(t, b.store.Started(wait), "the first start is written while others come")
+}

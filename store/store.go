@@ -185,11 +185,13 @@ type Store struct {
 	// Store reserved ahead (ReserveAhead); aheadWant the highest whose
 	// start was noted (Start), and aheadStarted the highest written.
 	aheadNext, aheadWant, aheadStarted map[string]int64
-	// startsIdle is closed when the writer of starts stops, nil while none
-	// runs; startsAt is when it last wrote, and startsErr why that failed.
-	startsIdle chan struct{}
-	startsAt   time.Time
-	startsErr  error
+	// startsRunning is set while the writer of starts runs (writeStarts);
+	// startsWrote is closed, and replaced, as it ends a write; startsAt is
+	// when it last wrote, and startsErr why that failed.
+	startsRunning bool
+	startsWrote   chan struct{}
+	startsAt      time.Time
+	startsErr     error
 	// oneNode is set when every shard lives on one Redis (a standalone or
 	// Sentinel-managed master, not a Cluster): a script may then span
 	// shards.
@@ -222,6 +224,7 @@ func New(cfg *Config) (*Store, error) {
 	s.batcher.store = s
 	s.holder = newHolder()
 	s.aheadNext, s.aheadWant, s.aheadStarted = map[string]int64{}, map[string]int64{}, map[string]int64{}
+	s.startsWrote = make(chan struct{})
 	_, s.oneNode = cfg.Client.(*redis.Client)
 	return s, nil
 }
