@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -350,4 +351,125 @@ func TestKilledOnACluster(t *testing.T) {
 	for _, n := range ahead {
 		b.requireDeliveredOnce(t, rec, n.ID)
 	}
+}
+
+// TestKilledDispatcherOfSeveralQueuesBurnsNothingUnstarted: a dispatcher
+// serving the webhook channel and several pull topics, with one worker,
+// is killed while its worker holds one attempt and the notifications of
+// the other queues, due at the same moment, wait for that worker. Those
+// never reached a receiver: each is delivered afterwards, once, rather
+// than dead-lettered unsent as an attempt that ran out. Only the attempt
+// that was made counts.
+//
+// Whether the queues' reservations meet is up to timing: the test kills
+// a dispatcher several times, each in a namespace of its own.
+func TestKilledDispatcherOfSeveralQueuesBurnsNothingUnstarted(t *testing.T) {
+	t.Parallel()
+	for round := range 5 {
+		t.Run(fmt.Sprint(round), killedWithSeveralQueues)
+	}
+}
+
+func killedWithSeveralQueues(t *testing.T) {
+	b := setup(t)
+	topics := pullTopics(16)
+	lines, kill := b.primedChild(t, nil, 1, topics)
+
+	ns := []*notify.Notification{b.resolve(t, "hook", "", time.Second)}
+	for _, topic := range topics {
+		ns = append(ns, b.resolve(t, "job-"+topic, topic, time.Second))
+	}
+	b.enqueueAll(t, ns)
+	held := waitLine(t, lines, "started ")
+	all := append([]string{"orders"}, topics...)
+	b.waitReserved(t, all, 2)
+	ids := make([]string, len(ns))
+	for i, n := range ns {
+		ids[i] = n.ID
+	}
+	before := b.receipts(t, ids)
+	kill()
+
+	rec := b.startDelivering(t, topics)
+	for _, id := range ids {
+		if id == held {
+			got := b.waitState(t, id, notify.StateDead)
+			require.Equal(t, notify.OutcomeTTRExpired, got.History[0].Outcome, "the attempt the killed child made counts")
+			continue
+		}
+		require.Eventually(t, func() bool {
+			got, err := b.store.Get(context.Background(), id)
+			return err == nil && (got.State == notify.StateSucceeded || got.State == notify.StateDead)
+		}, 15*time.Second, 5*time.Millisecond, "%s never ended", id)
+		got, err := b.store.Get(context.Background(), id)
+		require.NoError(t, err)
+		require.Equal(t, notify.StateSucceeded, got.State,
+			"%s never reached a receiver, yet is %s with history %+v (held %s; reservations at the kill: %s)",
+			id, got.State, got.History, held, before)
+		require.Len(t, got.History, 1, id)
+		require.Equal(t, 1, rec.attempts(id), id)
+	}
+}
+
+// TestAttemptStartedThroughABlipCounts: a dispatcher's worker starts an
+// attempt reserved ahead during a short break in its link to Redis; the
+// link comes back and the dispatcher goes on, its attempt still running,
+// and is then cut off for good (killed). The attempt started some 300ms
+// before, far more than 10ms: it counts, as one that ran out, and
+// with one attempt allowed it is not made again; its receiver hears of it
+// once.
+func TestAttemptStartedThroughABlipCounts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	link := &heraldtest.LoseReservation{} // Down: every command fails unsent
+	client := server.Client(t)
+	client.AddHook(link)
+	a := setupOn(t, client, b.store.Namespace())
+	a.policies = b.policies
+
+	holding, release := make(chan struct{}), make(chan struct{})
+	var xOnce atomic.Bool
+	rec := newRecorder(func(ctx context.Context, n *notify.Notification) error {
+		switch {
+		case n.ID == "hold":
+			close(holding)
+			<-release
+		case n.ID == "x" && xOnce.CompareAndSwap(false, true):
+			<-ctx.Done() // runs until its timeout
+			return ctx.Err()
+		}
+		return nil
+	})
+	senders := map[string]notify.Sender{notify.ChannelWebhook: rec}
+	a.start(t, schedule.Config{Senders: senders, Concurrency: 1})
+
+	b.enqueueAll(t, []*notify.Notification{b.resolve(t, "quick", "", time.Second)})
+	b.waitState(t, "quick", notify.StateSucceeded) // an attempt was timed: a reserves ahead
+	b.enqueueAll(t, []*notify.Notification{b.resolve(t, "hold", "", 10*time.Second)})
+	<-holding
+	x := b.resolve(t, "x", "", 3*time.Second)
+	b.enqueueAll(t, []*notify.Notification{x})
+	b.waitState(t, "x", notify.StateReserved) // ahead of the busy worker
+
+	link.Down.Store(true)
+	close(release) // the worker takes x and starts it
+	require.Eventually(t, func() bool { return rec.attempts("x") == 1 }, 5*time.Second, time.Millisecond)
+	time.Sleep(100 * time.Millisecond)
+	link.Down.Store(false)
+	// The dispatcher goes on: it records the outcome of hold.
+	b.waitState(t, "hold", notify.StateSucceeded)
+	time.Sleep(200 * time.Millisecond)
+	link.Down.Store(true) // killed, while x runs on (the policy's timeout is 1s)
+	require.Equal(t, 1, rec.attempts("x"), "x still runs")
+
+	b.start(t, schedule.Config{Senders: senders})
+	require.Eventually(t, func() bool {
+		got, err := b.store.Get(context.Background(), "x")
+		return err == nil && (got.State == notify.StateDead || got.State == notify.StateSucceeded)
+	}, 15*time.Second, 5*time.Millisecond)
+	got, err := b.store.Get(context.Background(), "x")
+	require.NoError(t, err)
+	require.Equal(t, 1, rec.attempts("x"), "x was attempted again, its first attempt uncounted: history %+v", got.History)
+	require.Equal(t, notify.StateDead, got.State)
+	require.Equal(t, notify.OutcomeTTRExpired, got.History[0].Outcome)
 }

@@ -244,3 +244,72 @@ func TestStartsOutliveAFailover(t *testing.T) {
 		return err == nil
 	}, 30*time.Second, 50*time.Millisecond)
 }
+
+// TestStartNotedWhileRedisWasAwayCountsAtTheNextReap: an attempt reserved
+// ahead starts while Redis restarts, and runs on after Redis is back, until
+// its reservation runs out. The reaper of its own dispatcher counts it, as
+// one that ran out, rather than give it back uncounted to be made again:
+// the start its Store could not write then is written before the reap
+// reads.
+func TestStartNotedWhileRedisWasAwayCountsAtTheNextReap(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := redistest.Start(t, redistest.Options{AOF: true})
+	b := setup(t, store.Config{Client: srv.Client(t), Shards: 1})
+	for i := range 2 {
+		b.enqueue(t, b.newNotification(t, fmt.Sprint("n", i), 0))
+	}
+	items := b.reserveAhead(t, 2)
+
+	srv.Stop()
+	b.store.Start(items[0]) // the worker takes the first, and makes its attempt
+	require.Error(t, b.store.Started(ctx), "Redis is away")
+	require.NoError(t, srv.Restart())
+	// The attempt runs on with Redis back, and other work goes on: the
+	// store answers.
+	require.Eventually(t, func() bool {
+		_, err := b.store.Get(ctx, items[1].ID)
+		return err == nil
+	}, 10*time.Second, 10*time.Millisecond)
+
+	counted := b.expire(t)
+	require.Equal(t, map[string]bool{items[0].ID: true}, counted, "the attempt started while Redis was away counts")
+	b.requireGivenBack(t, items[1].ID)
+}
+
+// TestStartsOfManyQueuesAreRecordedSoon: a dispatcher serving many queues
+// (a worker with a handler for each of many topics) starts an attempt in
+// each at once, and dies 100ms later, ten times the 10ms within which a
+// start may go unrecorded: every attempt counts, none is given back
+// uncounted to be made again.
+func TestStartsOfManyQueuesAreRecordedSoon(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, store.Config{Shards: 1})
+	const queues = 20
+	var items []*notify.Notification
+	for i := range queues {
+		topic := fmt.Sprint("jobs", i)
+		b.enqueue(t, heraldtest.Notification(t, "n-"+topic, b.clock.Now(), heraldtest.Topic(topic)))
+		got, _, err := b.store.ReserveAhead(ctx, store.PullQueue(topic), []int{0}, 1, 0)
+		require.NoError(t, err)
+		require.Len(t, got, 1)
+		require.True(t, store.Ahead(got[0]))
+		items = append(items, got[0])
+	}
+	for _, n := range items {
+		b.store.Start(n)
+	}
+	time.Sleep(100 * time.Millisecond)
+
+	// The dispatcher dies now: what its store writes later never comes.
+	counted := b.expire(t)
+	var uncounted []string
+	for _, n := range items {
+		if !counted[n.ID] {
+			uncounted = append(uncounted, n.ID)
+		}
+	}
+	require.Empty(t, uncounted, "attempts started 100ms before the reaper looked, given back uncounted")
+	require.NoError(t, b.store.Started(ctx))
+}
