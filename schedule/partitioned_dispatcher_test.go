@@ -47,6 +47,9 @@ func TestPartitionedDispatcherOverrunCountsOnce(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("hung not attempted in 10s")
 	}
+	// Cut off once the start is recorded, past the 10ms within which a
+	// start may go unrecorded and its attempt uncounted.
+	waitStartsRecorded(t, b.store.Namespace(), []string{"hung"})
 	cutOff.Down.Store(true)
 
 	b.start(t, schedule.Config{Senders: senders})

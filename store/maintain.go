@@ -28,9 +28,7 @@ func (s *Store) Expired(ctx context.Context, grace time.Duration, limit int) ([]
 	}
 	// This Store's own starts not written yet (Redis was away) are written
 	// first, so that its reaper does not give back an attempt it made.
-	if err := s.Started(ctx); err != nil {
-		return nil, err
-	}
+	ownPending := s.Started(ctx) != nil
 	cutoff := ms(s.Now().Add(-grace))
 	pipe := s.client.Pipeline()
 	cmds := make([]*redis.StringSliceCmd, s.keys.shards)
@@ -78,9 +76,9 @@ func (s *Store) Expired(ctx context.Context, grace time.Duration, limit int) ([]
 			}
 		}
 	}
-	unstarted, out, err := s.unstarted(ctx, out)
-	if err != nil || len(unstarted) == 0 {
-		return out, err
+	unstarted, out := s.unstarted(ctx, out, ownPending)
+	if len(unstarted) == 0 {
+		return out, nil
 	}
 	errs, err := s.GiveBackUnstarted(ctx, unstarted)
 	if err != nil {

@@ -200,6 +200,10 @@ func (s *Store) unanswered(ctx context.Context, lost LostReservation, err error)
 	if len(lost.Shards) == 0 {
 		return err
 	}
+	// Whatever becomes of them, what it reserved is never started.
+	s.aheadMu.Lock()
+	s.newHolderLocked()
+	s.aheadMu.Unlock()
 	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveBackTimeout)
 	defer cancel()
 	_, gerr := s.GiveBack(gctx, lost)
@@ -432,8 +436,22 @@ func scriptGroups[T any](oneNode bool, parts []T, size func(T) int) [][]T {
 func (s *Store) receiptPrefix() string {
 	var b [(receiptLen - holderLen) / 2]byte
 	_, _ = rand.Read(b[:])
+	s.aheadMu.Lock()
+	defer s.aheadMu.Unlock()
 	return s.holder + hex.EncodeToString(b[:]) + "."
 }
+
+// newHolderLocked gives the Store a holder of its own, for the receipts
+// of its reservations from now on: one whose answer was lost, which may
+// have reserved notifications no worker will have, was numbered below the
+// starts to come, which would have counted them. aheadMu is held.
+func (s *Store) newHolderLocked() {
+	s.holder = newHolder()
+	s.holders[s.holder] = true
+}
+
+// startRecord names one record of starts: the holder's, of one queue.
+type startRecord struct{ holder, queue string }
 
 // receiptLen is the length of a receipt's prefix before its dot, of which
 // the first holderLen name the Store that reserved it (Store.holder).
@@ -500,10 +518,10 @@ func (s *Store) Start(n *notify.Notification) {
 	if !ok {
 		return
 	}
-	q := queueOf(n.Channel, n.Topic)
+	r := startRecord{n.Receipt[:holderLen], queueOf(n.Channel, n.Topic)}
 	s.aheadMu.Lock()
 	defer s.aheadMu.Unlock()
-	s.aheadWant[q] = max(s.aheadWant[q], seq)
+	s.aheadWant[r] = max(s.aheadWant[r], seq)
 	s.writeStartsLocked()
 }
 
@@ -548,13 +566,13 @@ func (s *Store) writeStartsLocked() {
 	go s.writeStarts()
 }
 
-// unwrittenLocked returns, per queue, the highest start noted and not yet
-// written. aheadMu is held.
-func (s *Store) unwrittenLocked() map[string]int64 {
-	out := map[string]int64{}
-	for q, want := range s.aheadWant {
-		if want > s.aheadStarted[q] {
-			out[q] = want
+// unwrittenLocked returns, per record, the highest start noted and not
+// yet written. aheadMu is held.
+func (s *Store) unwrittenLocked() map[startRecord]int64 {
+	out := map[startRecord]int64{}
+	for r, want := range s.aheadWant {
+		if want > s.aheadStarted[r] {
+			out[r] = want
 		}
 	}
 	return out
@@ -582,11 +600,11 @@ func (s *Store) writeStarts() {
 		wait := time.Until(s.startsAt.Add(startsEvery))
 		s.aheadMu.Unlock()
 		time.Sleep(wait)
-		queues := slices.Collect(maps.Keys(top))
-		calls := make([]*scriptCall, len(queues))
-		for i, q := range queues {
+		records := slices.Collect(maps.Keys(top))
+		calls := make([]*scriptCall, len(records))
+		for i, r := range records {
 			calls[i] = &scriptCall{script: markScript,
-				keys: []string{s.keys.started(s.holder, q)}, args: []any{startedFor.Milliseconds(), top[q]}}
+				keys: []string{s.keys.started(r.holder, r.queue)}, args: []any{startedFor.Milliseconds(), top[r]}}
 		}
 		err := s.runAcked(context.Background(), calls)
 		if errors.Is(err, notify.ErrNotReplicated) {
@@ -599,7 +617,7 @@ func (s *Store) writeStarts() {
 				err = c.cmd.Err()
 			}
 			if c.cmd.Err() == nil {
-				s.aheadStarted[queues[i]] = max(s.aheadStarted[queues[i]], top[queues[i]])
+				s.aheadStarted[records[i]] = max(s.aheadStarted[records[i]], top[records[i]])
 			}
 		}
 		s.startsErr = nil
@@ -619,7 +637,10 @@ func (s *Store) writeStarts() {
 
 // unstarted sorts expired reservations into those reserved ahead that never
 // started, by their holders' records of starts (Start), and the others.
-func (s *Store) unstarted(ctx context.Context, expired []*notify.Notification) (unstarted, others []*notify.Notification, err error) {
+// One whose record cannot be read counts as started, as do this Store's
+// own when ownPending says some of its starts could not be written: a
+// reaper that gives back an attempt made has it made again.
+func (s *Store) unstarted(ctx context.Context, expired []*notify.Notification, ownPending bool) (unstarted, others []*notify.Notification) {
 	pipe := s.client.Pipeline()
 	records := map[string]*redis.StringCmd{}
 	for _, n := range expired {
@@ -631,30 +652,27 @@ func (s *Store) unstarted(ctx context.Context, expired []*notify.Notification) (
 		}
 	}
 	if len(records) == 0 {
-		return nil, expired, nil
+		return nil, expired
 	}
 	_, _ = s.exec(ctx, pipe)
-	for _, c := range records {
-		// A record that cannot be read might say started: none is guessed.
-		if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) {
-			return nil, nil, fmt.Errorf("read the starts of notifications reserved ahead: %w", err)
-		}
-	}
+	s.aheadMu.Lock()
+	own := maps.Clone(s.holders)
+	s.aheadMu.Unlock()
 	for _, n := range expired {
 		holder, seq, ok := aheadOf(n.Receipt)
-		if !ok {
+		if !ok || (ownPending && own[holder]) {
 			others = append(others, n)
 			continue
 		}
-		// None recorded: none of the holder's started.
-		top, _ := records[s.keys.started(holder, queueOf(n.Channel, n.Topic))].Int64()
-		if seq > top {
+		// None recorded (redis.Nil): none of the holder's started.
+		top, err := records[s.keys.started(holder, queueOf(n.Channel, n.Topic))].Int64()
+		if seq > top && (err == nil || errors.Is(err, redis.Nil)) {
 			unstarted = append(unstarted, n)
 		} else {
 			others = append(others, n)
 		}
 	}
-	return unstarted, others, nil
+	return unstarted, others
 }
 
 // Heads returns, for every shard, when the earliest notification of queue

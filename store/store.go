@@ -178,13 +178,17 @@ type Store struct {
 	rotate atomic.Int64
 	// batcher writes concurrent single enqueues together.
 	batcher batcher
-	// holder starts every receipt of this Store's reservations.
-	holder  string
 	aheadMu sync.Mutex // guards the fields below
+	// holder starts every receipt of this Store's reservations, and
+	// holders are all it had (newHolderLocked).
+	holder  string
+	holders map[string]bool
 	// aheadNext is, per queue, the number of the last notification this
-	// Store reserved ahead (ReserveAhead); aheadWant the highest whose
-	// start was noted (Start), and aheadStarted the highest written.
-	aheadNext, aheadWant, aheadStarted map[string]int64
+	// Store reserved ahead (ReserveAhead); aheadWant, per record, the
+	// highest whose start was noted (Start), and aheadStarted the highest
+	// written.
+	aheadNext               map[string]int64
+	aheadWant, aheadStarted map[startRecord]int64
 	// startsRunning is set while the writer of starts runs (writeStarts);
 	// startsWrote is closed, and replaced, as it ends a write; startsAt is
 	// when it last wrote, and startsErr why that failed.
@@ -222,8 +226,9 @@ func New(cfg *Config) (*Store, error) {
 	}
 	s := &Store{client: cfg.Client, keys: keys{ns: cfg.Namespace, shards: cfg.Shards}, cfg: cfg}
 	s.batcher.store = s
-	s.holder = newHolder()
-	s.aheadNext, s.aheadWant, s.aheadStarted = map[string]int64{}, map[string]int64{}, map[string]int64{}
+	s.holders, s.aheadNext = map[string]bool{}, map[string]int64{}
+	s.aheadWant, s.aheadStarted = map[startRecord]int64{}, map[startRecord]int64{}
+	s.newHolderLocked()
 	s.startsWrote = make(chan struct{})
 	_, s.oneNode = cfg.Client.(*redis.Client)
 	return s, nil
