@@ -139,12 +139,12 @@ func TestManyDispatchersNoOverlapNoneLost(t *testing.T) {
 
 const crashChildEnv = "HERALDTEST_CRASH_CHILD"
 
-// TestCrashChild is the dispatcher that TestCrashedDispatcherWorkIsRetried
-// and TestKilledDispatcherBurnsNothingReservedAhead run in a child process
-// and kill; run directly, it has nothing to do. Its attempts of ids
-// starting with "quick" succeed at once, and of ids starting with "slow"
-// after 100ms, and print "done <id>"; every other one prints "started
-// <id>" and holds its worker until the process is killed.
+// TestCrashChild is the dispatcher the tests of a killed dispatcher run
+// in a child process and kill; run directly, it has nothing to do. It
+// serves the webhook channel and the pull topics it is given, each through
+// the same attempt: ids starting with "quick" succeed at once, and ids
+// starting with "slow" after 100ms, and print "done <id>"; every other one
+// prints "started <id>" and holds its worker until the process is killed.
 func TestCrashChild(t *testing.T) {
 	cfg := os.Getenv(crashChildEnv)
 	if cfg == "" {
@@ -153,37 +153,61 @@ func TestCrashChild(t *testing.T) {
 	f := strings.Split(cfg, "|")
 	concurrency, err := strconv.Atoi(f[2])
 	require.NoError(t, err)
-	st, err := store.New(&store.Config{Client: redis.NewClient(&redis.Options{Addr: f[0]}), Namespace: f[1], Shards: 8})
+	// One address names a single Redis, several a Cluster.
+	client := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: strings.Split(f[0], ",")})
+	st, err := store.New(&store.Config{Client: client, Namespace: f[1], Shards: 8})
 	require.NoError(t, err)
+	var mu sync.Mutex // one line at a time
+	say := func(what, id string) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Printf("%s %s\n", what, id)
+	}
 	hang := notify.SenderFunc(func(ctx context.Context, n *notify.Notification) (notify.Response, error) {
 		if slow := strings.HasPrefix(n.ID, "slow"); slow || strings.HasPrefix(n.ID, "quick") {
 			if slow {
 				time.Sleep(100 * time.Millisecond)
 			}
-			fmt.Printf("done %s\n", n.ID)
+			say("done", n.ID)
 			return notify.Response{StatusCode: 200}, nil
 		}
-		fmt.Printf("started %s\n", n.ID)
+		say("started", n.ID)
 		select {} // hold the reservation until killed
 	})
-	d, err := schedule.New(&schedule.Config{Store: st, Senders: map[string]notify.Sender{notify.ChannelWebhook: hang}, Concurrency: concurrency})
+	handlers := map[string]notify.Sender{}
+	for _, topic := range strings.Split(f[3], ",") {
+		if topic != "" {
+			handlers[topic] = hang
+		}
+	}
+	d, err := schedule.New(&schedule.Config{Store: st, Concurrency: concurrency,
+		Senders: map[string]notify.Sender{notify.ChannelWebhook: hang}, Handlers: handlers})
 	require.NoError(t, err)
 	require.NoError(t, d.Start(context.Background()))
 	time.Sleep(time.Minute) // the parent kills this process long before
 }
 
-// startCrashChild runs TestCrashChild on namespace ns with that many
-// workers (0: the default) in a child process, and returns the lines it
-// prints and the function that kills it with SIGKILL, also called at the
-// test's end.
+// startCrashChild runs TestCrashChild on namespace ns of the package's
+// Redis with that many workers (0: the default), serving the webhook
+// channel alone; see startCrashChildOn.
 func startCrashChild(t *testing.T, ns string, concurrency int) (lines <-chan string, kill func()) {
 	t.Helper()
+	return startCrashChildOn(t, []string{server.Addr}, ns, concurrency, nil)
+}
+
+// startCrashChildOn runs TestCrashChild on namespace ns of the Redis at
+// addrs (one address names a single Redis, several a Cluster's masters)
+// with that many workers and the pull topics given, in a child process,
+// and returns the lines it prints and the function that kills it with
+// SIGKILL, also called at the test's end.
+func startCrashChildOn(t *testing.T, addrs []string, ns string, concurrency int, topics []string) (lines <-chan string, kill func()) {
+	t.Helper()
 	child := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.v")
-	child.Env = append(os.Environ(), fmt.Sprintf("%s=%s|%s|%d", crashChildEnv, server.Addr, ns, concurrency))
+	child.Env = append(os.Environ(), fmt.Sprintf("%s=%s|%s|%d|%s", crashChildEnv, strings.Join(addrs, ","), ns, concurrency, strings.Join(topics, ",")))
 	out, err := child.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, child.Start())
-	ch := make(chan string, 64)
+	ch := make(chan string, 256)
 	go func() {
 		defer close(ch)
 		for scan := bufio.NewScanner(out); scan.Scan(); {

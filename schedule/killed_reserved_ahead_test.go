@@ -1,19 +1,13 @@
 package schedule_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/internal/heraldtest"
@@ -22,82 +16,6 @@ import (
 	"github.com/heraldhq/herald/schedule"
 	"github.com/heraldhq/herald/store"
 )
-
-const queuesChildEnv = "HERALDTEST_QUEUES_CHILD"
-
-// TestQueuesChild is the dispatcher that the tests below run in a child
-// process and kill; run directly, it has nothing to do. It serves the
-// webhook channel and the pull topics it is given, each through the same
-// attempt: ids starting with "quick" succeed at once and print "done
-// <id>"; every other one prints "started <id>" and holds its worker until
-// the process is killed.
-func TestQueuesChild(t *testing.T) {
-	cfg := os.Getenv(queuesChildEnv)
-	if cfg == "" {
-		return
-	}
-	f := strings.Split(cfg, "|")
-	concurrency, err := strconv.Atoi(f[2])
-	require.NoError(t, err)
-	// One address names a single Redis, several a Cluster.
-	client := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: strings.Split(f[0], ",")})
-	st, err := store.New(&store.Config{Client: client, Namespace: f[1], Shards: 8})
-	require.NoError(t, err)
-	var mu sync.Mutex // one line at a time
-	hang := notify.SenderFunc(func(ctx context.Context, n *notify.Notification) (notify.Response, error) {
-		if strings.HasPrefix(n.ID, "quick") {
-			mu.Lock()
-			fmt.Printf("done %s\n", n.ID)
-			mu.Unlock()
-			return notify.Response{StatusCode: 200}, nil
-		}
-		mu.Lock()
-		fmt.Printf("started %s\n", n.ID)
-		mu.Unlock()
-		select {} // hold the reservation until killed
-	})
-	handlers := map[string]notify.Sender{}
-	for _, topic := range strings.Split(f[3], ",") {
-		if topic != "" {
-			handlers[topic] = hang
-		}
-	}
-	d, err := schedule.New(&schedule.Config{Store: st, Concurrency: concurrency,
-		Senders: map[string]notify.Sender{notify.ChannelWebhook: hang}, Handlers: handlers})
-	require.NoError(t, err)
-	require.NoError(t, d.Start(context.Background()))
-	time.Sleep(time.Minute) // the parent kills this process long before
-}
-
-// startQueuesChildOn runs TestQueuesChild on namespace ns of the Redis at
-// addrs (one address names a single Redis, several a Cluster's masters)
-// with that many workers and the pull topics given, and returns the lines
-// it prints and the function that kills it with SIGKILL, also called at
-// the test's end.
-func startQueuesChildOn(t *testing.T, addrs []string, ns string, concurrency int, topics []string) (lines <-chan string, kill func()) {
-	t.Helper()
-	child := exec.Command(os.Args[0], "-test.run=^TestQueuesChild$", "-test.v")
-	child.Env = append(os.Environ(), fmt.Sprintf("%s=%s|%s|%d|%s", queuesChildEnv, strings.Join(addrs, ","), ns, concurrency, strings.Join(topics, ",")))
-	out, err := child.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, child.Start())
-	ch := make(chan string, 256)
-	go func() {
-		defer close(ch)
-		for scan := bufio.NewScanner(out); scan.Scan(); {
-			ch <- scan.Text()
-		}
-	}()
-	var once sync.Once
-	kill = func() {
-		once.Do(func() {
-			_ = child.Process.Kill()
-			_ = child.Wait()
-		})
-	}
-	t.Cleanup(kill)
-	return ch, kill
-}
 
 // pullTopics returns the names of count pull topics.
 func pullTopics(count int) []string {
@@ -223,7 +141,7 @@ func (b *testBundle) primedChild(t *testing.T, addrs []string, concurrency int, 
 	if addrs == nil {
 		addrs = []string{server.Addr}
 	}
-	lines, kill = startQueuesChildOn(t, addrs, b.store.Namespace(), concurrency, topics)
+	lines, kill = startCrashChildOn(t, addrs, b.store.Namespace(), concurrency, topics)
 	waitLine(t, lines, "done ")
 	b.waitState(t, "quick", notify.StateSucceeded)
 	return lines, kill
