@@ -106,6 +106,7 @@ type Store interface {
 	Now() time.Time
 	ReserveAhead(ctx context.Context, queue string, shards []int, limit, started int) ([]*notify.Notification, []store.Head, error)
 	Start(n *notify.Notification)
+	Started(ctx context.Context) error
 	Finish(ctx context.Context, items []store.Finish) ([]error, error)
 	Expired(ctx context.Context, grace time.Duration, limit int) ([]*notify.Notification, error)
 	Sweep(ctx context.Context, limit int) (deleted int, more bool, err error)
@@ -439,10 +440,10 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 
 // Stop stops reserving, gives back the notifications reserved ahead that no
 // worker started, waits up to ShutdownTimeout for running attempts,
-// releases those still running (without counting an attempt), records every
-// outcome, and returns. An attempt that ignores the cancellation for a
-// further second is left behind, reserved, as if its process had died. A
-// second Stop does nothing.
+// releases those still running (without counting an attempt), records
+// every outcome and start, and returns. An attempt that ignores the
+// cancellation for a further second is left behind, reserved, as if its
+// process had died. A second Stop does nothing.
 func (d *Dispatcher) Stop() {
 	d.mu.Lock()
 	stop := d.stop
@@ -491,6 +492,11 @@ func (d *Dispatcher) Stop() {
 		giveUp.Stop()
 		d.giveUpFinish()
 		d.cancelAttempt()
+		// The starts are recorded before Stop returns, for any attempt left
+		// running: nothing is written after it.
+		started, cancel := context.WithTimeout(context.Background(), d.cfg.ShutdownTimeout)
+		defer cancel()
+		_ = d.store.Started(started)
 	})
 }
 

@@ -346,8 +346,9 @@ func agrees(rec *notify.Notification, ds []delivery) bool {
 // explain names the kill that explains a 2xx answer that was not
 // recorded: the record shows that attempt's reservation expired, and a
 // dispatcher was killed (or Redis, or Redis was down) between the attempt's
-// start and explainWindow after the answer. A request can reach the
-// receiver after its sender died: it was in the socket's buffers.
+// start and explainWindow after the answer; or the attempt went back
+// uncounted (explainUncounted). A request can reach the receiver after its
+// sender died: it was in the socket's buffers.
 func explain(rec *notify.Notification, d delivery, events []event) string {
 	var started time.Time
 	for _, h := range rec.History {
@@ -356,7 +357,7 @@ func explain(rec *notify.Notification, d delivery, events []event) string {
 		}
 	}
 	if started.IsZero() {
-		return ""
+		return explainUncounted(d, events)
 	}
 	for _, e := range events {
 		if e.what == "api" {
@@ -364,6 +365,26 @@ func explain(rec *notify.Notification, d delivery, events []event) string {
 		}
 		if !e.at.Before(started) && e.at.Before(d.end.Add(explainWindow)) ||
 			e.what == "redis" && !d.end.Before(e.at) && d.end.Before(e.back.Add(explainWindow)) {
+			return e.what
+		}
+	}
+	return ""
+}
+
+// unrecordedWindow is how far from an attempt's start a kill may come and
+// still explain that the attempt went back uncounted: a dispatcher records
+// its starts within about 10ms (store.Start).
+const unrecordedWindow = 100 * time.Millisecond
+
+// explainUncounted names the kill that explains a 2xx answer to an attempt
+// that went back uncounted, made again under the same number: its start
+// was not recorded yet, as its dispatcher was killed just after it, or
+// Redis was down, until the record was written again once it was back.
+func explainUncounted(d delivery, events []event) string {
+	for _, e := range events {
+		switch {
+		case e.what == "dispatcher" && e.at.Sub(d.start).Abs() < unrecordedWindow,
+			e.what == "redis" && !d.start.Before(e.at.Add(-unrecordedWindow)) && d.start.Before(e.back.Add(explainWindow)):
 			return e.what
 		}
 	}
