@@ -3,7 +3,9 @@ package store_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -198,13 +200,15 @@ func TestStartsOutliveAFailover(t *testing.T) {
 	}
 	require.Eventually(t, func() bool {
 		for _, c := range living {
-			slots, err := c.ClusterSlots(ctx).Result()
+			shards, err := c.ClusterShards(ctx).Result()
 			if err != nil {
 				return false
 			}
-			for _, r := range slots {
-				if len(r.Nodes) > 0 && r.Nodes[0].Addr == victim.Addr {
-					return false
+			for _, sh := range shards {
+				for _, n := range sh.Nodes {
+					if len(sh.Slots) > 0 && n.Role == "master" && net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10)) == victim.Addr {
+						return false
+					}
 				}
 			}
 		}
