@@ -499,10 +499,10 @@ const startsEvery = 10 * time.Millisecond
 // Start notes that the attempt of n, reserved ahead of the workers
 // (Ahead), starts now, for the reaper: should the caller die, an attempt
 // it started counts, as one that ran out, and one it reserved ahead and
-// never started goes back uncounted. The note is one number per queue:
-// the Store numbers what it reserves ahead in the order the caller hands
-// it to its workers, who start it in that order, and Start raises the
-// number to n's. It is written to Redis in the background, at most every
+// never started goes back uncounted. The note is one number per queue
+// (and holder, newHolderLocked): the Store numbers what it reserves ahead
+// in the order the caller hands it to its workers, who start it in that
+// order, and Start raises the number to n's. It is written to Redis in the background, at most every
 // startsEvery and never on the attempt's way: see Started. A write that
 // fails is made again at the next Start or reap (Expired) of this Store.
 // A notification not reserved ahead needs none.
