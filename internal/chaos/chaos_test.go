@@ -373,8 +373,10 @@ func explain(rec *notify.Notification, d delivery, events []event) string {
 
 // unrecordedWindow is how far from an attempt's start a kill may come and
 // still explain that the attempt went back uncounted: a dispatcher records
-// its starts within about 10ms (store.Start).
-const unrecordedWindow = 100 * time.Millisecond
+// its starts within about 10ms (store.Start) and a write's round trip,
+// which Redis's fsync of every write (appendfsync always) on a loaded
+// machine stretches to a few hundred.
+const unrecordedWindow = explainWindow
 
 // explainUncounted names the kill that explains a 2xx answer to an attempt
 // that went back uncounted, made again under the same number: its start
