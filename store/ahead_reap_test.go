@@ -77,18 +77,14 @@ func TestStartsOfARestartedStore(t *testing.T) {
 // the ids of those.
 func (b *testBundle) reap(t *testing.T) map[string]bool {
 	t.Helper()
-	ctx := context.Background()
-	b.clock.Advance(time.Hour)
-	expired, err := b.store.Expired(ctx, 0, 100)
-	require.NoError(t, err)
 	out := map[string]bool{}
 	var items []store.Finish
-	for _, n := range expired {
+	for _, n := range b.expired(t) {
 		out[n.ID] = true
 		items = append(items, b.finish(notify.ActionRetry, n, b.clock.Now().Add(24*time.Hour)))
 	}
 	if len(items) > 0 {
-		errs, err := b.store.Finish(ctx, items)
+		errs, err := b.store.Finish(context.Background(), items)
 		require.NoError(t, err)
 		for _, e := range errs {
 			require.NoError(t, e)

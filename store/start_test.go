@@ -29,15 +29,21 @@ func (b *testBundle) reserveAhead(t *testing.T, count int) []*notify.Notificatio
 	return items
 }
 
-// expire runs the reaper's read once every reservation ran out, and
-// returns the ids it counts as attempts that ran out.
-func (b *testBundle) expire(t *testing.T) map[string]bool {
+// expired runs the reaper's read once every reservation ran out, and
+// returns what it counts as attempts that ran out.
+func (b *testBundle) expired(t *testing.T) []*notify.Notification {
 	t.Helper()
 	b.clock.Advance(time.Hour)
 	expired, err := b.store.Expired(context.Background(), 0, 100)
 	require.NoError(t, err)
+	return expired
+}
+
+// expire is expired's ids.
+func (b *testBundle) expire(t *testing.T) map[string]bool {
+	t.Helper()
 	out := map[string]bool{}
-	for _, n := range expired {
+	for _, n := range b.expired(t) {
 		out[n.ID] = true
 	}
 	return out
