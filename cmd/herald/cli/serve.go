@@ -189,8 +189,16 @@ func (c *app) serveOn(cmd *cobra.Command, role string, addr net.Addr, h *handler
 	if err != nil {
 		return err
 	}
-	// Waiting reservations end as the shutdown begins, not after it.
-	defer context.AfterFunc(ctx, func() { _ = srv.Close() })()
+	// Waiting reservations end as the shutdown begins, not after it. The
+	// deferred Close covers a return that comes first: a cancel reaches a
+	// context's children in no set order, so the HTTP server can be done
+	// and this function return before the AfterFunc is reached, and its
+	// stop would then keep it from ever running.
+	stopClose := context.AfterFunc(ctx, func() { _ = srv.Close() })
+	defer func() {
+		stopClose()
+		_ = srv.Close()
+	}()
 	h.set(srv)
 	fmt.Fprintf(c.base.Out, "herald: API on http://%s (role %s), dashboard on http://%[1]s/ui/; stop with Ctrl-C\n", addr, role)
 	return wait()
