@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"sync"
@@ -78,7 +79,8 @@ type ping struct {
 }
 
 // Subscribe subscribes to the wake-ups and the cancels of reserved
-// notifications until ctx ends. onCancel, unless nil, is called with the
+// notifications until ctx ends, or until the Store's Redis client is
+// closed; Wakes is closed then. onCancel, unless nil, is called with the
 // id and receipt of each cancelled reservation, in the order Redis
 // published them and before Heard counts them heard; it must not block.
 // Without onCancel nothing needs Heard, which is then always false: the
@@ -96,7 +98,9 @@ func (s *Store) Subscribe(ctx context.Context, onCancel func(id, receipt string)
 		// Receive does not watch ctx; closing the subscription ends it.
 		defer context.AfterFunc(ctx, func() { _ = ps.Close() })()
 		if onCancel != nil {
-			go sub.ping(ctx, ps)
+			pingCtx, stopPing := context.WithCancel(ctx)
+			defer stopPing()
+			go sub.ping(pingCtx, ps)
 		}
 		// failing is set from a failure until the next subscription: an
 		// outage is logged as it starts and as it ends, not each second.
@@ -109,6 +113,12 @@ func (s *Store) Subscribe(ctx context.Context, onCancel func(id, receipt string)
 			switch m := msg.(type) {
 			case nil:
 				sub.lost()
+				if errors.Is(err, redis.ErrClosed) {
+					// The caller closed the Redis client first: no retry can
+					// reconnect, and one a second would outlive everything.
+					s.cfg.Logger.WarnContext(ctx, "store: subscription to wake-ups ended: its Redis client is closed")
+					return
+				}
 				if !failing {
 					failing = true
 					s.cfg.Logger.WarnContext(ctx, "store: subscription to wake-ups failed; retrying every second", "error", err)

@@ -280,3 +280,34 @@ func (b *brittle) Write(p []byte) (int, error) {
 	}
 	return b.Conn.Write(p)
 }
+
+// TestSubscriptionEndsWithItsClient: a subscription whose Redis client is
+// closed before its context ends (the caller closed them in that order)
+// ends too, rather than retry once a second for as long as the process
+// lives: Wakes closes and its goroutines are gone.
+func TestSubscriptionEndsWithItsClient(t *testing.T) {
+	// Not parallel: it counts the goroutines of every subscription.
+	before := subscriptionGoroutines()
+	rdb := redis.NewClient(server.Options())
+	st, err := store.New(&store.Config{Client: rdb, Namespace: redistest.Namespace(t), Logger: heraldtest.Logger(t)})
+	require.NoError(t, err)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	sub := st.Subscribe(ctx, func(string, string) {})
+	<-sub.Ready
+	require.NoError(t, rdb.Close())
+
+	closed := make(chan struct{})
+	go func() {
+		for range sub.Wakes {
+		}
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Wakes not closed within 5s of the client's Close")
+	}
+	require.Eventually(t, func() bool { return subscriptionGoroutines() <= before }, 5*time.Second, 10*time.Millisecond,
+		"the subscription's goroutines outlive its client")
+}
