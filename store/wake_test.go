@@ -153,19 +153,7 @@ func TestSubscriptionEndsWithItsContext(t *testing.T) {
 			time.Sleep(store.HeardWithin + 100*time.Millisecond)
 
 			stop()
-			closed := make(chan struct{})
-			go func() {
-				for range sub.Wakes {
-				}
-				close(closed)
-			}()
-			select {
-			case <-closed:
-			case <-time.After(5 * time.Second):
-				t.Fatal("Wakes not closed within 5s of the end of the context")
-			}
-			require.Eventually(t, func() bool { return subscriptionGoroutines() <= before }, 5*time.Second, 10*time.Millisecond,
-				"the subscription's goroutines outlive its context")
+			requireEnded(t, sub, before, "the end of the context")
 		})
 	}
 }
@@ -296,7 +284,13 @@ func TestSubscriptionEndsWithItsClient(t *testing.T) {
 	sub := st.Subscribe(ctx, func(string, string) {})
 	<-sub.Ready
 	require.NoError(t, rdb.Close())
+	requireEnded(t, sub, before, "the client's Close")
+}
 
+// requireEnded requires that sub closes Wakes within 5 s of what ended it,
+// and that no more subscription goroutines are left than before it began.
+func requireEnded(t *testing.T, sub *store.Subscription, before int, what string) {
+	t.Helper()
 	closed := make(chan struct{})
 	go func() {
 		for range sub.Wakes {
@@ -306,8 +300,8 @@ func TestSubscriptionEndsWithItsClient(t *testing.T) {
 	select {
 	case <-closed:
 	case <-time.After(5 * time.Second):
-		t.Fatal("Wakes not closed within 5s of the client's Close")
+		t.Fatalf("Wakes not closed within 5s of %s", what)
 	}
 	require.Eventually(t, func() bool { return subscriptionGoroutines() <= before }, 5*time.Second, 10*time.Millisecond,
-		"the subscription's goroutines outlive its client")
+		"the subscription's goroutines outlive %s", what)
 }
