@@ -104,7 +104,7 @@ const (
 type Store interface {
 	Shards(ctx context.Context) (int, error)
 	Now() time.Time
-	ReserveAhead(ctx context.Context, queue string, shards []int, limit, started int) ([]*notify.Notification, []store.Head, error)
+	ReserveAhead(ctx context.Context, queue string, shards []int, limit int) ([]*notify.Notification, []store.Head, error)
 	Start(n *notify.Notification)
 	Started(ctx context.Context) error
 	Finish(ctx context.Context, items []store.Finish) ([]error, error)
@@ -597,7 +597,7 @@ func (d *Dispatcher) reserveLoop(ctx context.Context, queue string, wakes <-chan
 			// (store.Start), so that a killed dispatcher's unstarted ones
 			// go back uncounted: even one an idle worker would take at
 			// once may wait behind another queue's in the channel.
-			items, hs, err := d.store.ReserveAhead(ctx, queue, ask, got, 0)
+			items, hs, err := d.store.ReserveAhead(ctx, queue, ask, got)
 			d.listReserved(items)
 			d.capacity.give(got - len(items))
 			if err != nil {

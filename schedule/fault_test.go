@@ -358,9 +358,9 @@ type countingStore struct {
 	reserves, failed atomic.Int64
 }
 
-func (c *countingStore) ReserveAhead(ctx context.Context, queue string, shards []int, limit, started int) ([]*notify.Notification, []store.Head, error) {
+func (c *countingStore) ReserveAhead(ctx context.Context, queue string, shards []int, limit int) ([]*notify.Notification, []store.Head, error) {
 	c.reserves.Add(1)
-	items, heads, err := c.Store.ReserveAhead(ctx, queue, shards, limit, started)
+	items, heads, err := c.Store.ReserveAhead(ctx, queue, shards, limit)
 	if err != nil {
 		c.failed.Add(1)
 	}

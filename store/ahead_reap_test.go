@@ -42,7 +42,7 @@ func TestStartsOfARestartedStore(t *testing.T) {
 	for i := range 5 {
 		b.enqueue(t, b.newNotification(t, fmt.Sprint("new", i), 0))
 	}
-	mine, _, err := next.ReserveAhead(ctx, store.PullQueue("jobs"), []int{0}, store.MaxReserve, 0)
+	mine, _, err := next.ReserveAhead(ctx, store.PullQueue("jobs"), []int{0}, store.MaxReserve)
 	require.NoError(t, err)
 	require.Len(t, mine, 5, "only the new ones are due")
 	for _, n := range mine {
@@ -63,7 +63,7 @@ func TestStartsOfARestartedStore(t *testing.T) {
 
 	// Given back, the old Store's unstarted ones are the new Store's now:
 	// numbered after its last, and counted once it starts them.
-	again, _, err := next.ReserveAhead(ctx, store.PullQueue("jobs"), []int{0}, store.MaxReserve, 0)
+	again, _, err := next.ReserveAhead(ctx, store.PullQueue("jobs"), []int{0}, store.MaxReserve)
 	require.NoError(t, err)
 	require.Len(t, again, 2)
 	next.Start(again[0])
@@ -111,10 +111,10 @@ func TestStartsOfOneQueueCountNoneOfAnother(t *testing.T) {
 			b.enqueue(t, b.newNotification(t, fmt.Sprint("job", i), 0))
 			b.enqueue(t, heraldtest.Notification(t, fmt.Sprint("pulled", i), b.clock.Now(), heraldtest.Topic("pulled")))
 		}
-		hooks, _, err := b.store.ReserveAhead(ctx, store.QueuePush, all, store.MaxReserve, 0)
+		hooks, _, err := b.store.ReserveAhead(ctx, store.QueuePush, all, store.MaxReserve)
 		require.NoError(t, err)
 		require.Len(t, hooks, 4)
-		jobs, _, err := b.store.ReserveAhead(ctx, store.PullQueue("jobs"), all, store.MaxReserve, 0)
+		jobs, _, err := b.store.ReserveAhead(ctx, store.PullQueue("jobs"), all, store.MaxReserve)
 		require.NoError(t, err)
 		require.Len(t, jobs, 4)
 		pulled := b.store
@@ -164,7 +164,7 @@ func TestStartsOutliveAFailover(t *testing.T) {
 	for i := range count {
 		b.enqueue(t, b.newNotification(t, fmt.Sprint("n", i), 0))
 	}
-	items, _, err := b.store.ReserveAhead(ctx, store.PullQueue("jobs"), heraldtest.AllShards(t, b.store), store.MaxReserve, 0)
+	items, _, err := b.store.ReserveAhead(ctx, store.PullQueue("jobs"), heraldtest.AllShards(t, b.store), store.MaxReserve)
 	require.NoError(t, err)
 	require.Len(t, items, count)
 	const started = count / 2
@@ -291,7 +291,7 @@ func TestStartsOfManyQueuesAreRecordedSoon(t *testing.T) {
 	for i := range queues {
 		topic := fmt.Sprint("jobs", i)
 		b.enqueue(t, heraldtest.Notification(t, "n-"+topic, b.clock.Now(), heraldtest.Topic(topic)))
-		got, _, err := b.store.ReserveAhead(ctx, store.PullQueue(topic), []int{0}, 1, 0)
+		got, _, err := b.store.ReserveAhead(ctx, store.PullQueue(topic), []int{0}, 1)
 		require.NoError(t, err)
 		require.Len(t, got, 1)
 		require.True(t, store.Ahead(got[0]))

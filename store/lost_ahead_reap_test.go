@@ -31,7 +31,7 @@ func TestLostReservationAheadOfLaterStarts(t *testing.T) {
 		b.enqueue(t, b.newNotification(t, fmt.Sprint("lost", i), 0))
 	}
 	lose.Armed.Store(true)
-	_, _, err := b.store.ReserveAhead(ctx, store.PullQueue("jobs"), []int{0}, 2, 0)
+	_, _, err := b.store.ReserveAhead(ctx, store.PullQueue("jobs"), []int{0}, 2)
 	var lost *store.ReserveError
 	require.True(t, errors.As(err, &lost), "the answer was lost and could not be given back: %v", err)
 	lose.Down.Store(false) // Redis answers again
@@ -70,7 +70,7 @@ func TestClusterNodeLostReservationIsNotCountedByLaterStarts(t *testing.T) {
 		b.enqueue(t, b.newNotification(t, fmt.Sprint("n", i), 0))
 	}
 	lose.Armed.Store(true)
-	first, _, err := b.store.ReserveAhead(ctx, store.PullQueue("jobs"), []int{0, 1}, count, 0)
+	first, _, err := b.store.ReserveAhead(ctx, store.PullQueue("jobs"), []int{0, 1}, count)
 	require.NoError(t, err, "what came back is returned")
 	require.True(t, lose.Lost.Load(), "shard 1's answer was lost")
 	require.NotEmpty(t, first)
@@ -84,7 +84,7 @@ func TestClusterNodeLostReservationIsNotCountedByLaterStarts(t *testing.T) {
 	for i := range 4 {
 		b.enqueue(t, b.newNotification(t, fmt.Sprint("later", i), 0))
 	}
-	later, _, err := b.store.ReserveAhead(ctx, store.PullQueue("jobs"), []int{0, 1}, store.MaxReserve, 0)
+	later, _, err := b.store.ReserveAhead(ctx, store.PullQueue("jobs"), []int{0, 1}, store.MaxReserve)
 	require.NoError(t, err)
 	require.Len(t, later, 4, "only the later ones are due")
 	for _, n := range append(first, later...) {

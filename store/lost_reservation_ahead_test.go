@@ -14,11 +14,10 @@ import (
 	"github.com/heraldhq/herald/store"
 )
 
-// TestLostReservationAheadIsGivenBackWhole: a reservation that starts one
-// notification at once and reserves the others ahead, whose answer is
-// lost in an outage that goes on, is given back whole once Redis answers
-// again: those reserved ahead too, which then come back with no attempt
-// counted rather than wait out their ttr.
+// TestLostReservationAheadIsGivenBackWhole: a reservation ahead of the
+// workers whose answer is lost in an outage that goes on is given back
+// whole once Redis answers again: what it reserved comes back with no
+// attempt counted rather than wait out its ttr.
 func TestLostReservationAheadIsGivenBackWhole(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -34,7 +33,7 @@ func TestLostReservationAheadIsGivenBackWhole(t *testing.T) {
 		require.NoError(t, err)
 	}
 	lose.Armed.Store(true)
-	_, _, err = st.ReserveAhead(ctx, store.PullQueue("jobs"), heraldtest.AllShards(t, st), count, 1)
+	_, _, err = st.ReserveAhead(ctx, store.PullQueue("jobs"), heraldtest.AllShards(t, st), count)
 	var lost *store.ReserveError
 	require.ErrorAs(t, err, &lost, "the answer was lost and could not be given back at once")
 	require.True(t, lose.Lost.Load())
@@ -43,10 +42,10 @@ func TestLostReservationAheadIsGivenBackWhole(t *testing.T) {
 	stats, err := st.Stats(ctx)
 	require.NoError(t, err)
 	reserved := int(stats["jobs"].Reserved)
-	require.Greater(t, reserved, 1, "one started at once and some reserved ahead")
+	require.Greater(t, reserved, 1, "several reserved ahead")
 	given, err := st.GiveBack(ctx, lost.Lost)
 	require.NoError(t, err)
-	require.Equal(t, reserved, given, "the one started at once and those reserved ahead")
+	require.Equal(t, reserved, given, "all reserved ahead")
 	stats, err = st.Stats(ctx)
 	require.NoError(t, err)
 	require.Zero(t, stats["jobs"].Reserved)

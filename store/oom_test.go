@@ -107,7 +107,7 @@ func TestDispatchWhenRedisIsFull(t *testing.T) {
 	redistest.Fill(t, c)
 
 	// Reserved ahead of the workers, each is started before its attempt.
-	got, _, err := b.store.ReserveAhead(ctx, store.PullQueue("jobs"), heraldtest.AllShards(t, b.store), store.MaxReserve, 0)
+	got, _, err := b.store.ReserveAhead(ctx, store.PullQueue("jobs"), heraldtest.AllShards(t, b.store), store.MaxReserve)
 	require.NoError(t, err)
 	require.Len(t, got, 4)
 	var items []store.Finish

@@ -46,16 +46,21 @@ type Head struct {
 // the error is a *ReserveError, whose Lost the caller hands to GiveBack
 // once Redis answers again.
 func (s *Store) Reserve(ctx context.Context, queue string, shards []int, limit int) ([]*notify.Notification, []Head, error) {
-	return s.ReserveAhead(ctx, queue, shards, limit, limit)
+	return s.reserve(ctx, queue, shards, limit, false)
 }
 
-// ReserveAhead is Reserve for a caller that starts at once only the first
-// started of those it reserves (its idle workers'): the others wait reserved
-// ahead for a worker, and Ahead reports them so. The caller notes each
-// of those with Start as its attempt starts: should the caller die, the
-// reaper gives back uncounted the ones it never started (Expired), and
-// counts the others as attempts that ran out.
-func (s *Store) ReserveAhead(ctx context.Context, queue string, shards []int, limit, started int) ([]*notify.Notification, []Head, error) {
+// ReserveAhead is Reserve for a caller whose workers take what it reserves
+// in turn, some only after others' attempts: each waits reserved ahead for
+// a worker, and Ahead reports it so. The caller notes each with Start as
+// its attempt starts: should the caller die, the reaper gives back
+// uncounted the ones it never started (Expired), and counts the others as
+// attempts that ran out.
+func (s *Store) ReserveAhead(ctx context.Context, queue string, shards []int, limit int) ([]*notify.Notification, []Head, error) {
+	return s.reserve(ctx, queue, shards, limit, true)
+}
+
+// reserve is Reserve, numbering what it reserves for Start when ahead.
+func (s *Store) reserve(ctx context.Context, queue string, shards []int, limit int, ahead bool) ([]*notify.Notification, []Head, error) {
 	if err := s.open(ctx); err != nil {
 		return nil, nil, err
 	}
@@ -80,17 +85,17 @@ func (s *Store) ReserveAhead(ctx context.Context, queue string, shards []int, li
 			args = append(args, q.max, receipt+strconv.Itoa(q.shard))
 			most += q.max
 		}
-		// The calls take their share of started in order, each as many as
-		// it may reserve: one that reserves fewer leaves some idle worker
-		// to a notification reserved ahead, which then only costs a Start.
-		// Those reserved ahead are numbered on from the queue's last.
-		first := min(max(started, 0), most)
-		started -= first
-		s.aheadMu.Lock()
-		seq := s.aheadNext[queue] + 1
-		s.aheadNext[queue] += int64(most - first)
-		s.aheadMu.Unlock()
-		args = append(args, first, seq)
+		// ReserveAhead's are numbered on from the queue's last; Reserve's
+		// are all left unnumbered.
+		unnumbered, seq := most, int64(0)
+		if ahead {
+			unnumbered = 0
+			s.aheadMu.Lock()
+			seq = s.aheadNext[queue] + 1
+			s.aheadNext[queue] += int64(most)
+			s.aheadMu.Unlock()
+		}
+		args = append(args, unnumbered, seq)
 		keyList = append(keyList, k.givenBack(s.counters(g[0].shard), receipt))
 		calls[i] = &scriptCall{script: reserveScript, keys: keyList, args: args}
 	}
@@ -502,10 +507,11 @@ const startsEvery = 10 * time.Millisecond
 // never started goes back uncounted. The note is one number per queue
 // (and holder, newHolderLocked): the Store numbers what it reserves ahead
 // in the order the caller hands it to its workers, who start it in that
-// order, and Start raises the number to n's. It is written to Redis in the background, at most every
-// startsEvery and never on the attempt's way: see Started. A write that
-// fails is made again at the next Start or reap (Expired) of this Store.
-// A notification not reserved ahead needs none.
+// order, and Start raises the number to n's. It is written to Redis in
+// the background, at most every startsEvery and never on the attempt's
+// way: see Started. A write that fails is made again at the next Start or
+// reap (Expired) of this Store. A notification not reserved ahead
+// (Reserve) needs none.
 //
 // Several dispatchers sharing one Store share its numbers: a start of one
 // may then count a notification waiting for another's worker, should the

@@ -598,7 +598,8 @@ return codes
 //	                  worker, and their receipts end in "+" (aheadMark)
 //	                  and a number, ARGV[3+2G] and up in that order, which
 //	                  the reaper compares with the caller's starts
-//	                  (Store.Start)
+//	                  (Store.Start); Reserve passes the limits' sum,
+//	                  ReserveAhead 0
 //
 // The ready list fills what the due set's due ones leave of the limit: it
 // holds, oldest first, the notifications that were due when they were

@@ -20,7 +20,7 @@ import (
 // dispatcher hands them to its workers.
 func (b *testBundle) reserveAhead(t *testing.T, count int) []*notify.Notification {
 	t.Helper()
-	items, _, err := b.store.ReserveAhead(context.Background(), store.PullQueue("jobs"), []int{0}, count, 0)
+	items, _, err := b.store.ReserveAhead(context.Background(), store.PullQueue("jobs"), []int{0}, count)
 	require.NoError(t, err)
 	require.Len(t, items, count)
 	for _, n := range items {
@@ -63,8 +63,7 @@ func (b *testBundle) requireGivenBack(t *testing.T, id string) {
 // TestStartAhead: of what a dispatcher reserved ahead of its workers and
 // then left to run out (it was killed), the reaper counts the attempts
 // whose start was recorded, those the workers took before them included,
-// and gives back uncounted the ones after, which no worker took; one that
-// started at once counts as ever.
+// and gives back uncounted the ones after, which no worker took.
 func TestStartAhead(t *testing.T) {
 	t.Parallel()
 	onEachDeployment(t, func(t *testing.T, client redis.UniversalClient, shards int) {
@@ -74,16 +73,15 @@ func TestStartAhead(t *testing.T) {
 		for i := range count {
 			b.enqueue(t, b.newNotification(t, fmt.Sprint("n", i), 0))
 		}
-		items, _, err := b.store.ReserveAhead(ctx, store.PullQueue("jobs"), heraldtest.AllShards(t, b.store), store.MaxReserve, 1)
+		items, _, err := b.store.ReserveAhead(ctx, store.PullQueue("jobs"), heraldtest.AllShards(t, b.store), store.MaxReserve)
 		require.NoError(t, err)
 		require.Len(t, items, count)
-		require.False(t, store.Ahead(items[0]), "the first starts at once")
-		b.store.Start(items[0]) // needs none
-		for _, n := range items[1:] {
+		for _, n := range items {
 			require.True(t, store.Ahead(n), n.ID)
 		}
-		// The workers took items[1] and items[2], in that order, and
+		// The workers took items[0] to items[2], in that order, and
 		// started them as the scheduler let them.
+		b.store.Start(items[0])
 		b.store.Start(items[2])
 		b.store.Start(items[1])
 		require.NoError(t, b.store.Started(ctx))
@@ -110,7 +108,7 @@ func TestStartsOfOneStore(t *testing.T) {
 		b.enqueue(t, b.newNotification(t, fmt.Sprint("n", i), 0))
 	}
 	mine := b.reserveAhead(t, count/2)
-	theirs, _, err := other.ReserveAhead(ctx, store.PullQueue("jobs"), heraldtest.AllShards(t, other), store.MaxReserve, 0)
+	theirs, _, err := other.ReserveAhead(ctx, store.PullQueue("jobs"), heraldtest.AllShards(t, other), store.MaxReserve)
 	require.NoError(t, err)
 	require.Len(t, theirs, count/2, "the rest")
 
