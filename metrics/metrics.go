@@ -48,7 +48,7 @@ const (
 	// by topic and channel.
 	LatenessSeconds = "herald_lateness_seconds"
 	// RedisErrorsTotal counts failed store calls by operation (reserve,
-	// finish, reap, sweep, enqueue, get, cancel, stats, memory) and kind:
+	// finish, reap, sweep, start, enqueue, get, cancel, stats, memory) and kind:
 	// KindOutOfMemory, KindNotReplicated or KindOther. Summed by op it
 	// counts what it counted before it had a kind.
 	RedisErrorsTotal = "herald_redis_errors_total"

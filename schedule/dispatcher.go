@@ -128,7 +128,7 @@ type Observer interface {
 	// taken over) is not reported.
 	AttemptFinished(n *notify.Notification, a notify.Attempt, action notify.Action, lateness time.Duration)
 	// StoreError reports a failed store call ("reserve", "finish", "reap",
-	// "sweep").
+	// "sweep", "start": the write of which attempts reserved ahead started).
 	StoreError(op string, err error)
 }
 
@@ -496,7 +496,12 @@ func (d *Dispatcher) Stop() {
 		// running: nothing is written after it.
 		started, cancel := context.WithTimeout(context.Background(), d.cfg.ShutdownTimeout)
 		defer cancel()
-		_ = d.store.Started(started)
+		if err := d.store.Started(started); err != nil {
+			d.cfg.Observer.StoreError("start", err)
+			d.log.Error("schedule: could not record which attempts reserved ahead started before the shutdown; "+
+				"those still reserved may be given back uncounted once their reservations expire, and made again",
+				"error", err)
+		}
 	})
 }
 
@@ -1146,6 +1151,9 @@ func (d *Dispatcher) maintenanceLoop(ctx context.Context) {
 	defer ticker.Stop()
 	reaping := d.newFailureLog("schedule: reaping expired reservations failed", "schedule: reaping expired reservations recovered")
 	sweeping := d.newFailureLog("schedule: sweeping finished records failed", "schedule: sweeping finished records recovered")
+	starting := d.newFailureLog("schedule: cannot record which attempts reserved ahead started; should this process die "+
+		"before it can, other dispatchers give those attempts back uncounted, and they may be made again",
+		"schedule: recording which attempts started recovered")
 	skewed := d.newFailureLog("schedule: this host's clock differs from Redis's: attempts start early or late by as much, "+
 		"and beyond reap_grace a reaper takes back reservations whose attempts still run; synchronise the clocks (NTP)",
 		"schedule: this host's clock agrees with Redis's again")
@@ -1155,6 +1163,7 @@ func (d *Dispatcher) maintenanceLoop(ctx context.Context) {
 			d.checkClock(ctx, skewed)
 			clockChecked = now
 		}
+		d.recordStarts(ctx, starting)
 		d.reap(ctx, reaping)
 		d.sweep(ctx, sweeping)
 		select {
@@ -1191,6 +1200,21 @@ func (d *Dispatcher) checkClock(ctx context.Context, skewed *failureLog) {
 	default:
 		skewed.ok(ctx)
 	}
+}
+
+// recordStarts waits for the starts of attempts reserved ahead to be
+// written (Store.Started), and logs its failure to failing: the store
+// writes them in the background, where a failure reaches only whoever
+// waits for them.
+func (d *Dispatcher) recordStarts(ctx context.Context, failing *failureLog) {
+	if err := d.store.Started(ctx); err != nil {
+		if ctx.Err() == nil {
+			d.cfg.Observer.StoreError("start", err)
+			failing.failed(ctx, err)
+		}
+		return
+	}
+	failing.ok(ctx)
 }
 
 // reap fails the attempts whose reservation ran out, in full batches until

@@ -462,6 +462,7 @@ func TestSenderPanicIsRetried(t *testing.T) {
 type observed struct {
 	mu       sync.Mutex
 	finished map[string][]notify.Action
+	failed   []string // the op of each StoreError
 }
 
 func (o *observed) AttemptFinished(n *notify.Notification, _ notify.Attempt, action notify.Action, _ time.Duration) {
@@ -470,7 +471,24 @@ func (o *observed) AttemptFinished(n *notify.Notification, _ notify.Attempt, act
 	o.finished[n.ID] = append(o.finished[n.ID], action)
 }
 
-func (o *observed) StoreError(string, error) {}
+func (o *observed) StoreError(op string, _ error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.failed = append(o.failed, op)
+}
+
+// failures returns how many StoreErrors of op were reported.
+func (o *observed) failures(op string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := 0
+	for _, f := range o.failed {
+		if f == op {
+			n++
+		}
+	}
+	return n
+}
 
 func (o *observed) actions(id string) []notify.Action {
 	o.mu.Lock()

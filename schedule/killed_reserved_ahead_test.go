@@ -3,6 +3,7 @@ package schedule_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -338,40 +339,14 @@ func killedWithSeveralQueues(t *testing.T) {
 // once.
 func TestAttemptStartedThroughABlipCounts(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	link := &heraldtest.LoseReservation{} // Down: every command fails unsent
-	client := server.Client(t)
-	client.AddHook(link)
-	a := setupOn(t, client, b.store.Namespace())
-	a.policies = b.policies
-
-	holding, release := make(chan struct{}), make(chan struct{})
 	var xOnce atomic.Bool
-	rec := newRecorder(func(ctx context.Context, n *notify.Notification) error {
-		switch {
-		case n.ID == "hold":
-			close(holding)
-			<-release
-		case n.ID == "x" && xOnce.CompareAndSwap(false, true):
+	b, link, rec, _ := startAheadWhileDown(t, schedule.Config{}, 3*time.Second, func(ctx context.Context) error {
+		if xOnce.CompareAndSwap(false, true) {
 			<-ctx.Done() // runs until its timeout
 			return ctx.Err()
 		}
 		return nil
 	})
-	senders := map[string]notify.Sender{notify.ChannelWebhook: rec}
-	a.start(t, schedule.Config{Senders: senders, Concurrency: 1})
-
-	b.enqueueAll(t, []*notify.Notification{b.resolve(t, "quick", "", time.Second)})
-	b.waitState(t, "quick", notify.StateSucceeded) // an attempt was timed: a reserves ahead
-	b.enqueueAll(t, []*notify.Notification{b.resolve(t, "hold", "", 10*time.Second)})
-	<-holding
-	x := b.resolve(t, "x", "", 3*time.Second)
-	b.enqueueAll(t, []*notify.Notification{x})
-	b.waitState(t, "x", notify.StateReserved) // ahead of the busy worker
-
-	link.Down.Store(true)
-	close(release) // the worker takes x and starts it
-	require.Eventually(t, func() bool { return rec.attempts("x") == 1 }, 5*time.Second, time.Millisecond)
 	time.Sleep(100 * time.Millisecond)
 	link.Down.Store(false)
 	// The dispatcher goes on: it records the outcome of hold.
@@ -380,7 +355,7 @@ func TestAttemptStartedThroughABlipCounts(t *testing.T) {
 	link.Down.Store(true) // killed, while x runs on (the policy's timeout is 1s)
 	require.Equal(t, 1, rec.attempts("x"), "x still runs")
 
-	b.start(t, schedule.Config{Senders: senders})
+	b.start(t, schedule.Config{Senders: map[string]notify.Sender{notify.ChannelWebhook: rec}})
 	require.Eventually(t, func() bool {
 		got, err := b.store.Get(context.Background(), "x")
 		return err == nil && (got.State == notify.StateDead || got.State == notify.StateSucceeded)
@@ -390,4 +365,68 @@ func TestAttemptStartedThroughABlipCounts(t *testing.T) {
 	require.Equal(t, 1, rec.attempts("x"), "x was attempted again, its first attempt uncounted: history %+v", got.History)
 	require.Equal(t, notify.StateDead, got.State)
 	require.Equal(t, notify.OutcomeTTRExpired, got.History[0].Outcome)
+}
+
+// startAheadWhileDown starts a dispatcher of cfg with one worker, on the
+// namespace of the bundle it returns but behind a link to Redis the test
+// cuts (link.Down), and has its worker start "x" (ttr xTTR, sent by sendX),
+// reserved ahead while "hold" kept the worker busy, once the link is cut.
+// It returns, with that dispatcher, when x has started: the start cannot be
+// written.
+func startAheadWhileDown(t *testing.T, cfg schedule.Config, xTTR time.Duration, sendX func(context.Context) error) (*testBundle, *heraldtest.LoseReservation, *recorder, *schedule.Dispatcher) {
+	t.Helper()
+	b := setup(t)
+	link := &heraldtest.LoseReservation{} // Down: every command fails unsent
+	client := server.Client(t)
+	client.AddHook(link)
+	a := setupOn(t, client, b.store.Namespace())
+	a.policies = b.policies
+
+	holding, release := make(chan struct{}), make(chan struct{})
+	rec := newRecorder(func(ctx context.Context, n *notify.Notification) error {
+		switch n.ID {
+		case "hold":
+			close(holding)
+			<-release
+		case "x":
+			return sendX(ctx)
+		}
+		return nil
+	})
+	cfg.Senders, cfg.Concurrency = map[string]notify.Sender{notify.ChannelWebhook: rec}, 1
+	d := a.start(t, cfg)
+
+	b.enqueueAll(t, []*notify.Notification{b.resolve(t, "quick", "", time.Second)})
+	b.waitState(t, "quick", notify.StateSucceeded) // an attempt was timed: the dispatcher reserves ahead
+	b.enqueueAll(t, []*notify.Notification{b.resolve(t, "hold", "", 10*time.Second)})
+	<-holding
+	b.enqueueAll(t, []*notify.Notification{b.resolve(t, "x", "", xTTR)})
+	b.waitState(t, "x", notify.StateReserved) // ahead of the busy worker
+
+	link.Down.Store(true)
+	close(release) // the worker takes x and starts it
+	require.Eventually(t, func() bool { return rec.attempts("x") == 1 }, 5*time.Second, time.Millisecond)
+	return b, link, rec, d
+}
+
+// TestUnwrittenStartsAreReported: while the link to Redis is down, the
+// start of an attempt reserved ahead cannot be written; the dispatcher says
+// so, in its log and to its observer (op "start"), while it runs and again
+// as it stops, since should it die another dispatcher would give that
+// attempt back uncounted.
+func TestUnwrittenStartsAreReported(t *testing.T) {
+	t.Parallel()
+	obs := &observed{finished: map[string][]notify.Action{}}
+	var logs heraldtest.Buffer
+	cfg := schedule.Config{Observer: obs, ShutdownTimeout: 200 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	_, _, _, d := startAheadWhileDown(t, cfg, 10*time.Second, func(context.Context) error { return nil })
+	require.Eventually(t, func() bool {
+		return strings.Contains(logs.String(), "cannot record which attempts reserved ahead started")
+	}, 5*time.Second, 5*time.Millisecond, "no warning while running; log:\n%s", logs.String())
+	running := obs.failures("start")
+	require.Positive(t, running)
+
+	requireStopsWithin(t, d, 10*time.Second)
+	require.Contains(t, logs.String(), "could not record which attempts reserved ahead started before the shutdown")
+	require.Greater(t, obs.failures("start"), running, "the failure at shutdown is reported too")
 }
