@@ -676,10 +676,12 @@ func TestKilledDispatcherCountsWhatItStartedAhead(t *testing.T) {
 
 	// The worker is busy with slow attempts, 100ms each, while "held" and
 	// then the "late" ones are reserved ahead of it: it starts "held"
-	// after the slow ones, and "late" waits behind it. The ttr leaves
-	// "held" 500ms to wait and still start, with the child's policy.
+	// after the slow ones, and "late" waits behind it. The ttr of "held"
+	// leaves it a second to wait and still start, with the child's
+	// policy, and the test 10s to see it reserved beside the late ones;
+	// theirs, shorter, has them given back sooner once the child is gone.
 	ctx := context.Background()
-	ttr := notify.Duration(5 * time.Second)
+	ttr, heldTTR := notify.Duration(5*time.Second), notify.Duration(10*time.Second)
 	withTTR := func(r *notify.Request) { r.TTR = &ttr }
 	const slow, late = 3, 3
 	for i := range slow {
@@ -694,7 +696,7 @@ func TestKilledDispatcherCountsWhatItStartedAhead(t *testing.T) {
 		}
 		return true
 	}, 10*time.Second, time.Millisecond)
-	b.enqueue(t, "held", ms(0), 0, withTTR)
+	b.enqueue(t, "held", ms(0), 0, func(r *notify.Request) { r.TTR = &heldTTR })
 	b.waitState(t, "held", notify.StateReserved)
 	for i := range late {
 		b.enqueue(t, fmt.Sprint("late", i), ms(0), 0, withTTR)
