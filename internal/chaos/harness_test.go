@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -63,8 +64,12 @@ topics:
     policy: chaos
 `
 
-// attemptsPerPolicy is the length of the chaos policy's array.
-const attemptsPerPolicy = 5
+// attemptsPerPolicy is the length of the chaos policy's array, and
+// policyTimeout its timeout.
+const (
+	attemptsPerPolicy = 5
+	policyTimeout     = time.Second
+)
 
 // writeConfig writes a herald configuration on redisYAML (the redis
 // section, in YAML flow style) and returns its path.
@@ -230,16 +235,24 @@ type receiver struct {
 	latency  time.Duration
 
 	mu       sync.Mutex
-	inflight map[string]int
-	overlaps int
+	inflight map[string][]int // the attempts being answered, by id
+	overlaps []overlap
 	got      map[string][]delivery
 	first    map[string]time.Time // first 2xx answer per id
+}
+
+// overlap is a request that arrived while others of the same id were
+// still being answered: the attempts of those, and its own.
+type overlap struct {
+	id      string
+	earlier []int
+	later   delivery
 }
 
 func startReceiver(t *testing.T, failRate float64, latency time.Duration) *receiver {
 	t.Helper()
 	rc := &receiver{failRate: failRate, latency: latency,
-		inflight: map[string]int{}, got: map[string][]delivery{}, first: map[string]time.Time{}}
+		inflight: map[string][]int{}, got: map[string][]delivery{}, first: map[string]time.Time{}}
 	rc.srv = httptest.NewServer(http.HandlerFunc(rc.serve))
 	t.Cleanup(rc.srv.Close)
 	return rc
@@ -250,10 +263,10 @@ func (rc *receiver) serve(w http.ResponseWriter, r *http.Request) {
 	attempt, _ := strconv.Atoi(r.Header.Get("Herald-Attempt"))
 	d := delivery{attempt: attempt, status: http.StatusOK, start: time.Now()}
 	rc.mu.Lock()
-	if rc.inflight[id] > 0 {
-		rc.overlaps++
+	if earlier := rc.inflight[id]; len(earlier) > 0 {
+		rc.overlaps = append(rc.overlaps, overlap{id: id, earlier: slices.Clone(earlier), later: d})
 	}
-	rc.inflight[id]++
+	rc.inflight[id] = append(rc.inflight[id], attempt)
 	rc.mu.Unlock()
 	if rc.latency > 0 {
 		select {
@@ -267,7 +280,8 @@ func (rc *receiver) serve(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(d.status)
 	d.end = time.Now()
 	rc.mu.Lock()
-	rc.inflight[id]--
+	i := slices.Index(rc.inflight[id], attempt)
+	rc.inflight[id] = slices.Delete(rc.inflight[id], i, i+1)
 	rc.got[id] = append(rc.got[id], d)
 	if _, ok := rc.first[id]; !ok && d.status == http.StatusOK {
 		rc.first[id] = d.end
