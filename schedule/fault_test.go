@@ -324,7 +324,9 @@ func TestCrashedDispatcherWorkIsRetried(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	const count = 50
-	ttr := 500 * time.Millisecond
+	// The child must start all and record the starts within the ttr, or
+	// its own reaper takes them back and they are reserved afresh.
+	ttr := 2 * time.Second
 	b.enqueueMany(t, count, ms(0, 0, 0), ttr)
 
 	started := runCrashChild(t, b.store.Namespace(), count)

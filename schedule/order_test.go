@@ -157,7 +157,9 @@ func TestCrashedDispatcherHoldingLineHeads(t *testing.T) {
 	ns := redistest.Namespace(t)
 	st, err := store.New(&store.Config{Client: server.Client(t), Namespace: ns, Shards: 8, Logger: heraldtest.Logger(t)})
 	require.NoError(t, err)
-	set, err := policy.NewSet(map[string]policy.Policy{"fast": {Backoff: ms(0, 0, 0), TTR: notify.Duration(500 * time.Millisecond)}}, nil)
+	// As in TestCrashedDispatcherWorkIsRetried, the ttr outlasts the
+	// child's starts and their record on a loaded machine.
+	set, err := policy.NewSet(map[string]policy.Policy{"fast": {Backoff: ms(0, 0, 0), TTR: notify.Duration(2 * time.Second)}}, nil)
 	require.NoError(t, err)
 	enqueueLines(t, st, set, keys, perKey)
 
