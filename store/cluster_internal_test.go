@@ -191,3 +191,58 @@ func moveSlot(t *testing.T, cluster *redistest.Cluster, client *redis.ClusterCli
 	require.NoError(t, err)
 	cluster.MoveSlot(t, int(slot), 100, 0)
 }
+
+// TestScriptsFollowSlotMoves: a slot moved (a resharding) to a master that
+// lost its scripts, after the store learnt where the slots were: an
+// enqueue into it is stored there, the scripts loaded where the call was
+// redirected, though the client's slot map still names the old master.
+func TestScriptsFollowSlotMoves(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cluster := redistest.StartCluster(t, 3)
+	client := cluster.Client(t)
+	st, err := New(&Config{Client: client})
+	require.NoError(t, err)
+	_, _, err = st.Enqueue(ctx, pullNotification("a"), false)
+	require.NoError(t, err)
+
+	moveSlot(t, cluster, client, st.keys.job(st.keys.shardOf("b")))
+	for _, m := range cluster.Nodes {
+		require.NoError(t, m.Client(t).ScriptFlush(ctx).Err())
+	}
+	_, status, err := st.Enqueue(ctx, pullNotification("b"), false)
+	require.NoError(t, err)
+	require.Equal(t, Created, status)
+	got, err := st.Get(ctx, "b")
+	require.NoError(t, err)
+	require.Equal(t, notify.StateScheduled, got.State)
+}
+
+// TestScriptLoadIgnoresHungReplicas: on a Cluster whose replicas hang
+// (their hosts stopped, not refusing), a script the masters lost (a
+// restart, a failover) is loaded again on the master that asked for it, at
+// once, rather than after a read of the slot map from a node picked at
+// random, which waits out a hung one: here, half the picks.
+func TestScriptLoadIgnoresHungReplicas(t *testing.T) {
+	t.Parallel()
+	cluster := redistest.StartClusterReplicas(t, 3, 1)
+	st, err := New(&Config{Client: cluster.Client(t)})
+	require.NoError(t, err)
+	_, _, err = st.Enqueue(context.Background(), pullNotification("warm"), false)
+	require.NoError(t, err, "the client learns every node, replicas too")
+	for _, m := range cluster.Nodes {
+		replica := cluster.ReplicaOf(m)
+		replica.Pause()
+		t.Cleanup(replica.Resume)
+	}
+	for i := range 8 {
+		for _, m := range cluster.Nodes {
+			require.NoError(t, m.Client(t).ScriptFlush(context.Background()).Err())
+		}
+		start := time.Now()
+		_, _, err := st.Enqueue(context.Background(), pullNotification("n"+strconv.Itoa(i)), false)
+		require.NoError(t, err, "enqueue %d, its scripts lost", i)
+		// A hung node holds a call for the client's read timeout (2s).
+		require.Less(t, time.Since(start), time.Second, "enqueue %d waited on a hung replica", i)
+	}
+}

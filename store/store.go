@@ -446,7 +446,7 @@ func (s *Store) execScripts(ctx context.Context, r scripter, calls []*scriptCall
 			break
 		}
 		for sc := range missing {
-			if err := s.loadScript(ctx, r, sc); err != nil {
+			if err := loadScript(ctx, r, sc, noScript); err != nil {
 				return err
 			}
 		}
@@ -536,19 +536,39 @@ type noRetry struct{ *redis.Cmd }
 
 func (noRetry) NoRetry() bool { return true }
 
-// loadScript loads sc where r runs scripts: on every master of a cluster.
-func (s *Store) loadScript(ctx context.Context, r scripter, sc *redis.Script) error {
-	if cc, ok := r.(*redis.ClusterClient); ok {
-		err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-			return sc.Load(ctx, c).Err()
-		})
-		if err != nil {
+// loadScript loads sc where r runs the calls of it that answered
+// NOSCRIPT: on a Cluster, on the master of each one's slot, as the client's
+// slot map has it. A master not loaded here loads the script once it
+// answers NOSCRIPT in turn. ForEachMaster would first read the slot map
+// afresh from a node picked at random, replicas among them, and wait out
+// the read timeout of one that hangs (its host stopped or cut off), which
+// every script load after a failover or restart would risk. Should the
+// map be out of date (a slot moved, the client's reload not done yet), the
+// call answers NOSCRIPT again, and its caller tries it again as after any
+// failure: it did not run.
+func loadScript(ctx context.Context, r scripter, sc *redis.Script, calls []*scriptCall) error {
+	cc, ok := r.(*redis.ClusterClient)
+	if !ok {
+		if err := sc.Load(ctx, r).Err(); err != nil {
 			return fmt.Errorf("load script: %w", err)
 		}
 		return nil
 	}
-	if err := sc.Load(ctx, r).Err(); err != nil {
-		return fmt.Errorf("load script: %w", err)
+	loaded := map[string]bool{}
+	for _, c := range calls {
+		if c.script != sc {
+			continue
+		}
+		master, err := cc.MasterForKey(ctx, c.keys[0])
+		if err != nil {
+			return fmt.Errorf("load script: %w", err)
+		}
+		if addr := master.Options().Addr; !loaded[addr] {
+			loaded[addr] = true
+			if err := sc.Load(ctx, master).Err(); err != nil {
+				return fmt.Errorf("load script on %s: %w", addr, err)
+			}
+		}
 	}
 	return nil
 }
