@@ -444,7 +444,7 @@ func TestSurvivesRedisRestart(t *testing.T) {
 	require.Equal(t, 1, rec.attempts("across"))
 }
 
-// TestResumesWithinThePollInterval: after a 3 s outage the dispatcher asks
+// TestResumesWithinThePollInterval: after a 6 s outage the dispatcher asks
 // Redis again within its poll interval, the longest it sleeps without
 // asking, so what fell due during the outage starts soon after Redis is
 // back rather than after a backoff grown to seconds.
@@ -456,12 +456,14 @@ func TestResumesWithinThePollInterval(t *testing.T) {
 		PollInterval: 200 * time.Millisecond})
 	b.enqueue(t, "due-in-outage", ms(0), time.Second)
 	srv.Kill()
-	time.Sleep(3 * time.Second)
+	time.Sleep(6 * time.Second)
 	require.NoError(t, srv.Restart())
 	back := time.Now()
 	b.waitState(t, "due-in-outage", notify.StateSucceeded)
-	// Doubling from 10 ms, the wait would be 2.56 s by now.
-	require.Less(t, time.Since(back), 1500*time.Millisecond, "delivered after Redis was back")
+	// Doubling from 10 ms, the wait under way would end some 4 s after
+	// Redis is back; a machine loaded by twice CI's work took 2 s to
+	// deliver within the poll interval.
+	require.Less(t, time.Since(back), 3*time.Second, "delivered after Redis was back")
 }
 
 // TestOutcomesThroughAnOutage ends attempts while Redis is down: an outcome
