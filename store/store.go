@@ -435,20 +435,16 @@ func (s *Store) execScripts(ctx context.Context, r scripter, calls []*scriptCall
 		}
 		_, _ = s.exec(ctx, pipe)
 		var noScript []*scriptCall
-		missing := map[*redis.Script]bool{}
 		for _, c := range pending {
 			if err := c.cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 				noScript = append(noScript, c)
-				missing[c.script] = true
 			}
 		}
 		if try > 0 {
 			break
 		}
-		for sc := range missing {
-			if err := loadScript(ctx, r, sc, noScript); err != nil {
-				return err
-			}
+		if err := loadScripts(ctx, r, noScript); err != nil {
+			return err
 		}
 		pending = noScript
 	}
@@ -536,9 +532,9 @@ type noRetry struct{ *redis.Cmd }
 
 func (noRetry) NoRetry() bool { return true }
 
-// loadScript loads sc where r runs the calls of it that answered
-// NOSCRIPT: on a Cluster, on the master of each one's slot, as the client's
-// slot map has it. A master not loaded here loads the script once it
+// loadScripts loads the scripts of calls, which answered NOSCRIPT, where r
+// runs them: on a Cluster, on the master of each call's slot, as the
+// client's slot map has it. A master not loaded here loads a script once it
 // answers NOSCRIPT in turn. ForEachMaster would first read the slot map
 // afresh from a node picked at random, replicas among them, and wait out
 // the read timeout of one that hangs (its host stopped or cut off), which
@@ -546,27 +542,26 @@ func (noRetry) NoRetry() bool { return true }
 // map be out of date (a slot moved, the client's reload not done yet), the
 // call answers NOSCRIPT again, and its caller tries it again as after any
 // failure: it did not run.
-func loadScript(ctx context.Context, r scripter, sc *redis.Script, calls []*scriptCall) error {
-	cc, ok := r.(*redis.ClusterClient)
-	if !ok {
-		if err := sc.Load(ctx, r).Err(); err != nil {
-			return fmt.Errorf("load script: %w", err)
-		}
-		return nil
+func loadScripts(ctx context.Context, r scripter, calls []*scriptCall) error {
+	type target struct {
+		script *redis.Script
+		node   string
 	}
-	loaded := map[string]bool{}
+	loaded := map[target]bool{}
 	for _, c := range calls {
-		if c.script != sc {
-			continue
+		var node redis.Scripter = r
+		t := target{script: c.script}
+		if cc, ok := r.(*redis.ClusterClient); ok {
+			master, err := cc.MasterForKey(ctx, c.keys[0])
+			if err != nil {
+				return fmt.Errorf("load script: %w", err)
+			}
+			node, t.node = master, master.Options().Addr
 		}
-		master, err := cc.MasterForKey(ctx, c.keys[0])
-		if err != nil {
-			return fmt.Errorf("load script: %w", err)
-		}
-		if addr := master.Options().Addr; !loaded[addr] {
-			loaded[addr] = true
-			if err := sc.Load(ctx, master).Err(); err != nil {
-				return fmt.Errorf("load script on %s: %w", addr, err)
+		if !loaded[t] {
+			loaded[t] = true
+			if err := c.script.Load(ctx, node).Err(); err != nil {
+				return fmt.Errorf("load script: %w", err)
 			}
 		}
 	}
