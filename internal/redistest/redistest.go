@@ -477,7 +477,34 @@ func StartClusterReplicas(tb testing.TB, masters, replicas int) *Cluster {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
+	for _, s := range nodes {
+		for !s.slotsList(replicas) {
+			if time.Now().After(deadline) {
+				tb.Fatalf("redistest: cluster node %s does not list the replicas of every slot within 20s", s.Addr)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 	return c
+}
+
+// slotsList reports whether the node's CLUSTER SLOTS names replicas
+// replicas of every slot range: a client learns the nodes it may ask for
+// the slot map from that answer, which names a replica only once the
+// cluster bus has told the node of it, a while after the replica synced.
+func (s *Server) slotsList(replicas int) bool {
+	c := redis.NewClient(s.Options())
+	defer c.Close()
+	slots, err := c.ClusterSlots(context.Background()).Result()
+	if err != nil || len(slots) == 0 {
+		return false
+	}
+	for _, r := range slots {
+		if len(r.Nodes) != 1+replicas {
+			return false
+		}
+	}
+	return true
 }
 
 // ReplicaOf returns a replica of master, or nil when it has none.
