@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -173,25 +174,92 @@ func readRedisMemory(ctx context.Context, c redis.UniversalClient) (api.RedisMem
 	if !ok {
 		return nodeMemory(ctx, c)
 	}
-	var mu sync.Mutex
-	var fullest *api.RedisMemory
-	err := cluster.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-		m, err := nodeMemory(ctx, node)
-		if err != nil {
-			return fmt.Errorf("%s: %w", node.Options().Addr, err)
-		}
-		m.Addr = node.Options().Addr
-		mu.Lock()
-		defer mu.Unlock()
-		if fullest == nil || fuller(m, *fullest) {
-			fullest = &m
-		}
-		return nil
-	})
+	masters, err := clusterMasters(ctx, cluster)
 	if err != nil {
 		return api.RedisMemory{}, err
 	}
-	return *fullest, nil
+	read := make([]api.RedisMemory, len(masters))
+	errs := make([]error, len(masters))
+	var wg sync.WaitGroup
+	for i, node := range masters {
+		wg.Go(func() {
+			read[i], errs[i] = nodeMemory(ctx, node)
+			read[i].Addr = node.Options().Addr
+			if errs[i] != nil {
+				errs[i] = fmt.Errorf("%s: %w", read[i].Addr, errs[i])
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return api.RedisMemory{}, err
+	}
+	fullest := read[0]
+	for _, m := range read[1:] {
+		if fuller(m, fullest) {
+			fullest = m
+		}
+	}
+	return fullest, nil
+}
+
+// clusterMasters returns the masters of every slot, as the client's cached
+// slot map has them, from the slot ranges one of them names with CLUSTER
+// SLOTS. ForEachMaster would first read the slot map afresh from a node
+// picked at random, replicas among them, and wait out the read timeout of
+// one that hangs (its host stopped or cut off): a probe of /readyz, which
+// reads memory every second, would then fail at random while every master
+// answers.
+func clusterMasters(ctx context.Context, cc *redis.ClusterClient) ([]*redis.Client, error) {
+	ranges, err := cc.ClusterSlots(ctx).Result()
+	if err != nil {
+		return nil, fmt.Errorf("CLUSTER SLOTS: %w", err)
+	}
+	var masters []*redis.Client
+	seen := map[string]bool{}
+	for _, r := range ranges {
+		node, err := cc.MasterForKey(ctx, keyInSlots(r.Start, r.End))
+		if err != nil {
+			return nil, fmt.Errorf("find the master of slots %d-%d: %w", r.Start, r.End, err)
+		}
+		if addr := node.Options().Addr; !seen[addr] {
+			seen[addr] = true
+			masters = append(masters, node)
+		}
+	}
+	if len(masters) == 0 {
+		return nil, errors.New("CLUSTER SLOTS names no master")
+	}
+	return masters, nil
+}
+
+// keyInSlots returns a key that Redis Cluster puts in a slot from first to
+// last: the first decimal number that hashes there, found in about
+// 16384/(last-first+1) tries.
+func keyInSlots(first, last int) string {
+	for i := 0; ; i++ {
+		key := strconv.Itoa(i)
+		if slot := int(crc16(key) % 16384); slot >= first && slot <= last {
+			return key
+		}
+	}
+}
+
+// crc16 is the CRC-16/XMODEM of key, whose remainder modulo 16384 is the
+// Redis Cluster slot of a key without a hash tag.
+func crc16(key string) uint16 {
+	var crc uint16
+	for i := range len(key) {
+		crc ^= uint16(key[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
 }
 
 // fuller reports whether a is closer to its maxmemory than b: a larger

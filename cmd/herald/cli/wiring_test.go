@@ -87,6 +87,33 @@ func TestRedisMemoryOfTheFullestMaster(t *testing.T) {
 	require.InDelta(t, 0.5, float64(got.Used)/float64(got.Max), 0.1)
 }
 
+// TestRedisMemoryIgnoresHungReplicas: with every replica of a Cluster hung
+// (its host stopped), reading the masters' memory answers at once, each
+// time, where a read that first asked a node picked at random for the slot
+// map waited out a hung one's read timeout half the time.
+func TestRedisMemoryIgnoresHungReplicas(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cl := redistest.StartClusterReplicas(t, 3, 1)
+	c := cl.Client(t)
+	_, err := readRedisMemory(ctx, c)
+	require.NoError(t, err, "the client learns every node, replicas too")
+	for _, r := range cl.Replicas {
+		r.Pause()
+		t.Cleanup(r.Resume)
+	}
+	for i := range 8 {
+		start := time.Now()
+		got, err := readRedisMemory(ctx, c)
+		require.NoError(t, err, "read %d", i)
+		require.Positive(t, got.Used)
+		require.Contains(t, []string{cl.Nodes[0].Addr, cl.Nodes[1].Addr, cl.Nodes[2].Addr}, got.Addr)
+		// A hung node holds a call for the client's read timeout (2s).
+		t.Log(i, time.Since(start))
+		require.Less(t, time.Since(start), time.Second, "read %d waited on a hung replica", i)
+	}
+}
+
 // TestServeWhenRedisIsFull: herald serve on a full Redis stays ready and
 // says on /readyz that Redis is at maxmemory and refuses enqueues, which
 // are 503; the log has the first refusal, not one warning per request.
