@@ -371,7 +371,8 @@ func agrees(rec *notify.Notification, ds []delivery) bool {
 // recorded: the record shows that attempt's reservation expired, and a
 // dispatcher was killed (or Redis, or Redis was down) between the attempt's
 // start and explainWindow after the answer; or the attempt went back
-// uncounted (explainUncounted). A request can reach the receiver after its
+// uncounted (explainUncounted), which an answer that came before the
+// recorded reservation of its number shows. A request can reach the receiver after its
 // sender died: it was in the socket's buffers.
 func explain(rec *notify.Notification, d delivery, events []event) string {
 	var started time.Time
@@ -380,7 +381,9 @@ func explain(rec *notify.Notification, d delivery, events []event) string {
 			started = h.StartedAt
 		}
 	}
-	if started.IsZero() {
+	// An answer given before the expired reservation began was to an
+	// earlier making of the same number, which went back uncounted.
+	if started.IsZero() || d.end.Before(started) {
 		return explainUncounted(d, events)
 	}
 	for _, e := range events {
