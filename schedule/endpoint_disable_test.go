@@ -96,8 +96,9 @@ func TestSuccessEndsTheStreak(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	// A success comes about every 50ms (3 requests of 10ms and their
-	// backoffs); disable_after leaves a loaded machine ten times that.
-	const disableAfter = 600 * time.Millisecond
+	// backoffs); disable_after leaves a loaded machine twenty times that
+	// (600ms went by without one under three suites at once).
+	const disableAfter = time.Second
 	var n atomic.Int64
 	rcv := newReceiver(t, func(_ int, w http.ResponseWriter) {
 		time.Sleep(10 * time.Millisecond)
@@ -112,7 +113,7 @@ func TestSuccessEndsTheStreak(t *testing.T) {
 		"flaky": {URL: rcv.URL, MaxInFlight: 1, DisableAfter: notify.Duration(disableAfter)}})
 	require.NoError(t, err)
 	b.startLimited(t, 3, schedule.Config{})
-	const total = 40
+	const total = 60
 	b.enqueueEndpointBatch(t, "s", "flaky", total)
 	for i := range total {
 		b.waitState(t, fmt.Sprint("s", i), notify.StateSucceeded)
