@@ -264,7 +264,7 @@ func keepLedger(t *testing.T, client *apiClient, rcv *receiver, n int, ackAt []t
 		byID[chaosID(i)] = rec
 	}
 	for _, o := range overlaps {
-		if unheard(byID[o.id], o.earlier, o.later.start) {
+		if abandoned(byID[o.id], append(slices.Clone(o.earlier), o.later.attempt)) {
 			l.overlapsUnheard++
 			continue
 		}
@@ -439,6 +439,26 @@ func unheard(rec *notify.Notification, attempts []int, by time.Time) bool {
 		}
 	}
 	return true
+}
+
+// abandoned reports whether rec shows that of attempts, which the
+// receiver answered at once, every one but the highest was given up by its
+// sender (unheard) before the highest started: the sender never had two
+// at once. The receiver may take them up in either order: one it was slow
+// to take up (a stalled machine) can arrive after the next.
+func abandoned(rec *notify.Notification, attempts []int) bool {
+	if rec == nil {
+		return false
+	}
+	top := slices.Max(attempts)
+	i := slices.Index(attempts, top)
+	others := slices.Delete(slices.Clone(attempts), i, i+1)
+	for _, h := range rec.History {
+		if h.Attempt == top {
+			return unheard(rec, others, h.StartedAt)
+		}
+	}
+	return false
 }
 
 // history sketches a record's attempts for a failure message.
