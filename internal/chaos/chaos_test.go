@@ -371,9 +371,9 @@ func agrees(rec *notify.Notification, ds []delivery) bool {
 // recorded: the record shows that attempt's reservation expired, and a
 // dispatcher was killed (or Redis, or Redis was down) between the attempt's
 // start and explainWindow after the answer; or the attempt went back
-// uncounted (explainUncounted), which an answer that came before the
-// recorded reservation of its number shows. A request can reach the receiver after its
-// sender died: it was in the socket's buffers.
+// uncounted (explainUncounted), as one answered before the recorded
+// reservation of its number did. A request can reach the receiver after
+// its sender died: it was in the socket's buffers.
 func explain(rec *notify.Notification, d delivery, events []event) string {
 	var started time.Time
 	for _, h := range rec.History {
