@@ -495,6 +495,7 @@ func StartClusterReplicas(tb testing.TB, masters, replicas int) *Cluster {
 func (s *Server) slotsList(replicas int) bool {
 	c := redis.NewClient(s.Options())
 	defer c.Close()
+	//lint:ignore SA1019 this is the answer a cluster client learns its nodes from
 	slots, err := c.ClusterSlots(context.Background()).Result()
 	if err != nil || len(slots) == 0 {
 		return false
