@@ -230,11 +230,7 @@ func TestScriptLoadIgnoresHungReplicas(t *testing.T) {
 	require.NoError(t, err)
 	_, _, err = st.Enqueue(context.Background(), pullNotification("warm"), false)
 	require.NoError(t, err, "the client learns every node, replicas too")
-	for _, m := range cluster.Nodes {
-		replica := cluster.ReplicaOf(m)
-		replica.Pause()
-		t.Cleanup(replica.Resume)
-	}
+	cluster.PauseReplicas(t)
 	for i := range 8 {
 		for _, m := range cluster.Nodes {
 			require.NoError(t, m.Client(t).ScriptFlush(context.Background()).Err())

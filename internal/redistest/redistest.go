@@ -508,6 +508,16 @@ func (s *Server) slotsList(replicas int) bool {
 	return true
 }
 
+// PauseReplicas hangs every replica (SIGSTOP), as a stopped host would,
+// until tb's cleanup resumes them.
+func (c *Cluster) PauseReplicas(tb testing.TB) {
+	tb.Helper()
+	for _, r := range c.Replicas {
+		r.Pause()
+		tb.Cleanup(r.Resume)
+	}
+}
+
 // ReplicaOf returns a replica of master, or nil when it has none.
 func (c *Cluster) ReplicaOf(master *Server) *Server {
 	for _, r := range c.Replicas {
