@@ -204,25 +204,39 @@ func readRedisMemory(ctx context.Context, c redis.UniversalClient) (api.RedisMem
 }
 
 // clusterMasters returns the masters of every slot, as the client's cached
-// slot map has them, from the slot ranges one of them names with CLUSTER
-// SLOTS. ForEachMaster would first read the slot map afresh from a node
-// picked at random, replicas among them, and wait out the read timeout of
-// one that hangs (its host stopped or cut off): a probe of /readyz, which
-// reads memory every second, would then fail at random while every master
-// answers.
+// slot map has them, found by the widest slot range of each master one of
+// them names with CLUSTER SLOTS. ForEachMaster would first read the slot
+// map afresh from a node picked at random, replicas among them, and wait
+// out the read timeout of one that hangs (its host stopped or cut off): a
+// probe of /readyz, which reads memory every second, would then fail at
+// random while every master answers.
 func clusterMasters(ctx context.Context, cc *redis.ClusterClient) ([]*redis.Client, error) {
 	//lint:ignore SA1019 CLUSTER SHARDS needs Redis 7.0, and Herald supports 6.2
 	ranges, err := cc.ClusterSlots(ctx).Result()
 	if err != nil {
 		return nil, fmt.Errorf("CLUSTER SLOTS: %w", err)
 	}
+	// A resharded cluster splits a master's slots into many ranges, some of
+	// one slot, whose key takes thousands of tries to find: a key is looked
+	// for in each master's widest range alone.
+	widest := map[string]redis.ClusterSlot{}
+	for _, r := range ranges {
+		if len(r.Nodes) == 0 {
+			continue
+		}
+		addr := r.Nodes[0].Addr
+		if w, ok := widest[addr]; !ok || r.End-r.Start > w.End-w.Start {
+			widest[addr] = r
+		}
+	}
 	var masters []*redis.Client
 	seen := map[string]bool{}
-	for _, r := range ranges {
+	for _, r := range widest {
 		node, err := cc.MasterForKey(ctx, keyInSlots(r.Start, r.End))
 		if err != nil {
 			return nil, fmt.Errorf("find the master of slots %d-%d: %w", r.Start, r.End, err)
 		}
+		// The client's map may name one master for two of the answer's.
 		if addr := node.Options().Addr; !seen[addr] {
 			seen[addr] = true
 			masters = append(masters, node)

@@ -86,6 +86,13 @@ func TestRedisMemoryOfTheFullestMaster(t *testing.T) {
 	require.Equal(t, 2*used, got.Max)
 	require.InDelta(t, 0.5, float64(got.Used)/float64(got.Max), 0.1)
 
+	// A resharding moves slot 100 to another master, splitting a range:
+	// a master of several ranges is still read, and the fullest found.
+	cl.MoveSlot(t, 100, 100, 0)
+	got, err = readRedisMemory(ctx, cl.Client(t))
+	require.NoError(t, err)
+	require.Equal(t, cl.Nodes[1].Addr, got.Addr)
+
 	// The masters are found by keys hashed here, as Redis hashes them.
 	for _, slot := range []int{0, 1, 5460, 5461, 12345, 16383} {
 		key := keyInSlots(slot, slot)
@@ -106,10 +113,7 @@ func TestRedisMemoryIgnoresHungReplicas(t *testing.T) {
 	c := cl.Client(t)
 	_, err := readRedisMemory(ctx, c)
 	require.NoError(t, err, "the client learns every node, replicas too")
-	for _, r := range cl.Replicas {
-		r.Pause()
-		t.Cleanup(r.Resume)
-	}
+	cl.PauseReplicas(t)
 	for i := range 8 {
 		start := time.Now()
 		got, err := readRedisMemory(ctx, c)
