@@ -79,7 +79,7 @@ func ClassifyStatus(r *notify.Rules, res *Result, now time.Time) error {
 	if res.StatusCode >= 200 && res.StatusCode < 300 {
 		return nil
 	}
-	err := &StatusError{StatusCode: res.StatusCode, Body: res.recorded(bytes.TrimSpace(res.Body))}
+	err := &StatusError{StatusCode: res.StatusCode, Body: res.Recorded(bytes.TrimSpace(res.Body))}
 	if !r.RetriesStatus(res.StatusCode) {
 		return notify.Permanent(err)
 	}
@@ -98,7 +98,7 @@ func CheckSuccessBody(r *notify.Rules, res *Result) error {
 	if successBodyMatches(r.SuccessBody, res.Body) {
 		return nil
 	}
-	return fmt.Errorf("status %d without the success_body %q: %q", res.StatusCode, r.SuccessBody, res.recorded(res.Body))
+	return fmt.Errorf("status %d without the success_body %q: %q", res.StatusCode, r.SuccessBody, res.Recorded(res.Body))
 }
 
 // successBodyMatches reports whether a response body acknowledges the

@@ -303,14 +303,16 @@ func readBody(r io.Reader, length int64) ([]byte, error) {
 // Response returns what the history keeps of r: the status and the body cut
 // to notify.MaxErrorLen bytes, with the request's credentials hidden.
 func (r *Result) Response() notify.Response {
-	return notify.Response{StatusCode: r.StatusCode, Body: r.recorded(r.Body)}
+	return notify.Response{StatusCode: r.StatusCode, Body: r.Recorded(r.Body)}
 }
 
-// recorded returns part of r's answer as the history keeps it: cut to
+// Recorded returns part of r's answer as the history keeps it: cut to
 // notify.MaxErrorLen bytes, and with "[redacted]" for each credential of
 // the request that the receiver echoed, as a server in debug mode does.
-// The API never shows those values in a record; nor does its history.
-func (r *Result) recorded(b []byte) string {
+// The API never shows those values in a record; nor does its history. A
+// sender that quotes the answer in its error passes the quote through it
+// too.
+func (r *Result) Recorded(b []byte) string {
 	return notify.CutError(notify.HideCredentials(string(b), r.credentials))
 }
 

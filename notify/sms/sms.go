@@ -263,7 +263,9 @@ func (s *Sender) sendTwilio(ctx context.Context, r *notify.Rules, n *notify.Noti
 	}
 	var te twilioError
 	if json.Unmarshal(bytes.TrimSpace(res.Body), &te) == nil {
-		err := fmt.Errorf("sms: twilio error %d: %s", te.Code, te.Message)
+		// The message quotes the request at times; the error goes to the
+		// history, where the account's token must not.
+		err := fmt.Errorf("sms: twilio error %d: %s", te.Code, res.Recorded([]byte(te.Message)))
 		switch {
 		case te.Code == twilioQueueFull:
 			// The From number's queue drains at the number's rate, so a

@@ -327,6 +327,19 @@ func TestSendHTTPReplacedReminder(t *testing.T) {
 // carries its API key, the http provider's only place for one, and gets no
 // answer: the error, which the history keeps and the API and dashboard
 // show, names the gateway without the key, and the attempt is retried.
+// TestSendTwilioErrorHidesTheToken: Twilio's error message goes to the
+// history, so an answer that quotes the request's credentials, as a
+// gateway in debug mode does, must not put the account's token there.
+func TestSendTwilioErrorHidesTheToken(t *testing.T) {
+	t.Parallel()
+	body := `{"code":21211,"message":"account AC0123456789 with token token-1 refused","status":400}`
+	bundle := setup(t, ProviderTwilio, httpsendtest.Answer(400, body))
+	resp, err := bundle.sender.Send(context.Background(), notification(`"hi"`))
+	require.True(t, isPermanent(err), "error: %v", err)
+	require.ErrorContains(t, err, "twilio error 21211: account [redacted] with token [redacted] refused")
+	require.NotContains(t, resp.Body, "token-1")
+}
+
 func TestSendHTTPGatewayKeyNotInHistory(t *testing.T) {
 	t.Parallel()
 
