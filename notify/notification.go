@@ -359,13 +359,17 @@ func CredentialHeader(name string) bool {
 // credentialParam), the others kept as they are. They are a receiver's
 // credentials, sent with every attempt, which whoever reads a record, an
 // endpoint or an attempt's error need not hold.
+//
+// A value that is not a URL, such as host:port with credentials before an
+// '@', or one that does not parse, is hidden as far as its text allows
+// (redactedText): such values reach error messages because they are wrong.
 func RedactedURL(s string) string {
 	if !strings.ContainsAny(s, "@?") {
 		return s
 	}
 	u, err := url.Parse(s)
-	if err != nil {
-		return s
+	if err != nil || u.Opaque != "" || (u.Host == "" && strings.Contains(s, "@")) {
+		return redactedText(s)
 	}
 	query, hidden := redactedQuery(u.RawQuery)
 	if u.User == nil && !hidden {
@@ -376,6 +380,26 @@ func RedactedURL(s string) string {
 	}
 	u.RawQuery = query
 	return u.String()
+}
+
+// redactedText hides what may be credentials in s, which does not parse as
+// a URL with a host: everything between its scheme, if any, and its last
+// '@', and the credential parameters of what follows its first '?'. It
+// hides more than RedactedURL where an '@' comes later (a query's e-mail
+// address), rather than less.
+func redactedText(s string) string {
+	if at := strings.LastIndex(s, "@"); at >= 0 {
+		prefix := ""
+		if scheme, _, ok := strings.Cut(s[:at], "://"); ok {
+			prefix = scheme + "://"
+		}
+		s = prefix + "xxxxx" + s[at:]
+	}
+	if head, query, ok := strings.Cut(s, "?"); ok {
+		query, _ = redactedQuery(query)
+		s = head + "?" + query
+	}
+	return s
 }
 
 // redactedQuery returns a raw query with the values of its credential

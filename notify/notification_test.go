@@ -252,6 +252,17 @@ func TestRedactedURL(t *testing.T) {
 		"https://u:p@m.example/n?token=s3cr3t#f":                "https://xxxxx@m.example/n?token=xxxxx#f",
 		"https://m.example/n?author=Ada&oauth_token=s3cr3t":     "https://m.example/n?author=Ada&oauth_token=xxxxx",
 		"https://m.example/n?authorization=s3cr3t&authKey=s3":   "https://m.example/n?authorization=xxxxx&authKey=xxxxx",
+		// Values that are wrong reach error messages: what is not a URL
+		// with a host is hidden as far as its text allows.
+		"default:s3cr3t@127.0.0.1:6390":          "xxxxx@127.0.0.1:6390",
+		":s3cr3t@127.0.0.1:6390":                 "xxxxx@127.0.0.1:6390",
+		"s3cr3t@127.0.0.1:6390":                  "xxxxx@127.0.0.1:6390",
+		"tok:s3cr3t@collector":                   "xxxxx@collector",
+		"rediss://default:s3cr3t@my host:6390":   "rediss://xxxxx@my host:6390",
+		"https://u:s3cr3t@ex ample.com/done":     "https://xxxxx@ex ample.com/done",
+		"https://u:pa@ss@ex ample.com/?token=s3": "https://xxxxx@ex ample.com/?token=xxxxx",
+		"https://ex ample.com/n?sig=s3cr3t&a=1":  "https://ex ample.com/n?sig=xxxxx&a=1",
+		"mailto:someone@example.com":             "xxxxx@example.com",
 	} {
 		require.Equal(t, want, RedactedURL(in), in)
 	}
