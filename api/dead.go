@@ -71,7 +71,7 @@ type replayRequest struct {
 	Since *time.Time `json:"since,omitempty"`
 	Until *time.Time `json:"until,omitempty"`
 	// ResetAttempts runs the whole backoff array again; without it each
-	// notification gets one more attempt.
+	// notification goes on where its array stopped (store.DeadOptions).
 	ResetAttempts bool `json:"reset_attempts,omitempty"`
 	// DryRun counts what would be replayed and changes nothing.
 	DryRun bool `json:"dry_run,omitempty"`
@@ -105,7 +105,11 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	f := deadFilter(req.IDs, req.Topic, req.Since, req.Until)
+	f, err := deadFilter(req.IDs, req.Topic, req.Since, req.Until)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	ctx, cancel := s.storeContext(r)
 	defer cancel()
 	// Looked up before the replay, which would make the ids it replays
@@ -125,15 +129,22 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 
 // deadFilter is the store's filter for the ids, or the topic and window,
 // of a replay or purge.
-func deadFilter(ids []string, topic string, since, until *time.Time) store.DeadFilter {
+func deadFilter(ids []string, topic string, since, until *time.Time) (store.DeadFilter, error) {
 	f := store.DeadFilter{IDs: ids, Topic: topic}
-	if since != nil {
-		f.Since = *since
+	for _, b := range []struct {
+		field string
+		given *time.Time
+		dst   *time.Time
+	}{{"since", since, &f.Since}, {"until", until, &f.Until}} {
+		if b.given == nil {
+			continue
+		}
+		if err := store.CheckBound(b.field, *b.given); err != nil {
+			return f, err
+		}
+		*b.dst = *b.given
 	}
-	if until != nil {
-		f.Until = *until
-	}
-	return f
+	return f, nil
 }
 
 // purge handles DELETE /v1/dead?ids=&topic=&since=&until=&dry_run=: the
@@ -170,8 +181,22 @@ func (s *Server) purge(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, notify.Errorf("reset_attempts", "is for a replay; a purge deletes"))
 			return
 		}
-		s.purgeDead(w, r, deadFilter(req.IDs, req.Topic, req.Since, req.Until), req.DryRun)
+		f, err := deadFilter(req.IDs, req.Topic, req.Since, req.Until)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		s.purgeDead(w, r, f, req.DryRun)
 		return
+	}
+	// A parameter given empty comes from an unset variable: taken for
+	// none, an empty dry_run would delete where a count was asked for, and
+	// an empty bound would widen what is deleted.
+	for _, k := range slices.Sorted(maps.Keys(q)) {
+		if !slices.ContainsFunc(q[k], func(v string) bool { return v != "" }) {
+			s.fail(w, r, notify.Errorf(k, "is empty: give a value or leave it out"))
+			return
+		}
 	}
 	f := store.DeadFilter{Topic: q.Get("topic")}
 	for _, v := range q["ids"] {
@@ -227,7 +252,8 @@ func (s *Server) notDead(ctx context.Context, f store.DeadFilter) ([]client.IDSt
 	return states, err
 }
 
-// queryTime reads an RFC 3339 time parameter; absent is the zero time.
+// queryTime reads an RFC 3339 bound of the window (store.CheckBound);
+// absent is the zero time.
 func queryTime(q url.Values, name string) (time.Time, error) {
 	v := q.Get(name)
 	if v == "" {
@@ -237,7 +263,7 @@ func queryTime(q url.Values, name string) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, notify.Errorf(name, "must be an RFC 3339 time such as 2026-01-02T15:04:05Z")
 	}
-	return t, nil
+	return t, store.CheckBound(name, t)
 }
 
 // Stats is the answer of GET /v1/stats.

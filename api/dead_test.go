@@ -2,11 +2,13 @@ package api_test
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -175,6 +177,28 @@ func TestDeadLetters(t *testing.T) {
 		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "since", "DELETE", "/v1/dead?topic=single&since=now", nil)
 		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "reset_attempts", "DELETE", "/v1/dead?topic=single&reset_attempts=1", nil)
 	})
+	t.Run("FiltersThatWouldWidenAPurge", func(t *testing.T) {
+		// 0001-01-01T00:00:00Z is the zero time, which the store takes for
+		// no bound; an empty parameter comes from an unset variable. Taken
+		// as they read, each would purge the whole topic.
+		b.kill(t, "wp", 2)
+		for _, q := range []string{"until=0001-01-01T00:00:00Z", "since=1969-12-31T23:59:59Z", "dry_run=", "until=", "since="} {
+			field, _, _ := strings.Cut(q, "=")
+			b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, field, "DELETE", "/v1/dead?topic=single&"+q, nil)
+		}
+		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "until", "DELETE", "/v1/dead", `{"topic":"single","until":"0001-01-01T00:00:00Z"}`)
+		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "since", "POST", "/v1/dead/replay", `{"topic":"single","since":"0001-01-01T00:00:00Z"}`)
+		// With ids, a window is refused, not ignored.
+		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "until", "POST", "/v1/dead/replay", `{"ids":["wp0"],"until":"0001-01-01T00:00:00Z"}`)
+		for _, id := range []string{"wp0", "wp1"} {
+			rec := must[notify.Notification](t, b, http.StatusOK, "GET", "/v1/notifications/"+id, nil)
+			require.Equal(t, notify.StateDead, rec.State, "neither replayed nor purged")
+		}
+		// A cursor this server never returned, past what a score holds, is
+		// the caller's mistake, not a store failure.
+		forged := base64.RawURLEncoding.EncodeToString([]byte(`{"c":9223372036854775807,"i":"x"}`))
+		b.requireError(t, http.StatusBadRequest, api.CodeInvalidArgument, "cursor", "GET", "/v1/dead?cursor="+forged, nil)
+	})
 	t.Run("NamesIdsNotDead", func(t *testing.T) {
 		// An id mistyped, or not dead, is named with its state, where the
 		// answer said only how many matched.
@@ -261,4 +285,34 @@ func TestNotReadyKeepsDetails(t *testing.T) {
 	require.NotEmpty(t, e.Message)
 	body := must[map[string]any](t, b, http.StatusServiceUnavailable, "GET", "/readyz", nil)
 	require.Equal(t, map[string]any{"redis": map[string]any{"eviction_ok": false}}, body["details"])
+}
+
+// TestReplayGoesOnWhereTheArrayStopped: a notification that died of a
+// permanent failure at its first attempt, replayed without reset_attempts,
+// gets the attempts left in its backoff array, as the replay's docs say:
+// the operator has fixed what refused it, and a passing outage of the
+// receiver must not kill it again at once.
+func TestReplayGoesOnWhereTheArrayStopped(t *testing.T) {
+	t.Parallel()
+	b := setup(t, api.Config{})
+	must[notify.Notification](t, b, http.StatusCreated, "POST", "/v1/notifications", map[string]any{"id": "perm", "topic": "jobs"})
+	reserveOne := func() notify.Notification {
+		t.Helper()
+		var res reserved
+		require.Eventually(t, func() bool {
+			res = must[reserved](t, b, http.StatusOK, "POST", "/v1/topics/jobs/reserve", nil)
+			return len(res.Notifications) == 1
+		}, 5*time.Second, 10*time.Millisecond)
+		return res.Notifications[0]
+	}
+	n := reserveOne()
+	must[any](t, b, http.StatusNoContent, "POST", "/v1/notifications/perm/nack", map[string]any{"receipt": n.Receipt, "permanent": true})
+	must[counts](t, b, http.StatusOK, "POST", "/v1/dead/replay", map[string]any{"ids": []string{"perm"}})
+	for attempt, want := range []notify.State{notify.StateScheduled, notify.StateDead} {
+		n = reserveOne()
+		require.Equal(t, attempt+1, n.Attempts)
+		must[any](t, b, http.StatusNoContent, "POST", "/v1/notifications/perm/nack", map[string]any{"receipt": n.Receipt, "error": "still down"})
+		rec := must[notify.Notification](t, b, http.StatusOK, "GET", "/v1/notifications/perm", nil)
+		require.Equal(t, want, rec.State, "after attempt %d of the array's 3", attempt+1)
+	}
 }

@@ -346,7 +346,8 @@ func (c *Client) ListDead(ctx context.Context, topic string, limit int, cursor s
 
 // Replay moves the dead notifications f selects back to their queue, due
 // now: with opts.Reset their whole backoff array runs again, without it each
-// gets one more attempt. With opts.DryRun it only counts them. A window
+// goes on where its array stopped (store.DeadOptions). With opts.DryRun it
+// only counts them. A window
 // (Since, Until) goes with a Topic: with IDs it is a *notify.FieldError.
 func (c *Client) Replay(ctx context.Context, f store.DeadFilter, opts store.DeadOptions) (matched, replayed int, err error) {
 	matched, replayed, err = c.store.Replay(ctx, f, opts)

@@ -23,11 +23,26 @@ const deadBatch = 500
 
 // DeadFilter selects dead notifications: by IDs, or by Topic and the time
 // they died (Since inclusive, Until exclusive; zero means unbounded).
+//
+// Since and Until bound the time of death; zero is no bound. A caller that
+// reads them from outside passes each through CheckBound.
 type DeadFilter struct {
 	IDs   []string
 	Topic string
 	Since time.Time
 	Until time.Time
+}
+
+// CheckBound refuses a bound of a DeadFilter's window, given by a caller
+// and named field, that lies before the Unix epoch: nothing died before
+// it, and 0001-01-01T00:00:00Z parses to the zero time, which would stand
+// for no bound and select every dead notification of the topic, a purge
+// deleting far more than was asked.
+func CheckBound(field string, t time.Time) error {
+	if t.Before(time.Unix(0, 0)) {
+		return notify.Errorf(field, "must be 1970-01-01T00:00:00Z or later: nothing died before that")
+	}
+	return nil
 }
 
 func (f *DeadFilter) validate() error {
@@ -75,7 +90,9 @@ func (s *Store) ListDead(ctx context.Context, topic string, limit int, cursor st
 	if cursor != "" {
 		var cur deadCursor
 		b, err := base64.RawURLEncoding.DecodeString(cursor)
-		if err != nil || json.Unmarshal(b, &cur) != nil || cur.ID == "" {
+		// The score bound keeps a forged cursor from the script, which
+		// would refuse it as a failure of the store.
+		if err != nil || json.Unmarshal(b, &cur) != nil || cur.ID == "" || cur.Score < -maxScoreMS || cur.Score > maxScoreMS {
 			return nil, "", notify.Errorf("cursor", "is not a cursor this server returned")
 		}
 		after = []any{strconv.FormatInt(cur.Score, 10), cur.ID, limit + 1}
@@ -146,8 +163,10 @@ func DeadCursorAt(t time.Time) string {
 
 // DeadOptions tune Replay and Purge.
 type DeadOptions struct {
-	// Reset, for Replay, runs the whole backoff array again; without it each
-	// notification gets one more attempt.
+	// Reset, for Replay, runs the whole backoff array again. Without it each
+	// notification goes on where its array stopped: one more attempt for
+	// one that used the whole array, the attempts left for one that died
+	// of a permanent failure, which the operator has presumably fixed.
 	Reset bool
 	// DryRun changes nothing: only what matches is counted.
 	DryRun bool

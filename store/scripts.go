@@ -1076,8 +1076,10 @@ return {OK, line}
 //	ARGV[5]  topic
 //	ARGV[6..] ids (a bounded batch)
 //
-// Without a reset the notification gets one more attempt, and goes dead
-// again if that fails; with it, the whole backoff array runs again. The
+// Without a reset the notification goes on where its backoff array
+// stopped: one that used the whole array gets one more attempt, and goes
+// dead again if that fails; one that died early, of a permanent failure,
+// gets the attempts left in it. With a reset the whole array runs again. The
 // history is kept either way. One with an order key goes to the back of
 // its key's line, as a new one would. Returns how many were replayed; ids
 // not dead in the topic are skipped.

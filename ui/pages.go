@@ -453,7 +453,7 @@ func parseFormTime(field, v string) (time.Time, error) {
 	}
 	for _, layout := range []string{"2006-01-02T15:04", "2006-01-02T15:04:05", time.RFC3339Nano} {
 		if t, err := time.ParseInLocation(layout, v, time.UTC); err == nil {
-			return t, nil
+			return t, store.CheckBound(field, t)
 		}
 	}
 	return time.Time{}, notify.Errorf(field, "must be a time such as 2026-01-02T15:04 (UTC)")

@@ -792,6 +792,12 @@ func TestDeadBrowser(t *testing.T) {
 		status, body := b.get(t, "/ui/dead?since=yesterday")
 		require.Equal(t, http.StatusBadRequest, status)
 		require.Contains(t, body, "since")
+		// The zero time, taken for no bound, would confirm a purge of
+		// every dead notification of the topic.
+		status, body = b.get(t, "/ui/dead/confirm?action=purge&topic=orders&until=0001-01-01T00:00")
+		require.Equal(t, http.StatusBadRequest, status)
+		require.Contains(t, body, "until")
+		require.NotContains(t, body, "dead notifications match")
 	})
 }
 

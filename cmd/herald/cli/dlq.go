@@ -83,6 +83,9 @@ func (f *deadFilterFlags) filter(now time.Time) (store.DeadFilter, error) {
 			continue
 		}
 		if at, err := time.Parse(time.RFC3339Nano, t.value); err == nil {
+			if err := store.CheckBound(t.flag, at); err != nil {
+				return out, &UsageError{Err: fmt.Errorf("--%w", err)}
+			}
 			*t.dst = at
 			continue
 		}
@@ -273,9 +276,11 @@ func (c *app) dlqReplayCommand() *cobra.Command {
 	cmd := withConfig(&cobra.Command{
 		Use:   "replay",
 		Short: "Send dead notifications again",
-		Long: `Replay moves dead notifications back to their queue, due now. Each gets one
-more attempt and is dead again if it fails; with --reset-attempts its whole
-backoff array runs again. Their history is kept. --dry-run only counts them.
+		Long: `Replay moves dead notifications back to their queue, due now. Each goes on
+where its backoff array stopped: one that used the whole array gets one more
+attempt and is dead again if it fails, one that died of a permanent failure
+gets the attempts left in it. With --reset-attempts the whole array runs
+again. Their history is kept. --dry-run only counts them.
 On a terminal, a replay of many shows a progress bar. A replay that fails
 part way (Redis lost, Ctrl-C) prints how many it replayed before its error;
 running it again replays what is dead by then.`,
@@ -293,7 +298,7 @@ running it again replays what is dead by then.`,
 		},
 	})
 	f.register(cmd.Flags())
-	cmd.Flags().BoolVar(&reset, "reset-attempts", false, "run the whole backoff array again, not one more attempt")
+	cmd.Flags().BoolVar(&reset, "reset-attempts", false, "run the whole backoff array again, not only what is left of it")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "count what would be replayed; change nothing")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON, as POST /v1/dead/replay answers")
 	return cmd
