@@ -378,8 +378,8 @@ const StateUnknown = "unknown"
 // NotDead returns the ids f names that are not dead, with their states, in
 // the order given: what a replay or purge of f would leave alone, which an
 // operator who mistyped an id needs to hear. It counts f's dead ones first
-// (a dry run) and looks the ids up one by one only when that comes up
-// short; nil when f names no ids or every one is dead.
+// (a dry run) and looks the ids up only when that comes up short; nil when
+// f names no ids or every one is dead.
 func (c *Client) NotDead(ctx context.Context, f store.DeadFilter) ([]IDState, error) {
 	ids := slices.Compact(slices.Sorted(slices.Values(f.IDs)))
 	if len(ids) == 0 {
@@ -389,21 +389,26 @@ func (c *Client) NotDead(ctx context.Context, f store.DeadFilter) ([]IDState, er
 	if err != nil || dead == len(ids) {
 		return nil, err
 	}
-	var out []IDState
+	var given []string // f.IDs without repeats, in their order
 	seen := map[string]bool{}
 	for _, id := range f.IDs {
-		if seen[id] {
-			continue
+		if !seen[id] {
+			seen[id] = true
+			given = append(given, id)
 		}
-		seen[id] = true
-		n, err := c.Get(ctx, id)
+	}
+	got, err := c.store.GetStates(ctx, given)
+	if err != nil {
+		c.storeError("get", err)
+		return nil, err
+	}
+	var out []IDState
+	for i, n := range got {
 		switch {
-		case errors.Is(err, notify.ErrNotFound):
-			out = append(out, IDState{ID: id, State: StateUnknown})
-		case err != nil:
-			return nil, err
+		case n == nil:
+			out = append(out, IDState{ID: given[i], State: StateUnknown})
 		case n.State != notify.StateDead:
-			out = append(out, IDState{ID: id, State: string(n.State)})
+			out = append(out, IDState{ID: given[i], State: string(n.State)})
 		}
 	}
 	return out, nil

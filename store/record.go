@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -28,6 +29,25 @@ func (s *Store) GetState(ctx context.Context, id string) (*notify.Notification, 
 		return nil, err
 	}
 	return s.get(ctx, id, false)
+}
+
+// GetStates returns notifications as GetState does, nil for an id with no
+// record, MaxBatch at a time in two round trips each: an operator's replay
+// may name thousands of ids, and one round trip each would outlast the
+// request on a Redis across a network.
+func (s *Store) GetStates(ctx context.Context, ids []string) ([]*notify.Notification, error) {
+	if err := s.open(ctx); err != nil {
+		return nil, err
+	}
+	out := make([]*notify.Notification, 0, len(ids))
+	for chunk := range slices.Chunk(ids, MaxBatch) {
+		got, err := s.getMany(ctx, chunk, false)
+		if err != nil {
+			return nil, fmt.Errorf("get states: %w", err)
+		}
+		out = append(out, got...)
+	}
+	return out, nil
 }
 
 func (s *Store) get(ctx context.Context, id string, history bool) (*notify.Notification, error) {

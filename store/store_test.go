@@ -579,6 +579,29 @@ func killAll(t *testing.T, b *testBundle, ids ...string) {
 	require.NoError(t, err)
 }
 
+// TestGetStates: the states of many ids, in their order, nil for an id
+// with no record, across more than one batch.
+func TestGetStates(t *testing.T) {
+	t.Parallel()
+	b := setup(t, store.Config{})
+	killAll(t, b, "dead")
+	b.enqueue(t, b.newNotification(t, "waiting", time.Hour, 0))
+	ids := []string{"waiting"}
+	for i := range store.MaxBatch {
+		ids = append(ids, fmt.Sprintf("unknown-%d", i))
+	}
+	ids = append(ids, "dead")
+	got, err := b.store.GetStates(context.Background(), ids)
+	require.NoError(t, err)
+	require.Len(t, got, len(ids))
+	require.Equal(t, notify.StateScheduled, got[0].State)
+	require.Equal(t, "dead", got[len(got)-1].ID)
+	require.Equal(t, notify.StateDead, got[len(got)-1].State)
+	for _, n := range got[1 : len(got)-1] {
+		require.Nil(t, n)
+	}
+}
+
 // TestDeadWindowGoesWithATopic: a window of the time of death narrows a
 // topic's replay or purge; given with ids it would be ignored, and more
 // done than asked, so it is refused naming it, for every caller of the
