@@ -234,6 +234,22 @@ func TestParseErrors(t *testing.T) {
 			wantMsg:   "http or https URL",
 		},
 		{
+			// A URL refused for its port still shows its password nowhere:
+			// herald policy check prints the error and serve logs it.
+			name:      "OnDoneCredentialsHidden",
+			yaml:      "topics:\n  t: {channel: poll, poll: {field: f, values: [x], on_done: 'https://hook:OnDonePassw0rd@hooks.example:99999/done'}}\n",
+			wantField: "topics.t.poll.on_done",
+			wantMsg:   `not "https://xxxxx@hooks.example:99999/done"`,
+			hidden:    "OnDonePassw0rd",
+		},
+		{
+			name:      "OnDoneNotAURLCredentialsHidden",
+			yaml:      "topics:\n  t: {channel: poll, poll: {field: f, values: [x], on_done: 'hook:OnDonePassw0rd@hooks.example:8443'}}\n",
+			wantField: "topics.t.poll.on_done",
+			wantMsg:   "xxxxx@hooks.example:8443",
+			hidden:    "OnDonePassw0rd",
+		},
+		{
 			name:      "TargetGopher",
 			yaml:      "topics:\n  t: {channel: webhook, target: 'gopher://x'}\n",
 			wantField: "topics.t.target",

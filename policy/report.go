@@ -37,9 +37,11 @@ type ReportAttempt struct {
 	SinceFirst notify.Duration `json:"since_first_attempt"`
 }
 
-// NewReport returns the report of s, loaded from file.
+// NewReport returns the report of s, loaded from file. The credentials in
+// its topics' targets and on_done URLs show as xxxxx (notify.RedactedURL),
+// as the API and the dashboard show a target.
 func NewReport(file string, s *Set) *Report {
-	r := &Report{File: file, Topics: s.Topics}
+	r := &Report{File: file, Topics: redactedTopics(s.Topics)}
 	for _, name := range slices.Sorted(maps.Keys(s.Policies)) {
 		p := s.Policies[name]
 		pr := ReportPolicy{Name: name, Policy: p}
@@ -94,6 +96,23 @@ func (r *Report) Print(out io.Writer) error {
 	}
 	fmt.Fprintf(tw, "%s: ok, %d policies, %d topics\n", r.File, len(r.Policies), len(r.Topics))
 	return tw.Flush()
+}
+
+// redactedTopics returns a copy of topics with their targets and on_done
+// URLs through notify.RedactedURL, leaving the Set, which senders read, as
+// it is.
+func redactedTopics(topics map[string]Topic) map[string]Topic {
+	out := make(map[string]Topic, len(topics))
+	for name, t := range topics {
+		t.Target = notify.RedactedURL(t.Target)
+		if t.Poll != nil {
+			poll := *t.Poll
+			poll.OnDone = notify.RedactedURL(poll.OnDone)
+			t.Poll = &poll
+		}
+		out[name] = t
+	}
+	return out
 }
 
 // topicTarget is where a topic's notifications go by default: its target,

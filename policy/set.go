@@ -93,7 +93,8 @@ func NewSet(policies map[string]Policy, topics map[string]Topic) (*Set, error) {
 		}
 		if t.Poll != nil {
 			if t.Poll.OnDone != "" && !notify.ValidHTTPURL(t.Poll.OnDone) {
-				return nil, notify.Errorf(field+".poll.on_done", "must be an http or https URL with a host, not %q", t.Poll.OnDone)
+				// herald policy check prints the error, and serve logs it.
+				return nil, notify.Errorf(field+".poll.on_done", "must be an http or https URL with a host, not %q", notify.RedactedURL(t.Poll.OnDone))
 			}
 			if t.Poll.Field == "" {
 				return nil, notify.Errorf(field+".poll.field", "is required")

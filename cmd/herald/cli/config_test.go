@@ -150,6 +150,9 @@ log:
 			{"HERALD_OTEL_ENDPOINT", "otel-collector", "otel.endpoint"},
 			{"HERALD_OTEL_ENDPOINT", "grpc://otel-collector:4317", "otel.endpoint"},
 			{"HERALD_OTEL_ENDPOINT", "http://", "otel.endpoint"},
+			{"HERALD_OTEL_ENDPOINT", "otel-collector:http", "otel.endpoint"},
+			{"HERALD_OTEL_ENDPOINT", "otel-collector:0", "otel.endpoint"},
+			{"HERALD_OTEL_ENDPOINT", "otel-collector:65536", "otel.endpoint"},
 		} {
 			t.Run(tt.env, func(t *testing.T) {
 				t.Setenv(tt.env, tt.value)
@@ -162,15 +165,28 @@ log:
 	})
 
 	t.Run("BadValuesHideCredentials", func(t *testing.T) {
-		for _, tt := range []struct{ env, value, field, secret string }{
-			{"HERALD_REDIS_ADDRS", "redis://:UrlRedisPass@cache.internal:6379", "redis.addrs[0]", "UrlRedisPass"},
-			{"HERALD_OTEL_ENDPOINT", "collector?api_key=OtelKeySecret", "otel.endpoint", "OtelKeySecret"},
+		// hint is what the message tells the operator to do instead.
+		for _, tt := range []struct{ name, env, value, field, secret, hint string }{
+			{"RedisURL", "HERALD_REDIS_ADDRS", "redis://:UrlRedisPass@cache.internal:6379", "redis.addrs[0]", "UrlRedisPass", "redis.password"},
+			// Each splits as host:port, and go-redis would quote it, password
+			// and all, in every dial error.
+			{"RedisPasswordAt", "HERALD_REDIS_ADDRS", "hunter2@127.0.0.1:1", "redis.addrs[0]", "hunter2", "redis.password"},
+			{"RedisUserPasswordAt", "HERALD_REDIS_ADDRS", "default:hunter2@127.0.0.1:6390", "redis.addrs[0]", "hunter2", "redis.username and redis.password"},
+			{"RedisSecondAddr", "HERALD_REDIS_ADDRS", "10.0.0.5:26379,hunter2@10.0.0.6:26379", "redis.addrs[1]", "hunter2", "redis.password"},
+			// The port would be "6379?password=hunter2".
+			{"RedisQuery", "HERALD_REDIS_ADDRS", "cache.internal:6379?password=hunter2", "redis.addrs[0]", "hunter2", "port from 1 to 65535"},
+			{"OtelQuery", "HERALD_OTEL_ENDPOINT", "collector?api_key=OtelKeySecret", "otel.endpoint", "OtelKeySecret", ""},
+			// The port would be "hunter2@collector".
+			{"OtelUserPassword", "HERALD_OTEL_ENDPOINT", "tok:hunter2@collector", "otel.endpoint", "hunter2", "OTEL_EXPORTER_OTLP_HEADERS"},
+			{"OtelUserAt", "HERALD_OTEL_ENDPOINT", "hunter2@collector:4318", "otel.endpoint", "hunter2", "OTEL_EXPORTER_OTLP_HEADERS"},
 		} {
-			t.Run(tt.env, func(t *testing.T) {
+			t.Run(tt.name, func(t *testing.T) {
 				t.Setenv(tt.env, tt.value)
 				_, err := load(t, writeConfig(t, ""))
-				requireField(t, err, tt.field)
+				fe := requireField(t, err, tt.field)
 				require.NotContains(t, err.Error(), tt.secret)
+				require.Contains(t, fe.Message, "xxxxx", "the value is shown, with its credentials hidden")
+				require.Contains(t, fe.Message, tt.hint)
 			})
 		}
 	})

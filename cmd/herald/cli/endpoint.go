@@ -171,7 +171,7 @@ func (c *app) pauseCommands() []*cobra.Command {
 						return err
 					}
 				}
-				return c.withPolicies(cmd, true, func(cl *client.Client, set *policy.Set) error {
+				return c.withPolicies(cmd, clientLoads{policies: true}, func(cl *client.Client, set *policy.Set) error {
 					if err := do(cmd, cl, set, args[0], args[1]); err != nil {
 						return fmt.Errorf("%s %s %s: %w", verb, args[0], args[1], err)
 					}

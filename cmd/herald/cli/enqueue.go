@@ -13,6 +13,7 @@ import (
 
 	"github.com/heraldhq/herald/client"
 	"github.com/heraldhq/herald/notify"
+	"github.com/heraldhq/herald/policy"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -157,7 +158,7 @@ chosen. Prints the stored record (--json: as the API answers).`,
 			if err != nil {
 				return err
 			}
-			return c.withClient(cmd, true, func(cl *client.Client) error {
+			return c.withPolicies(cmd, clientLoads{policies: true, templates: req.Template != ""}, func(cl *client.Client, _ *policy.Set) error {
 				n, status, err := cl.Enqueue(cmd.Context(), req)
 				switch {
 				case errors.Is(err, notify.ErrOtherShard):
@@ -185,7 +186,7 @@ chosen. Prints the stored record (--json: as the API answers).`,
 	f.StringVar(&o.target, "target", "", "URL (webhook, poll) or E.164 number (sms); none for pull (default: the topic's)")
 	f.StringVar(&o.endpoint, "endpoint", "", "registered endpoint to deliver to instead of --target (webhook; default: the topic's)")
 	f.StringVar(&o.payload, "payload", "", "JSON payload, or @FILE to read it from a file")
-	f.StringVar(&o.template, "template", "", "template in templates_dir (default: the topic's)")
+	f.StringVar(&o.template, "template", "", "template in templates_dir, which is read to check that it holds it (default: the topic's)")
 	f.StringVar(&o.policy, "policy", "", "policy name (default: the topic's, else default)")
 	f.StringVar(&o.backoff, "backoff", "", "backoff array overriding the policy's, such as 0s,0s,2m,10m")
 	f.StringVar(&o.delay, "delay", "", "send this long after now: a Go duration or seconds")

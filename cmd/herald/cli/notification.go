@@ -22,12 +22,23 @@ import (
 // withPolicies loads the policies file, for commands that resolve requests.
 // The client and the connection are closed when do returns.
 func (c *app) withClient(cmd *cobra.Command, withPolicies bool, do func(cl *client.Client) error) error {
-	return c.withPolicies(cmd, withPolicies, func(cl *client.Client, _ *policy.Set) error { return do(cl) })
+	return c.withPolicies(cmd, clientLoads{policies: withPolicies}, func(cl *client.Client, _ *policy.Set) error { return do(cl) })
+}
+
+// clientLoads says what withPolicies reads for the client besides Redis.
+type clientLoads struct {
+	// policies loads the policies file.
+	policies bool
+	// templates loads templates_dir, so that a request naming a template
+	// it does not hold is refused as the API refuses it. Only a command
+	// whose request names one needs it: an operator may run herald where
+	// templates_dir is not.
+	templates bool
 }
 
 // withPolicies is withClient for a command that looks at the policies
-// too: do gets them, nil unless load.
-func (c *app) withPolicies(cmd *cobra.Command, load bool, do func(cl *client.Client, set *policy.Set) error) error {
+// too: do gets them, nil unless load.policies.
+func (c *app) withPolicies(cmd *cobra.Command, load clientLoads, do func(cl *client.Client, set *policy.Set) error) error {
 	w, err := c.base.wire(cmd, false)
 	if err != nil {
 		return err
@@ -35,11 +46,16 @@ func (c *app) withPolicies(cmd *cobra.Command, load bool, do func(cl *client.Cli
 	defer w.Close()
 	var set *policy.Set
 	var policies func() *policy.Set
-	if load {
+	if load.policies {
 		if set, err = c.base.loadConfigPolicies(); err != nil {
 			return err
 		}
 		policies = func() *policy.Set { return set }
+	}
+	if load.templates {
+		if err := w.loadTemplates(); err != nil {
+			return err
+		}
 	}
 	cl, err := w.newClient(policies)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"testing"
 	"time"
 
@@ -97,6 +98,33 @@ func TestEnqueue(t *testing.T) {
 		r = e.run(t, "enqueue", "--topic", "merchant-notify", "--endpoint", "merchant-42", "--target", "https://m42.example/")
 		require.Equal(t, 2, r.code())
 		requireField(t, r.err, "endpoint")
+	})
+
+	// As POST /v1/notifications: a template templates_dir does not hold is
+	// refused, naming the field, rather than failing at the first attempt.
+	t.Run("Template", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, "")
+		args := []string{"enqueue", "--topic", "merchant-notify", "--target", "https://merchant.example/notify", "--delay", "1h"}
+
+		r := e.run(t, slices.Concat(args, []string{"--template", "nope.json"})...)
+		require.Equal(t, 2, r.code())
+		fe := requireField(t, r.err, "template")
+		require.Equal(t, `"nope.json" is not a template this server has loaded (a file of its templates_dir)`, fe.Message)
+		require.Empty(t, r.out)
+
+		r = e.run(t, slices.Concat(args, []string{"--template", "payment-result.json", "--json"})...)
+		require.NoError(t, r.err)
+		var n notify.Notification
+		require.NoError(t, json.Unmarshal([]byte(r.out), &n))
+		require.Equal(t, "payment-result.json", n.Template)
+
+		// A request that names no template needs no templates_dir, which
+		// may not be where the operator runs herald.
+		noTemplates := writeConfig(t, regexp.MustCompile(`(?m)^templates_dir: .*$`).ReplaceAllString(readFile(t, e.config),
+			"templates_dir: "+filepath.Join(t.TempDir(), "none")))
+		r = run(t, slices.Concat([]string{"--config", noTemplates}, args))
+		require.NoError(t, r.err)
 	})
 
 	t.Run("ConflictAndReplace", func(t *testing.T) {

@@ -23,7 +23,9 @@ func (c *app) policyCommand() *cobra.Command {
 policy, when each attempt starts if every attempt fails: its wait (after the
 send time for attempt 0, after the previous failure for the others) and the
 time since the first attempt. Jitter and a receiver's Retry-After can only make
-the real waits longer.
+the real waits longer. Then it prints the topics, with the credentials in their
+targets and on_done URLs shown as xxxxx, as the API and the dashboard show a
+target.
 
 A bad file exits with status 2 and names the offending key, such as
 policies.merchant-notify.backoff[2].`,

@@ -89,6 +89,55 @@ func TestPolicyCheck(t *testing.T) {
 		require.Equal(t, []string{"TRADE_SUCCESS", "TRADE_FINISHED", "TRADE_CLOSED"}, report.Topics["payment-poll"].Poll.Values)
 	})
 
+	// The file's targets and on_done URLs are the receivers', and their
+	// credentials show as the API and the dashboard show a target's.
+	t.Run("CredentialsHidden", func(t *testing.T) {
+		t.Parallel()
+
+		path := filepath.Join(t.TempDir(), "policies.yaml")
+		require.NoError(t, os.WriteFile(path, []byte(`topics:
+  order-notify: {channel: webhook, target: 'https://merchant:TargetPassw0rd@merchant.example/notify?access_token=TargetTok3n'}
+  trade-poll:
+    channel: poll
+    target: 'https://provider.example/query?sig=PollSig'
+    poll: {field: status, values: [done], on_done: 'https://hook:OnDonePassw0rd@hooks.example/done'}
+`), 0o600))
+		secrets := []string{"TargetPassw0rd", "TargetTok3n", "PollSig", "OnDonePassw0rd"}
+
+		r := run(t, []string{"policy", "check", path})
+		require.NoError(t, r.err)
+		require.Contains(t, rows(r.out), []string{"order-notify", "webhook", "-", "-", "https://xxxxx@merchant.example/notify?access_token=xxxxx"})
+		require.Contains(t, rows(r.out), []string{"trade-poll", "poll", "-", "-", "https://provider.example/query?sig=xxxxx"})
+		for _, secret := range secrets {
+			require.NotContains(t, r.out, secret)
+		}
+
+		r = run(t, []string{"policy", "check", "--json", path})
+		require.NoError(t, r.err)
+		var report struct {
+			Topics map[string]policy.Topic `json:"topics"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(r.out), &report))
+		require.Equal(t, "https://xxxxx@merchant.example/notify?access_token=xxxxx", report.Topics["order-notify"].Target)
+		require.Equal(t, "https://provider.example/query?sig=xxxxx", report.Topics["trade-poll"].Target)
+		require.Equal(t, "https://xxxxx@hooks.example/done", report.Topics["trade-poll"].Poll.OnDone)
+		for _, secret := range secrets {
+			require.NotContains(t, r.out, secret)
+		}
+	})
+
+	t.Run("BadOnDoneHidesCredentials", func(t *testing.T) {
+		t.Parallel()
+
+		path := filepath.Join(t.TempDir(), "policies.yaml")
+		require.NoError(t, os.WriteFile(path, []byte(
+			"topics:\n  t: {channel: poll, poll: {field: f, values: [x], on_done: 'ftp://hook:OnDonePassw0rd@hooks.example/done'}}\n"), 0o600))
+		r := run(t, []string{"policy", "check", path})
+		require.Equal(t, 2, r.code())
+		require.ErrorContains(t, r.err, path+`: topics.t.poll.on_done: must be an http or https URL with a host, not "ftp://xxxxx@hooks.example/done"`)
+		require.NotContains(t, r.err.Error()+r.out+r.logs, "OnDonePassw0rd")
+	})
+
 	t.Run("BadFile", func(t *testing.T) {
 		t.Parallel()
 
@@ -197,6 +246,8 @@ func TestRelativePathsNotFound(t *testing.T) {
 		{name: "PoliciesEnqueue", config: noPolicies, args: []string{"enqueue", "--topic", "jobs"}, want: "policies_file"},
 		{name: "PoliciesServe", config: noPolicies, args: []string{"serve"}, want: "policies_file"},
 		{name: "TemplatesServe", config: noTemplates, args: []string{"serve"}, want: "templates_dir"},
+		{name: "TemplatesEnqueue", config: noTemplates, args: []string{"enqueue", "--topic", "merchant-notify",
+			"--target", "https://merchant.example/notify", "--template", "order-notify.json"}, want: "templates_dir"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -49,7 +49,8 @@ type wiring struct {
 	store *store.Store
 	// tracer is set by startTracing when otel.endpoint is set.
 	tracer *tracing.Tracer
-	// templates is set by newSenders: the templates they render.
+	// templates is set by loadTemplates: the templates the senders render
+	// and the client and API check requests' template names against.
 	templates *templates.Set
 	// memory reads Redis's memory for /readyz; nil on an embedded Redis,
 	// which has no maxmemory and no INFO memory.
@@ -332,9 +333,34 @@ func relativePathHint(err error, key, path string) error {
 }
 
 // newClient returns the Go client the operator's commands use: the same
-// validation, defaults and payload limit as the API, straight to Redis.
+// validation, defaults and payload limit as the API, straight to Redis,
+// checking the template a request names once loadTemplates has read them.
 func (w *wiring) newClient(policies func() *policy.Set) (*client.Client, error) {
-	return client.New(&client.Config{Store: w.store, PoliciesFunc: policies, MaxPayload: w.cfg.API.MaxBody, StrictTopics: w.cfg.TopicsStrict})
+	return client.New(&client.Config{Store: w.store, PoliciesFunc: policies, MaxPayload: w.cfg.API.MaxBody, StrictTopics: w.cfg.TopicsStrict,
+		TemplateFunc: w.templateFunc()})
+}
+
+// loadTemplates reads templates_dir, as serve does where it dispatches. A
+// missing folder or a template that does not parse is a configuration
+// error.
+func (w *wiring) loadTemplates() error {
+	tmpl, err := templates.Load(w.cfg.TemplatesDir)
+	if err != nil {
+		return &UsageError{Err: relativePathHint(fmt.Errorf("templates_dir: %w", err), "templates_dir", w.cfg.TemplatesDir)}
+	}
+	w.templates = tmpl
+	return nil
+}
+
+// templateFunc is the client's and the API's TemplateFunc: whether
+// loadTemplates loaded a template of that name. Before it has run, nil,
+// which takes any name: only a process that sends, or a command whose
+// request names a template, loads them.
+func (w *wiring) templateFunc() func(name string) bool {
+	if w.templates == nil {
+		return nil
+	}
+	return w.templates.Has
 }
 
 // endpoints returns the registry of the policies file's endpoints and those
@@ -353,13 +379,11 @@ func (w *wiring) endpoints(policies func() *policy.Set) *endpoint.Registry {
 // notifications fail permanently; that is logged once here. A missing
 // templates_dir or a broken template is a configuration error.
 func (w *wiring) newSenders(policies func() *policy.Set) (map[string]notify.Sender, error) {
-	tmpl, err := templates.Load(w.cfg.TemplatesDir)
-	if err != nil {
-		return nil, &UsageError{Err: relativePathHint(fmt.Errorf("templates_dir: %w", err), "templates_dir", w.cfg.TemplatesDir)}
+	if err := w.loadTemplates(); err != nil {
+		return nil, err
 	}
-	w.templates = tmpl
 	sc := &w.cfg.Senders
-	common := httpsend.Common{Timeout: sc.Webhook.Timeout, Rules: policy.CurrentRules(policies), Templates: tmpl, HTTP: httpsend.Config{
+	common := httpsend.Common{Timeout: sc.Webhook.Timeout, Rules: policy.CurrentRules(policies), Templates: w.templates, HTTP: httpsend.Config{
 		AllowNetworks: sc.Webhook.AllowNetworks,
 		UserAgent:     "herald/" + readVersion().Version,
 		Logger:        w.log,
@@ -518,16 +542,12 @@ func (w *wiring) newAPI(ctx context.Context, addr net.Addr, policies func() *pol
 		ReadyFunc:        ready,
 		ReadyDetailsFunc: details,
 		StrictTopics:     w.cfg.TopicsStrict,
+		TemplateFunc:     w.templateFunc(),
 		Observer:         m,
 		Logger:           w.log,
 	}
 	if w.memory != nil {
 		cfg.RedisMemoryFunc = w.memory.read
-	}
-	if w.templates != nil {
-		// Only a process that sends loads the templates: an API alone
-		// takes any name.
-		cfg.TemplateFunc = w.templates.Has
 	}
 	if w.tracer != nil {
 		cfg.Tracer, cfg.Middleware = w.tracer, w.tracer.Middleware

@@ -15,6 +15,7 @@ import (
 	"net"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -113,9 +114,10 @@ type Config struct {
 // RedisConfig says where Redis is.
 type RedisConfig struct {
 	// Addrs lists host:port addresses: one server, the Sentinels, or some
-	// Cluster nodes. Default [RedisAddrDefault]. An empty list runs on an
-	// embedded in-process Redis, for trying Herald out: nothing survives
-	// exit.
+	// Cluster nodes. One with an '@' is refused: credentials go in Username
+	// and Password, which are never printed. Default [RedisAddrDefault]. An
+	// empty list runs on an embedded in-process Redis, for trying Herald
+	// out: nothing survives exit.
 	Addrs []string `koanf:"addrs"`
 	// Mode is standalone, sentinel or cluster. Default standalone.
 	Mode string `koanf:"mode"`
@@ -227,8 +229,9 @@ type LogConfig struct {
 // OtelConfig configures OpenTelemetry tracing (see the tracing package).
 type OtelConfig struct {
 	// Endpoint is the OTLP/HTTP collector spans are sent to: a URL such as
-	// http://otel-collector:4318, or host:port for plain HTTP. Empty, the
-	// default: no tracing, at no cost.
+	// http://otel-collector:4318, or host:port for plain HTTP, with a port
+	// from 1 to 65535 and no '@'. Empty, the default: no tracing, at no
+	// cost.
 	Endpoint string `koanf:"endpoint"`
 }
 
@@ -279,8 +282,16 @@ func (c *Config) Validate() error {
 		return notify.Errorf("redis.wait_timeout", "must be at least 1ms, not %s: Redis waits in whole milliseconds", r.WaitTimeout)
 	}
 	for i, a := range r.Addrs {
-		if _, _, err := net.SplitHostPort(a); err != nil {
-			return notify.Errorf(fmt.Sprintf("redis.addrs[%d]", i), "must be host:port, not %q", notify.RedactedURL(a))
+		field := fmt.Sprintf("redis.addrs[%d]", i)
+		if strings.Contains(a, "@") {
+			// go-redis would dial user:password@host as a host name and
+			// quote it in every dial error, which the log then holds.
+			return notify.Errorf(field, "must be host:port without a user or password, not %q: give them in redis.username and redis.password", notify.RedactedURL(a))
+		}
+		// A port that is not a number, as in host:6379?password=x, would
+		// reach the dial errors as the '@' would.
+		if _, port, err := net.SplitHostPort(a); err != nil || !validPort(port) {
+			return notify.Errorf(field, "must be host:port with a port from 1 to 65535, not %q", notify.RedactedURL(a))
 		}
 	}
 	if r.Mode == RedisModeStandalone && len(r.Addrs) > 1 {
@@ -352,8 +363,12 @@ func (o *OtelConfig) validate() error {
 		}
 		return nil
 	}
-	if host, port, err := net.SplitHostPort(o.Endpoint); err != nil || host == "" || port == "" {
-		return notify.Errorf("otel.endpoint", "must be host:port such as otel-collector:4318, or an http or https URL, not %q", notify.RedactedURL(o.Endpoint))
+	// A port that is not a number, as in tok:secret@collector, and a host
+	// with an '@' would reach the exporter's errors, which are logged.
+	host, port, err := net.SplitHostPort(o.Endpoint)
+	if err != nil || host == "" || strings.Contains(host, "@") || !validPort(port) {
+		return notify.Errorf("otel.endpoint", "must be host:port such as otel-collector:4318, with a port from 1 to 65535 and no user or password "+
+			"(give a collector's credentials in OTEL_EXPORTER_OTLP_HEADERS), or an http or https URL, not %q", notify.RedactedURL(o.Endpoint))
 	}
 	return nil
 }
@@ -490,4 +505,10 @@ func (c *RedisConfig) NewClient(onConnect func(context.Context, *redis.Conn) err
 	}
 	return redis.NewClient(&redis.Options{Addr: c.Addrs[0], Username: c.Username, Password: password, DB: c.DB, TLSConfig: tlsConfig,
 		OnConnect: onConnect})
+}
+
+// validPort reports whether port is a TCP port number, 1 to 65535.
+func validPort(port string) bool {
+	n, err := strconv.ParseUint(port, 10, 16)
+	return err == nil && n > 0
 }
