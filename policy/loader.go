@@ -144,14 +144,38 @@ func describe(err error) string {
 	var (
 		ute *mapstructure.UnconvertibleTypeError
 		pe  *mapstructure.ParseError
+		tpe *time.ParseError
 	)
 	switch {
 	case errors.As(err, &ute):
 		return fmt.Sprintf("want %s, not %s", yamlKind(ute.Expected.Type()), valueKind(ute.Value))
 	case errors.As(err, &pe):
 		return fmt.Sprintf("want %s, not %s that does not read as one", yamlKind(pe.Expected.Type()), valueKind(pe.Value))
+	case errors.As(err, &tpe):
+		// time's own message quotes Go's reference layout, which reads
+		// as a time the operator did not write.
+		return "want an RFC 3339 time such as 2026-12-01T00:00:00Z"
+	}
+	// mapstructure says this of a scalar or a list where a map belongs
+	// (a secret written as a plain string) in Go's terms, and has no
+	// type for it.
+	if kind, ok := strings.CutPrefix(err.Error(), "expected a map or struct, got "); ok {
+		if k, err := strconv.Unquote(kind); err == nil {
+			kind = kindWord(k)
+		}
+		return "want a map, not " + kind
 	}
 	return err.Error()
+}
+
+// kindWord is yamlKind for the name of a reflect.Kind.
+func kindWord(kind string) string {
+	for k := reflect.Invalid; k <= reflect.UnsafePointer; k++ {
+		if w := yamlKindOf(k); w != "" && k.String() == kind {
+			return w
+		}
+	}
+	return kind
 }
 
 // valueKind is yamlKind of a decoded value's type; YAML's null has none.
@@ -163,7 +187,16 @@ func valueKind(v any) string {
 }
 
 func yamlKind(t reflect.Type) string {
-	switch t.Kind() {
+	if k := yamlKindOf(t.Kind()); k != "" {
+		return k
+	}
+	return t.String()
+}
+
+// yamlKindOf names a kind of value as YAML speaks of it; "" for one it
+// has no word for.
+func yamlKindOf(kind reflect.Kind) string {
+	switch kind {
 	case reflect.Map, reflect.Struct:
 		return "a map"
 	case reflect.Slice, reflect.Array:
@@ -178,7 +211,7 @@ func yamlKind(t reflect.Type) string {
 	case reflect.String:
 		return "a string"
 	}
-	return t.String()
+	return ""
 }
 
 // joinPath appends a key path as mapstructure names it ("ttr",

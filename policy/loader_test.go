@@ -106,6 +106,14 @@ func TestParseErrors(t *testing.T) {
 			wantMsg:   "want a duration",
 		},
 		{
+			// Not Go's reference layout, which reads as a time the
+			// operator did not write.
+			name:      "SecretExpiryNotATime",
+			yaml:      "policies:\n  p:\n    backoff: [0s]\nendpoints:\n  m:\n    url: https://m.example/n\n    secrets: [{value: whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw, expires_at: tomorrow}]\n",
+			wantField: "endpoints.m.secrets[0].expires_at",
+			wantMsg:   "want an RFC 3339 time such as 2026-12-01T00:00:00Z",
+		},
+		{
 			name:      "UnknownTopLevelKey",
 			yaml:      "policies: {}\npolicy: {}\n",
 			wantField: "policy",
@@ -127,13 +135,13 @@ func TestParseErrors(t *testing.T) {
 			name:      "PolicyNotAMap",
 			yaml:      "policies:\n  p: 5m\n",
 			wantField: "policies.p",
-			wantMsg:   "expected a map",
+			wantMsg:   "want a map, not a string",
 		},
 		{
 			name:      "PoliciesNotAMap",
 			yaml:      "policies: [a, b]\n",
 			wantField: "policies[0]",
-			wantMsg:   "want a map, not a",
+			wantMsg:   "want a map, not a string",
 		},
 		{
 			name:      "BadJitter",
@@ -159,7 +167,7 @@ func TestParseErrors(t *testing.T) {
 			name:      "SecretsAsString",
 			yaml:      "endpoints:\n  m:\n    url: https://m.example/\n    secrets: whsec_c2VjcmV0LWtleS0wMTIzNDU2Nzg5\n",
 			wantField: "endpoints.m.secrets[0]",
-			wantMsg:   "expected a map",
+			wantMsg:   "want a map, not a string",
 			hidden:    "c2VjcmV0",
 		},
 		{
