@@ -58,8 +58,11 @@ func (d *Dispatcher) recordHealth(ctx context.Context, n *notify.Notification, s
 	if sendErr == nil {
 		err = hs.EndpointSucceeded(ctx, n.Endpoint)
 	} else {
+		// Each dispatcher logs the disabling it learns of first from a
+		// failure, rather than from its read of what is paused.
 		var disabled bool
-		if disabled, err = hs.EndpointFailed(ctx, n.Endpoint, time.Duration(e.DisableAfter)); disabled {
+		disabled, err = hs.EndpointFailed(ctx, n.Endpoint, time.Duration(e.DisableAfter))
+		if disabled && d.pauses.note(store.PauseKey(store.PauseDisabled, n.Endpoint), d.store.Now()) {
 			d.log.WarnContext(ctx, "schedule: endpoint disabled: every attempt failed for its disable_after; its notifications wait until it is enabled",
 				slog.String("endpoint", n.Endpoint), slog.Duration("disable_after", time.Duration(e.DisableAfter)))
 		}

@@ -70,6 +70,48 @@ func TestDisableAfter(t *testing.T) {
 	require.Nil(t, h.FailingSince)
 }
 
+// TestDisabledStopsAtOnce: the dispatcher whose failure disables an
+// endpoint makes no attempt to it after that, where it went on for up to
+// its next read of what is paused (store.PausedViewAge), burning the
+// attempts of everything due meanwhile. With one worker, the next attempt
+// comes after the failure that disabled the endpoint is recorded.
+func TestDisabledStopsAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	rcv, _ := newFlakyReceiver(t)
+	var err error
+	b.policies, err = manyRetries(t).WithEndpoints(map[string]endpoint.Endpoint{
+		"flaky": {URL: rcv.URL, DisableAfter: notify.Duration(100 * time.Millisecond)}})
+	require.NoError(t, err)
+	b.startLimited(t, 1, schedule.Config{Concurrency: 1})
+	var ids []string
+	for i := range 5 {
+		ids = append(ids, fmt.Sprint("o", i))
+		b.enqueueEndpoint(t, ids[i], "flaky")
+	}
+	var disabledAt time.Time
+	require.Eventually(t, func() bool {
+		h, err := b.store.EndpointHealth(ctx, "flaky")
+		if err != nil || h.DisabledAt == nil {
+			return false
+		}
+		disabledAt = *h.DisabledAt
+		return true
+	}, 10*time.Second, time.Millisecond, "the endpoint was never disabled")
+	b.requireParked(t, ids...)
+	time.Sleep(2 * store.PausedViewAge)
+	// The record keeps whole milliseconds.
+	cutoff := disabledAt.Add(time.Millisecond)
+	var late []time.Time
+	for _, r := range rcv.requests() {
+		if r.at.After(cutoff) {
+			late = append(late, r.at)
+		}
+	}
+	require.Empty(t, late, "attempts made after the endpoint was disabled at %s", disabledAt.Format(time.StampMicro))
+}
+
 // TestStreakEndsWithoutDisableAfter: an endpoint that failed while it had a
 // disable_after, then lost it in the policies file and recovered, shows no
 // failing streak: turned on again, disable_after counts from its next

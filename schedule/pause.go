@@ -3,6 +3,8 @@ package schedule
 import (
 	"context"
 	"errors"
+	"maps"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -30,11 +32,45 @@ var _ pauseStore = (*store.Store)(nil)
 type pauses struct {
 	store pauseStore
 	// current holds the topics and endpoints paused at the last read,
-	// as store.PauseKey names them; nil before the first.
+	// as store.PauseKey names them, and those noted since; nil before the
+	// first read.
 	current atomic.Pointer[map[string]time.Time]
 	// read is closed once current holds a first read, or at the start
 	// when nothing can be paused: the reserve loops wait for it.
 	read chan struct{}
+
+	mu sync.Mutex
+	// reads counts the reads begun.
+	reads int
+	// noted holds the pauses noted (note) with the count of reads begun
+	// then: a read begun before a note may miss its pause, and keeps it.
+	noted map[string]int
+}
+
+// note adds a pause the dispatcher learnt of from the store to its view
+// at once, where the next read may be PausedViewAge away: an endpoint its
+// health just disabled would otherwise burn the attempts of everything
+// due meanwhile. It reports whether the view lacked it. park asks the
+// store again before it parks, so a note outlived by a resume parks
+// nothing.
+func (p *pauses) note(key string, since time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	cur := p.current.Load()
+	if cur == nil {
+		return true // no read yet: nothing is reserved to park
+	}
+	if _, ok := (*cur)[key]; ok {
+		return false
+	}
+	if p.noted == nil {
+		p.noted = map[string]int{}
+	}
+	p.noted[key] = p.reads
+	next := maps.Clone(*cur)
+	next[key] = since
+	p.current.Store(&next)
+	return true
 }
 
 // startPauses reads what is paused, then keeps reading. Nothing is reserved
@@ -76,15 +112,35 @@ func (d *Dispatcher) startPauses(ctx context.Context, queues []string) {
 }
 
 // refreshPauses reads what is paused; on failure the previous view stays.
+// What was noted after the read began stays in the view.
 func (d *Dispatcher) refreshPauses(ctx context.Context) error {
-	paused, err := d.pauses.store.Paused(ctx)
+	p := &d.pauses
+	p.mu.Lock()
+	p.reads++
+	read := p.reads
+	p.mu.Unlock()
+	paused, err := p.store.Paused(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			d.cfg.Observer.StoreError("paused", err)
 		}
 		return err
 	}
-	d.pauses.current.Store(&paused)
+	if paused == nil {
+		paused = map[string]time.Time{}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for key, at := range p.noted {
+		if at < read {
+			delete(p.noted, key)
+		} else if cur := p.current.Load(); cur != nil {
+			if since, ok := (*cur)[key]; ok {
+				paused[key] = since
+			}
+		}
+	}
+	p.current.Store(&paused)
 	return nil
 }
 

@@ -45,9 +45,10 @@ func (s *Store) EndpointSucceeded(ctx context.Context, name string) error {
 
 // EndpointFailed records a failed attempt to name, at now. When every
 // attempt has failed for disableAfter or longer the endpoint is disabled:
-// justDisabled reports the call that disabled it, for the log line. Its
-// notifications then wait, parked, until EnableEndpoint.
-func (s *Store) EndpointFailed(ctx context.Context, name string, disableAfter time.Duration) (justDisabled bool, err error) {
+// disabled reports that it is, by this failure or before, so that the
+// caller parks its notifications at once rather than at its next read of
+// what is paused. They then wait, parked, until EnableEndpoint.
+func (s *Store) EndpointFailed(ctx context.Context, name string, disableAfter time.Duration) (disabled bool, err error) {
 	if err := s.open(ctx); err != nil {
 		return false, err
 	}
@@ -82,7 +83,7 @@ func (s *Store) EndpointFailed(ctx context.Context, name string, disableAfter ti
 			return false, err
 		}
 	}
-	return code == 2, nil
+	return true, nil
 }
 
 // EnableEndpoint enables an endpoint its health disabled and makes its
