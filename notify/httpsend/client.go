@@ -198,7 +198,8 @@ type Result struct {
 	credentials []string
 }
 
-// Do sends req, bound to ctx, and reads the response. The error is the
+// Do sends req, bound to ctx, and reads the response: of a 2xx whose body
+// broke off, what arrived. The error is the
 // transport's (a refused address, a refused connection, a timeout), or a
 // permanent one for a target that is not an http or https URL or a header
 // that no request can carry; classify it with ClassifyError, and the Result
@@ -266,9 +267,13 @@ func (c *Client) Do(ctx context.Context, req *Request) (*Result, error) {
 		length = 0
 	}
 	body, err := readBody(raw, length)
-	if err != nil {
+	if code := resp.StatusCode(); err != nil && (code < 200 || code > 299) {
 		return nil, fmt.Errorf("read response: %w", err)
 	}
+	// A 2xx whose body broke off (the connection dropped, the attempt's
+	// timeout) has been taken: retried as a network error it would be
+	// delivered twice. A success_body, or a poll's condition, is judged
+	// on what arrived, and asks again where that does not hold it.
 	// Draining a short remainder lets the connection be reused; a longer
 	// one is cheaper to drop with the connection.
 	_, _ = io.CopyN(io.Discard, raw, 4<<10)
@@ -288,7 +293,7 @@ func redactURLError(err error, target string) error {
 }
 
 // readBody reads the first ReadLimit bytes of a response body of length
-// bytes (-1: unknown). A known length is read into a buffer of its size,
+// bytes (-1: unknown), and on an error what it read. A known length is read into a buffer of its size,
 // where io.ReadAll would start at 512 bytes for answers that are mostly a
 // word.
 func readBody(r io.Reader, length int64) ([]byte, error) {
@@ -296,8 +301,8 @@ func readBody(r io.Reader, length int64) ([]byte, error) {
 		return io.ReadAll(io.LimitReader(r, ReadLimit))
 	}
 	b := make([]byte, length)
-	_, err := io.ReadFull(r, b)
-	return b, err
+	n, err := io.ReadFull(r, b)
+	return b[:n], err
 }
 
 // Response returns what the history keeps of r: the status and the body cut

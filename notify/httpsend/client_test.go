@@ -148,6 +148,31 @@ func TestDoReadsTheAnswer(t *testing.T) {
 	require.Empty(t, res.Body)
 }
 
+// TestDoKeepsABrokenOffSuccess: a receiver that answered 2xx and dropped
+// the connection before the end of its body has taken the request, and
+// the result says so with what arrived; any other status whose body broke
+// off is the transport's error, as before.
+func TestDoKeepsABrokenOffSuccess(t *testing.T) {
+	rcv := httpsendtest.NewReceiver(t, "tcp4", func(w http.ResponseWriter, r *http.Request) {
+		status, _ := strconv.Atoi(strings.TrimPrefix(r.URL.Path, "/"))
+		w.Header().Set("Content-Length", "100")
+		w.WriteHeader(status)
+		_, _ = io.WriteString(w, "succ")
+		w.(http.Flusher).Flush()
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			_ = conn.Close()
+		}
+	})
+	c := loopbackClient(t)
+	res, err := c.Do(context.Background(), NewRequest(http.MethodPost, rcv.URL()+"/200"))
+	require.NoError(t, err)
+	require.Equal(t, 200, res.StatusCode)
+	require.Equal(t, "succ", string(res.Body))
+	_, err = c.Do(context.Background(), NewRequest(http.MethodPost, rcv.URL()+"/503"))
+	require.ErrorContains(t, err, "read response")
+}
+
 // loopbackClient returns a client allowed to reach the loopback receivers
 // of these tests.
 func loopbackClient(t *testing.T) *Client {
