@@ -13,6 +13,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/heraldhq/herald/endpoint"
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/policy"
 	"github.com/heraldhq/herald/store"
@@ -80,10 +81,12 @@ func ParseMapping(s string) (taskType string, m Mapping, err error) {
 // Store is what an import needs of Herald's store; *store.Store has it.
 // The store's enqueue is used rather than the client's because only it
 // takes the attempts already made and the dead-letter entry of an import.
+// Its endpoints, with the policies file's, are those a topic may name.
 type Store interface {
 	EnqueueBatch(ctx context.Context, reqs []store.EnqueueRequest) ([]store.EnqueueResult, error)
-	Get(ctx context.Context, id string) (*notify.Notification, error)
+	GetStates(ctx context.Context, ids []string) ([]*notify.Notification, error)
 	Now() time.Time
+	endpoint.Lookup
 }
 
 var _ Store = (*store.Store)(nil)
@@ -157,18 +160,56 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("asynqimport: PageSize must be 1 to %d and DialTimeout not negative", store.MaxBatch)
 	}
 	for _, t := range slices.Sorted(maps.Keys(c.Map)) {
-		m := c.Map[t]
-		probe := &notify.Request{ID: "probe", Topic: m.Topic, Policy: m.Policy}
-		_, err := c.Policies.Resolve(probe, time.Now(), c.MaxPayload)
-		var fe *notify.FieldError
-		if errors.As(err, &fe) && fe.Field == "target" && c.Policies.Topics[m.Topic].Target == "" {
-			// The probe's own target, the one a task lacks, is what
-			// Resolve refused: the fix is in the topic, not in a URL.
-			return fmt.Errorf("map %s=%s: asynq tasks name no receiver, and topic %[2]s names none: "+
-				"give it an endpoint or a target in the policies file (%w)", t, m.Topic, err)
+		if _, err := c.probe(t); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// probe resolves what a task of type t with no payload and no target of
+// its own becomes, or says why the mapping of t cannot take one.
+func (c *Config) probe(t string) (*notify.Notification, error) {
+	m := c.Map[t]
+	req := &notify.Request{ID: "probe", Topic: m.Topic, Policy: m.Policy}
+	n, err := c.Policies.Resolve(req, time.Now(), c.MaxPayload)
+	var fe *notify.FieldError
+	if errors.As(err, &fe) && fe.Field == "target" && c.Policies.Topics[m.Topic].Target == "" {
+		// The probe's own target, the one a task lacks, is what
+		// Resolve refused: the fix is in the topic, not in a URL.
+		return nil, fmt.Errorf("map %s=%s: asynq tasks name no receiver, and topic %[2]s names none: "+
+			"give it an endpoint or a target in the policies file (%w)", t, m.Topic, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("map %s=%s: %w", t, m.Topic, err)
+	}
+	return n, nil
+}
+
+// checkEndpoints refuses a validated c whose mapped topics name an endpoint
+// that neither the policies file nor the store holds, as an enqueue over
+// the API is refused: the store takes an import without that check, and
+// every task would die at its first attempt.
+func (c *Config) checkEndpoints(ctx context.Context) error {
+	endpoints := endpoint.NewRegistry(&endpoint.RegistryConfig{
+		FileFunc: func() map[string]endpoint.Endpoint { return c.Policies.Endpoints },
+		Source:   c.Store,
+	})
+	for _, t := range slices.Sorted(maps.Keys(c.Map)) {
+		n, err := c.probe(t)
 		if err != nil {
-			return fmt.Errorf("map %s=%s: %w", t, m.Topic, err)
+			return err
+		}
+		if n.Endpoint == "" {
+			continue
+		}
+		_, err = endpoints.Endpoint(ctx, n.Endpoint)
+		switch {
+		case errors.Is(err, endpoint.ErrNotFound):
+			return fmt.Errorf("map %s=%s: topic %[2]s names endpoint %q, which is neither in the policies file "+
+				"nor registered (herald endpoint put): every task would fail at its first attempt", t, n.Topic, n.Endpoint)
+		case err != nil:
+			return fmt.Errorf("herald: look up endpoint %q: %w", n.Endpoint, err)
 		}
 	}
 	return nil
@@ -181,6 +222,9 @@ func (c *Config) Validate() error {
 func Run(ctx context.Context, cfg *Config) (*Summary, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := cfg.checkEndpoints(ctx); err != nil {
 		return nil, err
 	}
 	rdb := redis.NewClient(&redis.Options{
@@ -216,7 +260,10 @@ func Run(ctx context.Context, cfg *Config) (*Summary, error) {
 	if err != nil {
 		return nil, fmt.Errorf("asynq: queue %s: %w", cfg.Queue, err)
 	}
-	im := &importer{cfg: cfg, insp: insp, sum: &Summary{Queue: cfg.Queue, States: cfg.States, DryRun: cfg.DryRun, Move: cfg.Move, Reasons: []*Reason{}}}
+	im := &importer{cfg: cfg, insp: insp, sum: &Summary{
+		Queue: cfg.Queue, States: cfg.States, DryRun: cfg.DryRun, Move: cfg.Move, Reasons: []*Reason{},
+		Active: info.Active, Aggregating: info.Aggregating,
+	}}
 	counts := map[State]int{StateScheduled: info.Scheduled, StateRetry: info.Retry, StatePending: info.Pending, StateArchived: info.Archived}
 	for _, st := range cfg.States {
 		im.total += counts[st]

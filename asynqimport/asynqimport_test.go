@@ -3,6 +3,7 @@ package asynqimport_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald/asynqimport"
+	"github.com/heraldhq/herald/endpoint"
 	"github.com/heraldhq/herald/internal/asynqtest"
 	"github.com/heraldhq/herald/internal/heraldtest"
 	"github.com/heraldhq/herald/internal/redistest"
@@ -227,6 +229,133 @@ func TestRun(t *testing.T) {
 		require.JSONEq(t, `{"to":"ops@example.com"}`, string(b.get(t, asynqtest.EmailPending).Payload))
 	})
 
+	t.Run("ChangedInAsynqIsNotMoved", func(t *testing.T) {
+		t.Parallel()
+		d := asynqtest.Start(t)
+		b := setup(t, d)
+		cl := asynq.NewClient(asynq.RedisClientOpt{Addr: d.Addr})
+		defer cl.Close()
+		for _, id := range []string{"revived", "stopped"} {
+			_, err := cl.Enqueue(asynq.NewTask(asynqtest.TypeOrder, []byte(`{"order":7}`)), asynq.Queue(asynqtest.Queue), asynq.TaskID(id))
+			require.NoError(t, err)
+		}
+		require.NoError(t, d.Inspector.ArchiveTask(asynqtest.Queue, "revived"))
+		b.run(t)
+		require.Equal(t, notify.StateDead, b.get(t, "revived").State)
+		require.Equal(t, notify.StateScheduled, b.get(t, "stopped").State)
+
+		// The operator runs one again in asynq and stops the other.
+		require.NoError(t, d.Inspector.RunTask(asynqtest.Queue, "revived"))
+		require.NoError(t, d.Inspector.ArchiveTask(asynqtest.Queue, "stopped"))
+		changed := []*asynqimport.Reason{
+			unmapped,
+			{Reason: "pending in asynq but dead in Herald (changed since it was imported)", Count: 1, IDs: []string{"revived"}},
+			{Reason: "archived in asynq but scheduled in Herald (changed since it was imported)", Count: 1, IDs: []string{"stopped"}},
+		}
+		b.cfg.Move, b.cfg.DryRun = true, true
+		sum := b.run(t)
+		require.Equal(t, 6, sum.Present)
+		require.ElementsMatch(t, changed, sum.Reasons, "a dry run says the same")
+
+		b.cfg.DryRun = false
+		sum = b.run(t)
+		require.Equal(t, 6, sum.Present)
+		require.Equal(t, 6, sum.Deleted)
+		require.ElementsMatch(t, changed, sum.Reasons)
+		require.ElementsMatch(t, []string{"revived", "stopped", asynqtest.EmailPending}, remaining(t, d), "neither changed task is deleted")
+		require.Equal(t, notify.StateDead, b.get(t, "revived").State)
+		require.Equal(t, notify.StateScheduled, b.get(t, "stopped").State)
+	})
+
+	t.Run("ArchivedByHandKeepsAttempts", func(t *testing.T) {
+		t.Parallel()
+		d := asynqtest.Start(t)
+		b := setup(t, d)
+		require.NoError(t, d.Inspector.ArchiveTask(asynqtest.Queue, asynqtest.RetryTwice))
+		b.cfg.States = []asynqimport.State{asynqimport.StateArchived}
+		require.Equal(t, 3, b.run(t).Imported)
+		n := b.get(t, asynqtest.RetryTwice)
+		require.Equal(t, notify.StateDead, n.State)
+		require.Equal(t, 2, n.Attempts, "two attempts failed; archiving by hand made none")
+		require.Len(t, n.History, 1)
+		require.Equal(t, 1, n.History[0].Attempt)
+		require.Equal(t, notify.OutcomePermanent, n.History[0].Outcome)
+		require.Equal(t, asynqtest.HandlerError, n.History[0].Error)
+	})
+
+	t.Run("UnknownEndpointRefused", func(t *testing.T) {
+		t.Parallel()
+		d := asynqtest.Start(t)
+		b := setup(t, d)
+		set, err := policy.NewSet(nil, map[string]policy.Topic{"orders": {Channel: notify.ChannelWebhook, Endpoint: "merchant-42"}})
+		require.NoError(t, err)
+		b.cfg.Policies, b.cfg.Move = set, true
+		b.cfg.Map[asynqtest.TypeOrder] = asynqimport.Mapping{Topic: "orders"}
+		_, err = asynqimport.Run(context.Background(), b.cfg)
+		require.ErrorContains(t, err, `map order:notify=orders: topic orders names endpoint "merchant-42", which is neither in the policies file nor registered`)
+		require.Len(t, remaining(t, d), 7, "nothing moved")
+		_, err = b.store.Get(context.Background(), asynqtest.Pending)
+		require.ErrorIs(t, err, notify.ErrNotFound)
+
+		hook := endpoint.Endpoint{URL: "https://merchant.example/notify"}
+		b.cfg.Policies, err = set.WithEndpoints(map[string]endpoint.Endpoint{"merchant-42": hook})
+		require.NoError(t, err)
+		b.cfg.DryRun = true
+		require.Equal(t, 6, b.run(t).Imported, "the policies file's endpoint")
+
+		b.cfg.Policies, b.cfg.DryRun = set, false
+		_, err = b.store.PutEndpoint(context.Background(), "merchant-42", &hook)
+		require.NoError(t, err)
+		sum := b.run(t)
+		require.Equal(t, 6, sum.Imported, "an endpoint registered over the API")
+		require.Equal(t, 6, sum.Deleted)
+	})
+
+	t.Run("ReportsTasksNotRead", func(t *testing.T) {
+		t.Parallel()
+		src := redistest.Start(t, redistest.Options{})
+		opt := asynq.RedisClientOpt{Addr: src.Addr}
+		cl := asynq.NewClient(opt)
+		defer cl.Close()
+		for _, o := range []asynq.Option{asynq.Group("daily"), asynq.Group("daily"), asynq.TaskID("busy")} {
+			_, err := cl.Enqueue(asynq.NewTask(asynqtest.TypeOrder, []byte(`{"order":8}`)), asynq.Queue(asynqtest.Queue), o)
+			require.NoError(t, err)
+		}
+		// A worker holds "busy" until the test ends.
+		started, release := make(chan struct{}), make(chan struct{})
+		srv := asynq.NewServer(opt, asynq.Config{Queues: map[string]int{asynqtest.Queue: 1}, LogLevel: asynq.FatalLevel})
+		require.NoError(t, srv.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+			close(started)
+			<-release
+			return nil
+		})))
+		t.Cleanup(srv.Shutdown)
+		t.Cleanup(func() { close(release) })
+		<-started
+
+		b := setup(t, &asynqtest.Deployment{Addr: src.Addr})
+		sum := b.run(t)
+		require.Zero(t, sum.Matched)
+		require.Equal(t, 1, sum.Active)
+		require.Equal(t, 2, sum.Aggregating)
+		var out strings.Builder
+		_, err := sum.WriteTo(&out)
+		require.NoError(t, err)
+		require.Contains(t, out.String(), "\nactive              1 (not read: ")
+		require.Contains(t, out.String(), "\naggregating         2 (not read: ")
+	})
+
+	t.Run("FailedBatchNotCounted", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, shared)
+		failing := &failingStore{Store: b.store, after: 1}
+		b.cfg.Store = failing
+		sum, err := asynqimport.Run(context.Background(), b.cfg)
+		require.ErrorContains(t, err, "herald: store: redis went away")
+		require.Equal(t, 2, sum.Imported, "the first page")
+		require.Equal(t, sum.Matched, sum.Imported+sum.Present+sum.Skipped)
+	})
+
 	t.Run("Errors", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, shared)
@@ -268,6 +397,21 @@ func TestRun(t *testing.T) {
 			})
 		}
 	})
+}
+
+// failingStore is Herald's store failing every EnqueueBatch after the
+// first after.
+type failingStore struct {
+	*store.Store
+	after int
+}
+
+func (f *failingStore) EnqueueBatch(ctx context.Context, reqs []store.EnqueueRequest) ([]store.EnqueueResult, error) {
+	if f.after == 0 {
+		return nil, errors.New("redis went away")
+	}
+	f.after--
+	return f.Store.EnqueueBatch(ctx, reqs)
 }
 
 // remaining returns the ids of the tasks d's queue holds.

@@ -26,21 +26,46 @@
 //     entry: the LastErr at LastFailedAt, outcome "retry" when asynq ran out
 //     of retries (Retried >= MaxRetry) and "permanent" otherwise (SkipRetry,
 //     or archived by hand). asynq archives a task on the failure after its
-//     last retry without counting it, so an archived task that failed counts
-//     Retried+1 attempts. They replay and purge like any dead notification.
+//     last retry, or on a SkipRetry error (told by its LastErr, which holds
+//     SkipRetry's text), without counting that failure, so such a task
+//     counts Retried+1 attempts; one archived by hand counts
+//     Retried, as its failures were counted when it was retried. asynq keeps
+//     nothing that tells a task archived by hand while it waited for its
+//     last retry from one asynq archived after that retry: it counts as the
+//     latter, one attempt more. They replay and purge like any dead
+//     notification.
 //
 // The topic's configuration supplies the channel, target and policy, as for
-// any enqueue; the mapping's policy, when given, replaces the topic's. Task
+// any enqueue; the mapping's policy, when given, replaces the topic's. A
+// topic that names an endpoint neither the policies file nor the store
+// holds refuses the run before anything is read, where an enqueue over the
+// API would be refused: every task would fail at its first attempt. Task
 // headers, groups, deadlines and timeouts are asynq's own and are not
-// carried. Active, aggregating and completed tasks are not read.
+// carried.
+//
+// Active tasks (an asynq worker holds them) and aggregating ones (waiting
+// for their group) are not read; Summary.Active and Summary.Aggregating
+// count them, so that an operator does not retire asynq while it holds
+// them. Completed tasks are done and not read either.
 //
 // # Idempotent runs
 //
 // A task whose id Herald already holds with the same content is counted as
-// already present and not stored again; one held with other content (the
-// task changed in asynq since it was imported) is skipped, never replaced.
-// A task whose type has no mapping is skipped and counted, never guessed.
-// Every skip is counted by reason in the Summary, with the first ids.
+// already present and not stored again, unless one side is dead and the
+// other not: a task archived in asynq that Herald holds alive, or one
+// brought back from the archive that Herald holds dead. That task, like one
+// held with other content (the task changed in asynq since it was
+// imported), is skipped, never replaced. A task whose type has no mapping
+// is skipped and counted, never guessed. Every skip is counted by reason in
+// the Summary, with the first ids.
+//
+// asynq task ids are unique per queue, Herald's ids across a deployment.
+// Imported from a second queue, a task whose id an earlier queue's task
+// took counts as already present when its content is the same (same topic,
+// policy, payload and due time): the two become one notification, and
+// Move deletes it from asynq all the same. With other content (another
+// topic, say) it is skipped. Give such a task another id in asynq to
+// import it.
 //
 // # Moving
 //
@@ -49,5 +74,6 @@
 // skipped stays in asynq. Stop the asynq servers of the queue first (or
 // pause the queue): a task one of them starts while the import runs could
 // run in both systems. Tasks that arrive while an import runs may be left
-// for the next run; run it until it reports nothing to import.
+// for the next run; run it until it reports nothing to import and no
+// active or aggregating tasks.
 package asynqimport

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -56,13 +57,14 @@ func (im *importer) state(ctx context.Context, st State, count int) error {
 }
 
 // page stores one page of tasks in one batch, then, with Move, deletes from
-// asynq those Herald holds.
+// asynq those Herald holds. The tasks of a batch Herald's store fails to
+// take are not counted, so that the Summary's sum holds after an error.
 func (im *importer) page(ctx context.Context, st State, tasks []*asynq.TaskInfo) error {
 	reqs := make([]store.EnqueueRequest, 0, len(tasks))
 	for _, t := range tasks {
-		im.sum.Matched++
 		req, err := im.request(t, st)
 		if err != nil {
+			im.sum.Matched++
 			im.sum.skip(err.Error(), t.ID)
 			continue
 		}
@@ -71,9 +73,13 @@ func (im *importer) page(ctx context.Context, st State, tasks []*asynq.TaskInfo)
 	if len(reqs) == 0 {
 		return nil
 	}
-	held, err := im.store(ctx, reqs)
-	if err != nil || !im.cfg.Move || im.cfg.DryRun {
+	held, err := im.store(ctx, st, reqs)
+	if err != nil {
 		return err
+	}
+	im.sum.Matched += len(reqs)
+	if !im.cfg.Move || im.cfg.DryRun {
+		return nil
 	}
 	for _, id := range held {
 		switch err := im.insp.DeleteTask(im.cfg.Queue, id); {
@@ -92,33 +98,44 @@ func (im *importer) page(ctx context.Context, st State, tasks []*asynq.TaskInfo)
 // content.
 const errConflict = "Herald already holds a different notification with this id"
 
-// store stores reqs (with DryRun, only looks them up) and returns the ids
-// Herald now holds: imported or already present.
-func (im *importer) store(ctx context.Context, reqs []store.EnqueueRequest) (held []string, err error) {
+// store stores reqs, the tasks of one page read in state st (with DryRun,
+// only looks them up), and returns the ids Herald holds: imported (with
+// DryRun, would be) or already present. It counts nothing when it fails.
+func (im *importer) store(ctx context.Context, st State, reqs []store.EnqueueRequest) (held []string, err error) {
+	results := make([]store.EnqueueResult, len(reqs))
 	if im.cfg.DryRun {
-		for _, req := range reqs {
-			n, err := im.cfg.Store.Get(ctx, req.Notification.ID)
-			switch {
-			case errors.Is(err, notify.ErrNotFound):
-				im.sum.Imported++
-			case err != nil:
-				return nil, fmt.Errorf("herald: look up %s: %w", req.Notification.ID, err)
-			case store.SameNotification(n, req.Notification):
-				im.sum.Present++
+		ids := make([]string, len(reqs))
+		for i, req := range reqs {
+			ids[i] = req.Notification.ID
+		}
+		got, err := im.cfg.Store.GetStates(ctx, ids)
+		if err != nil {
+			return nil, fmt.Errorf("herald: look up: %w", err)
+		}
+		for i, n := range got {
+			switch r := &results[i]; {
+			case n == nil:
+				r.Status = store.Created
+			case store.SameNotification(n, reqs[i].Notification):
+				r.Status, r.Notification = store.Existing, n
 			default:
-				im.sum.skip(errConflict, n.ID)
+				r.Err = notify.ErrConflict
 			}
 		}
-		return nil, nil
-	}
-	res, err := im.cfg.Store.EnqueueBatch(ctx, reqs)
-	if err != nil {
+	} else if results, err = im.cfg.Store.EnqueueBatch(ctx, reqs); err != nil {
 		return nil, fmt.Errorf("herald: store: %w", err)
 	}
-	for i, r := range res {
+	for i, r := range results {
 		id := reqs[i].Notification.ID
 		switch {
 		case r.Err == nil && r.Status == store.Existing:
+			// The content's digest leaves out whether the task was
+			// dead: one archived or brought back in asynq since it was
+			// imported would be deleted there and left as it was here.
+			if changed := deadChanged(st, r.Notification.State); changed != "" {
+				im.sum.skip(changed, id)
+				continue
+			}
 			im.sum.Present++
 		case r.Err == nil:
 			im.sum.Imported++
@@ -132,6 +149,16 @@ func (im *importer) store(ctx context.Context, reqs []store.EnqueueRequest) (hel
 		held = append(held, id)
 	}
 	return held, nil
+}
+
+// deadChanged is the skip of a task read in state st that Herald holds,
+// with the same content, in state held: when Herald's record is dead and
+// the task not archived, or the other way round. "" when they agree.
+func deadChanged(st State, held notify.State) string {
+	if (st == StateArchived) == (held == notify.StateDead) {
+		return ""
+	}
+	return fmt.Sprintf("%s in asynq but %s in Herald (changed since it was imported)", st, held)
 }
 
 // request makes the enqueue of task t, read in state st (see the package
@@ -196,18 +223,23 @@ func toJSON(payload []byte) (out json.RawMessage, encoded bool) {
 }
 
 // deadEntry returns the history entry and the attempts made of an archived
-// task. asynq archives a task on the failure after its last retry without
-// counting it in Retried; a task archived by hand has no such failure.
+// task. asynq archives a task on the failure after its last retry, or on a
+// SkipRetry error, without counting that failure in Retried; a task
+// archived by hand was archived by no failure, and the failures before
+// (LastFailedAt, LastErr) were counted when it was retried.
 func deadEntry(t *asynq.TaskInfo, now time.Time) (*notify.Attempt, int) {
 	attempts, at := t.Retried, t.LastFailedAt
 	outcome := notify.OutcomePermanent
-	if at.IsZero() {
+	switch {
+	case at.IsZero():
 		at = now
-	} else {
+	case t.Retried >= t.MaxRetry:
 		attempts++
-		if t.Retried >= t.MaxRetry {
-			outcome = notify.OutcomeRetry
-		}
+		outcome = notify.OutcomeRetry
+	case strings.Contains(t.LastErr, asynq.SkipRetry.Error()):
+		// asynq keeps only the error's text; a handler's SkipRetry
+		// wraps asynq's, whose text it then holds.
+		attempts++
 	}
 	return &notify.Attempt{
 		Attempt:    max(attempts-1, 0),

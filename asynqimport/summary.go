@@ -9,7 +9,9 @@ import (
 	"github.com/heraldhq/herald/internal/show"
 )
 
-// Summary is what an import did. Matched = Imported + Present + Skipped.
+// Summary is what an import did. Matched = Imported + Present + Skipped,
+// also after an error: the tasks of a batch Herald's store failed to take
+// are not counted.
 type Summary struct {
 	Queue  string  `json:"queue"`
 	States []State `json:"states"`
@@ -32,6 +34,12 @@ type Summary struct {
 	// why the others stored in Herald were not.
 	Deleted    int       `json:"deleted"`
 	NotDeleted []*Reason `json:"not_deleted,omitempty"`
+	// Active and Aggregating count the tasks the queue held at the start
+	// in states an import does not read: an asynq worker holds the active
+	// ones, and the aggregating ones wait for their group to be aggregated
+	// into one task. Until both are 0, asynq still holds work to import.
+	Active      int `json:"active"`
+	Aggregating int `json:"aggregating"`
 }
 
 // MaxReasonIDs is how many task ids a Reason lists.
@@ -88,6 +96,15 @@ func (s *Summary) WriteTo(w io.Writer) (int64, error) {
 	if s.Move {
 		row("deleted from asynq", s.Deleted)
 		writeReasons(&b, s.NotDeleted)
+	}
+	if s.Active > 0 {
+		fmt.Fprintf(&b, "%-19s %d (not read: let them finish; if their asynq server died, run one for this queue, "+
+			"paused will do, until asynq puts them back in retry or archives them, within about 2 minutes; then run the import again)\n",
+			"active", s.Active)
+	}
+	if s.Aggregating > 0 {
+		fmt.Fprintf(&b, "%-19s %d (not read: they wait until an asynq server of this queue with a GroupAggregator "+
+			"makes each group one pending task; then run the import again)\n", "aggregating", s.Aggregating)
 	}
 	n, err := io.WriteString(w, b.String())
 	return int64(n), err

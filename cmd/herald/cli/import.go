@@ -34,9 +34,13 @@ bytes as a base64 string), its due time and the attempts already made;
 archived tasks go to the dead-letter set with their last error. Each task type
 goes to the topic (and policy) its --map names; other types are skipped.
 Tasks name no receiver, so a webhook, poll or sms topic must name its
-endpoint or target in the policies file; a pull topic takes any task.
-A second run imports nothing twice. --move deletes each task from asynq once
-Herald holds it: stop the queue's asynq servers first.`,
+endpoint or target in the policies file, and that endpoint must be in the
+file or registered; a pull topic takes any task.
+A second run imports nothing twice; a task whose state changed in asynq since
+it was imported (archived, or run again) is skipped and left there. --move
+deletes each task from asynq once Herald holds it: stop the queue's asynq
+servers first. Active and aggregating tasks are not read, only counted: run
+the import again once asynq has moved them on, until none is left.`,
 		Example: `  herald import asynq --from 10.0.0.5:6379 --queue payments --map order:notify=order-notify --dry-run
   herald import asynq --from 10.0.0.5:6379 --queue payments --state archived \
     --map order:notify=order-notify:alipay-notify --map invoice:render=jobs --move`,

@@ -89,7 +89,7 @@ deleted from asynq  7
 		require.NoError(t, r.err)
 		require.JSONEq(t, `{"queue": "payments", "states": ["scheduled", "retry", "pending", "archived"], "dry_run": false,
 			"move": false, "matched": 0, "imported": 0, "already_present": 0, "skipped": 0, "skipped_reasons": [],
-			"base64_payloads": 0, "deleted": 0}`, r.out)
+			"base64_payloads": 0, "deleted": 0, "active": 0, "aggregating": 0}`, r.out)
 	})
 
 	t.Run("Unreachable", func(t *testing.T) {
