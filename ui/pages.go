@@ -277,15 +277,20 @@ func (h *Handler) find(w http.ResponseWriter, r *http.Request, s *session) {
 	http.Redirect(w, r, notificationURL(id), http.StatusSeeOther)
 }
 
-// notificationURL is the page of notification id. The ids "." and ".." are
-// spelt %2E, or a browser would take them for dot segments and open the
-// overview instead.
+// notificationURL is the page of notification id.
 func notificationURL(id string) string {
-	segment := url.PathEscape(id)
+	return Prefix + "notifications/" + pathSegment(id)
+}
+
+// pathSegment is name as one segment of a dashboard URL. The names "." and
+// ".." (valid ids, topics and endpoint names) are spelt %2E, or a browser
+// would take them for dot segments and open, or post to, another page.
+func pathSegment(name string) string {
+	segment := url.PathEscape(name)
 	if segment == "." || segment == ".." {
 		segment = strings.ReplaceAll(segment, ".", "%2E")
 	}
-	return Prefix + "notifications/" + segment
+	return segment
 }
 
 type notificationData struct {

@@ -53,7 +53,7 @@ func pauseActions(kind, name string, paused bool) []formAction {
 // actionURL is where the button of action on kind name posts:
 // /ui/topics/T/pause, /ui/endpoints/E/enable.
 func actionURL(kind, name, action string) string {
-	return Prefix + kind + "s/" + url.PathEscape(name) + "/" + action
+	return Prefix + kind + "s/" + pathSegment(name) + "/" + action
 }
 
 // routePauses adds the routes of the pause, resume and enable forms.

@@ -1159,6 +1159,29 @@ func row(t *testing.T, page, open string) string {
 	return r[:strings.Index(r, "</tr>")]
 }
 
+// TestPauseDotTopics: the topics "." and ".." are valid, and their
+// buttons post where a browser sends them, which drops dot segments.
+func TestPauseDotTopics(t *testing.T) {
+	t.Parallel()
+	b := setup(t, testToken)
+	b.login(t)
+	base, err := url.Parse(b.server.URL + "/ui/")
+	require.NoError(t, err)
+	for _, topic := range []string{".", ".."} {
+		b.bury(t, "d"+topic, topic, `{}`, "x")
+		_, page := b.get(t, "/ui/")
+		action := regexp.MustCompile(`<form method="post" action="([^"]+)"`).FindStringSubmatch(row(t, page, `<tr data-topic="`+topic+`">`))
+		require.NotNil(t, action, "topic %q has no button", topic)
+		ref, err := url.Parse(html.UnescapeString(action[1]))
+		require.NoError(t, err)
+		res, _ := b.post(t, base.ResolveReference(ref).EscapedPath(), url.Values{"csrf": {csrf(t, page)}}, b.server.URL)
+		require.Equal(t, http.StatusSeeOther, res.StatusCode, "topic %q", topic)
+		paused, err := b.store.IsPaused(context.Background(), store.PauseTopic, topic)
+		require.NoError(t, err)
+		require.True(t, paused, "the Pause button of topic %q paused nothing", topic)
+	}
+}
+
 // button returns the form of the row that posts to action, or "".
 func button(r, action string) string {
 	i := strings.Index(r, `<form method="post" action="`+action+`"`)
