@@ -47,8 +47,8 @@ topics:
 // TestSecondInterruptExitsAtOnce: on SIGINT, herald serve shuts down
 // gracefully, waiting up to its shutdown timeout (10s) for an attempt
 // whose receiver does not answer, and says that a second Ctrl-C exits at
-// once; the second SIGINT then ends it at once, with the status a shell
-// gives a process SIGINT ended (130). It does so too when SIGINT was
+// once; a SIGHUP meanwhile does not end it; the second SIGINT then ends it
+// at once, with the status a shell gives a process SIGINT ended (130). It does so too when SIGINT was
 // ignored as it started, as a script's background job's is.
 func TestSecondInterruptExitsAtOnce(t *testing.T) {
 	t.Parallel()
@@ -92,9 +92,12 @@ func secondInterruptExitsAtOnce(t *testing.T, ignored bool) {
 	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
 	require.Eventually(t, func() bool { return strings.Contains(serve.output(serve.stderr), "press Ctrl-C again to exit at once") },
 		10*time.Second, 10*time.Millisecond, "no word of the second Ctrl-C")
+	// SIGHUP rereads the policies during the shutdown too: its default
+	// action would end the process and cut the attempt short.
+	require.NoError(t, cmd.Process.Signal(syscall.SIGHUP))
 	select {
 	case <-exited:
-		t.Fatal("serve did not wait for the running attempt")
+		t.Fatal("serve did not wait for the running attempt (a SIGHUP during the shutdown ended it)")
 	case <-time.After(500 * time.Millisecond): // of the 10s it waits
 	}
 
@@ -147,6 +150,24 @@ func TestOpenAPIWarnsOfItsAddress(t *testing.T) {
 	t.Parallel()
 	serve := startServe(t, redistest.Start(t, redistest.Options{}), false)
 	require.Contains(t, serve.output(serve.stderr), "answer anyone who can reach "+strings.TrimPrefix(serve.url, "http://")+" by IP address")
+}
+
+// TestShutdownLogIsJSON: with log.format json, what serve says as it shuts
+// down is a JSON log line too, where it was plain text in the stream.
+func TestShutdownLogIsJSON(t *testing.T) {
+	t.Parallel()
+	serve := startServeWith(t, redistest.Start(t, redistest.Options{}), false, "json", "")
+	require.NoError(t, serve.cmd.Process.Signal(syscall.SIGINT))
+	select {
+	case <-serve.exited:
+	case <-time.After(20 * time.Second):
+		t.Fatal("serve did not shut down within 20s")
+	}
+	out := serve.output(serve.stderr)
+	require.Contains(t, out, "press Ctrl-C again to exit at once")
+	for line := range strings.Lines(out) {
+		require.True(t, json.Valid([]byte(line)), "not a JSON log line: %s", line)
+	}
 }
 
 // TestTraceExportErrorsInServeLog runs serve with log.format json against

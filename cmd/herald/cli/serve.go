@@ -82,7 +82,7 @@ func (c *app) serve(cmd *cobra.Command, role string) error {
 	// The command's context ends at the first signal, and a second one ends
 	// the process (see main): say so, since the shutdown can take a while.
 	defer context.AfterFunc(cmd.Context(), func() {
-		fmt.Fprintln(c.deps.Err, "herald: shutting down once the work in flight ends; press Ctrl-C again to exit at once")
+		c.base.Logger.Warn("herald: shutting down once the work in flight ends; press Ctrl-C again to exit at once")
 	})()
 	ctx, cancel := context.WithCancel(cmd.Context())
 	defer cancel()
@@ -115,11 +115,13 @@ func (c *app) serveOn(cmd *cobra.Command, role string, addr net.Addr, h *handler
 	ctx := cmd.Context()
 	// The watcher catches SIGHUP, whose default action ends the process, so
 	// it starts before the wait for Redis, which can be long: a reload then
-	// rereads the file as it does later.
+	// rereads the file as it does later. It runs until this function
+	// returns, past the first signal, so that a SIGHUP during the shutdown
+	// does not end the process and cut the attempts in flight short.
 	// A dispatcher rereads its templates with the policies, once it has
 	// loaded them.
 	var reloaded atomic.Pointer[func(*policy.Set)]
-	policies, stopPolicies, err := c.base.StartPolicies(ctx, func(set *policy.Set) {
+	policies, stopPolicies, err := c.base.StartPolicies(context.WithoutCancel(ctx), func(set *policy.Set) {
 		if f := reloaded.Load(); f != nil {
 			(*f)(set)
 		}
