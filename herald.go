@@ -172,9 +172,9 @@ type ClientConfig struct {
 	// wait until that many replicas have the change (Redis WAIT), and fail
 	// with ErrNotReplicated when they do not within WaitTimeout, as
 	// herald serve's redis.wait_replicas does. The change has then reached
-	// the master: read it back before trying again. A worker's reservations
-	// wait too, so that a failover cannot start a second attempt while the
-	// first runs. Default 0: answer as soon as the master has it.
+	// the master: read it back before trying again. A Worker's reservations
+	// wait too when its WorkerConfig.WaitReplicas says so. Default 0:
+	// answer as soon as the master has it.
 	WaitReplicas int
 	// WaitTimeout bounds that wait. Default 1s.
 	WaitTimeout time.Duration
@@ -330,7 +330,8 @@ func Headers(h map[string]string) EnqueueOption {
 	}
 }
 
-// Template renders the payload with the named template before sending.
+// Template renders the payload with the named template before a sender
+// (webhook, sms, poll) sends it; a handler gets the payload as enqueued.
 func Template(name string) EnqueueOption { return func(r *notify.Request) { r.Template = name } }
 
 // OrderKey orders the notification behind every earlier one of its topic
@@ -421,7 +422,9 @@ func withDefaultChannel(r *notify.Request, set *Policies) *notify.Request {
 	out := *r
 	target := cmp.Or(r.Target, set.Topics[r.Topic].Target)
 	switch {
-	case target == "" && cmp.Or(r.Endpoint, set.Topics[r.Topic].Endpoint) != "":
+	// The request's endpoint replaces its topic's target, a phone number
+	// as much as a URL.
+	case r.Endpoint != "" || (target == "" && set.Topics[r.Topic].Endpoint != ""):
 		out.Channel = notify.ChannelWebhook
 	case target == "":
 		out.Channel = notify.ChannelPull
@@ -534,6 +537,14 @@ type WorkerConfig struct {
 	// serve's dead_retention; the shortest among a namespace's processes
 	// applies. Default -1: kept until replayed or purged.
 	DeadRetention time.Duration
+	// WaitReplicas, when above 0, makes the worker's reservations and
+	// outcomes wait until that many replicas have them (Redis WAIT), as
+	// herald serve's redis.wait_replicas does, so that a failover cannot
+	// start a second attempt of a job while the first runs. Give it the
+	// producers' ClientConfig.WaitReplicas. Default 0.
+	WaitReplicas int
+	// WaitTimeout bounds that wait. Default 1s.
+	WaitTimeout time.Duration
 	// ShutdownTimeout is how long Stop waits for running attempts before
 	// it ends their contexts and gives their jobs back, due again at once
 	// and not counted as attempts: give it the longest a handler should be
@@ -635,6 +646,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		return errors.New("herald: worker already started")
 	}
 	st, err := openStore(&store.Config{Client: w.rdb, Namespace: w.cfg.Namespace, Shards: w.cfg.Shards,
+		WaitReplicas: w.cfg.WaitReplicas, WaitTimeout: w.cfg.WaitTimeout,
 		Retention: w.cfg.Retention, DeadRetention: w.cfg.DeadRetention, Logger: w.log})
 	if err != nil {
 		return err

@@ -345,6 +345,33 @@ endpoints:
 	require.Equal(t, "endpoint", fe.Field)
 }
 
+// TestEndpointIsAWebhook: a notification naming an endpoint is a webhook
+// when no channel is named, though its topic's own target be a phone
+// number, which the endpoint replaces.
+func TestEndpointIsAWebhook(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "policies.yaml")
+	require.NoError(t, os.WriteFile(file, []byte(`
+policies:
+  default: {backoff: [0]}
+topics:
+  alerts: {target: "+14155550100"}
+endpoints:
+  merchant:
+    url: https://merchant.example/notify
+    secrets: [{value: "whsec_c2VjcmV0LWZvci10aGUtbGlicmFyeS10ZXN0"}]
+`), 0o600))
+	set, err := herald.LoadPolicies(file)
+	require.NoError(t, err)
+	_, _, c := connect(t, set)
+	res, err := c.Enqueue(context.Background(), "alerts", map[string]string{"text": "hi"}, herald.Endpoint("merchant"), herald.Delay(time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, herald.ChannelWebhook, res.Notification.Channel)
+	sms, err := c.Enqueue(context.Background(), "alerts", map[string]string{"text": "hi"}, herald.Delay(time.Hour))
+	require.NoError(t, err)
+	require.Equal(t, herald.ChannelSMS, sms.Notification.Channel, "the topic's target alone")
+}
+
 // TestRetryAfter: a handler's RetryAfter moves the next attempt at least
 // that far out when the policy honours it, no further than the policy's
 // max_retry_after, and not at all when the policy does not honour it.
@@ -450,6 +477,45 @@ func TestWaitReplicas(t *testing.T) {
 	require.NoError(t, err)
 	_, err = c.Cancel(ctx, "replicated")
 	require.NoError(t, err)
+}
+
+// TestWorkerWaitsForReplicas: a worker asked to wait for a replica starts
+// no job whose reservation only the master holds, since a failover would
+// lose it and start a second attempt while the first runs; once a replica
+// takes its reservations, it runs the job.
+func TestWorkerWaitsForReplicas(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	master := redistest.Start(t, redistest.Options{})
+	rdb := master.Client(t)
+	c, err := herald.NewClient(rdb, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	w, err := herald.NewWorker(rdb, &herald.WorkerConfig{WaitReplicas: 1, WaitTimeout: 20 * time.Millisecond})
+	require.NoError(t, err)
+	ran := make(chan struct{}, 1)
+	w.HandleFunc("jobs", func(context.Context, *herald.Job) error {
+		select {
+		case ran <- struct{}{}:
+		default:
+		}
+		return nil
+	})
+	require.NoError(t, w.Start(ctx))
+	t.Cleanup(w.Stop)
+	_, err = c.Enqueue(ctx, "jobs", nil, herald.ID("needs-a-replica"))
+	require.NoError(t, err)
+	select {
+	case <-ran:
+		t.Fatal("the job ran on a reservation no replica held")
+	case <-time.After(500 * time.Millisecond):
+	}
+	redistest.StartReplica(t, master)
+	select {
+	case <-ran:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the job did not run once a replica took the reservations")
+	}
 }
 
 // TestNilOptionsAndRequests: an option left nil, as a conditional option
