@@ -474,7 +474,8 @@ func (s Secret) MarshalText() ([]byte, error) { return []byte(s.shown()), nil }
 // NewClient returns the go-redis client of a validated c with at least one
 // address: of one server (standalone), of a master found through its
 // Sentinels (go-redis's failover client, which follows a failover), or of
-// a Cluster. onConnect, when set, runs on each new connection.
+// a Cluster. onConnect, when set, runs on each new connection: in Sentinel
+// mode on those to the Sentinels too, as go-redis gives them the same hook.
 func (c *RedisConfig) NewClient(onConnect func(context.Context, *redis.Conn) error) redis.UniversalClient {
 	var tlsConfig *tls.Config
 	if c.TLS {
