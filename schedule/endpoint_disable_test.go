@@ -32,6 +32,18 @@ func manyRetries(t *testing.T) *policy.Set {
 	return set
 }
 
+// flakyEndpoint makes b's policies manyRetries with the endpoint "flaky",
+// of disableAfter, at a receiver that fails until up.
+func (b *testBundle) flakyEndpoint(t *testing.T, disableAfter time.Duration) (rcv *receiver, up *atomic.Bool) {
+	t.Helper()
+	rcv, up = newFlakyReceiver(t)
+	var err error
+	b.policies, err = manyRetries(t).WithEndpoints(map[string]endpoint.Endpoint{
+		"flaky": {URL: rcv.URL, DisableAfter: notify.Duration(disableAfter)}})
+	require.NoError(t, err)
+	return rcv, up
+}
+
 // TestDisabledAcrossDispatchers: three dispatchers, reserving ahead, fail
 // to one endpoint together until its disable_after disables it; its
 // notifications then wait, none dead, and none attempted while it stays
@@ -41,11 +53,7 @@ func TestDisabledAcrossDispatchers(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	rcv, up := newFlakyReceiver(t)
-	var err error
-	b.policies, err = manyRetries(t).WithEndpoints(map[string]endpoint.Endpoint{
-		"flaky": {URL: rcv.URL, DisableAfter: notify.Duration(150 * time.Millisecond)}})
-	require.NoError(t, err)
+	rcv, up := b.flakyEndpoint(t, 150*time.Millisecond)
 	b.startLimited(t, 3, schedule.Config{})
 	const total = 20
 	b.enqueueEndpointBatch(t, "d", "flaky", total)

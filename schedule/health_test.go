@@ -79,11 +79,7 @@ func TestDisabledStopsAtOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	rcv, _ := newFlakyReceiver(t)
-	var err error
-	b.policies, err = manyRetries(t).WithEndpoints(map[string]endpoint.Endpoint{
-		"flaky": {URL: rcv.URL, DisableAfter: notify.Duration(100 * time.Millisecond)}})
-	require.NoError(t, err)
+	rcv, _ := b.flakyEndpoint(t, 100*time.Millisecond)
 	b.startLimited(t, 1, schedule.Config{Concurrency: 1})
 	var ids []string
 	for i := range 5 {
