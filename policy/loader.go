@@ -25,15 +25,16 @@ import (
 // Set. A bad file yields an error that wraps a *notify.FieldError naming
 // the offending key, such as "policies.merchant-notify.backoff[2]", and
 // starts with the file's name.
-// An empty file (or one of comments alone) is refused: valid YAML, and
-// what a file caught half-written (truncated, not yet filled) reads as,
-// which would take every topic away.
+// An empty file (or one of comments alone, or of keys with nothing under
+// them) is refused: valid YAML, and what a file caught half-written
+// (truncated after its first line, not yet filled) reads as, which would
+// take every topic away.
 func Load(path string) (*Set, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	if m, err := yaml.Parser().Unmarshal(b); err == nil && len(m) == 0 {
+	if m, err := yaml.Parser().Unmarshal(b); err == nil && setsNothing(m) {
 		return nil, fmt.Errorf("%s: the file is empty: write \"policies: {}\" for the default policy alone", path)
 	}
 	s, err := load(rawbytes.Provider(b))
@@ -41,6 +42,16 @@ func Load(path string) (*Set, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return s, nil
+}
+
+// setsNothing reports whether a parsed file has no key with a value.
+func setsNothing(m map[string]any) bool {
+	for _, v := range m {
+		if v != nil {
+			return false
+		}
+	}
+	return true
 }
 
 func load(p koanf.Provider) (*Set, error) {

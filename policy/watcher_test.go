@@ -316,7 +316,12 @@ func TestWatcherSignalDuringWrite(t *testing.T) {
 	}
 
 	empty := filepath.Join(t.TempDir(), "empty.yaml")
-	require.NoError(t, os.WriteFile(empty, []byte("\n# nothing yet\n"), 0o600))
+	for _, text := range []string{"\n# nothing yet\n", "policies:\n", "policies:\ntopics:\n"} {
+		require.NoError(t, os.WriteFile(empty, []byte(text), 0o600))
+		_, err = Load(empty)
+		require.ErrorContains(t, err, "empty", "%q", text)
+	}
+	require.NoError(t, os.WriteFile(empty, []byte("policies: {}\n"), 0o600))
 	_, err = Load(empty)
-	require.ErrorContains(t, err, "empty")
+	require.NoError(t, err, "the default policy alone, as the message says")
 }
