@@ -136,6 +136,12 @@ func (c *app) serveOn(cmd *cobra.Command, role string, addr net.Addr, h *handler
 		return err
 	}
 	defer w.Close()
+	if e := w.redis.embedded; e != nil {
+		// On stdout too, beside the log's warning, which log.level may
+		// silence.
+		fmt.Fprintf(c.base.Out, "herald: EMBEDDED REDIS at %s: nothing survives exit; set redis.addrs to keep notifications "+
+			"(other commands reach this one with HERALD_REDIS_ADDRS=%[1]s)\n", e.Addr())
+	}
 	stopTracing, err := w.startTracing(ctx)
 	if err != nil {
 		return err
