@@ -203,13 +203,13 @@ func (c *Config) checkEndpoints(ctx context.Context) error {
 		if n.Endpoint == "" {
 			continue
 		}
-		_, err = endpoints.Endpoint(ctx, n.Endpoint)
-		switch {
-		case errors.Is(err, endpoint.ErrNotFound):
+		var fe *notify.FieldError
+		switch err := endpoint.Check(ctx, endpoints, n.Endpoint); {
+		case errors.As(err, &fe):
 			return fmt.Errorf("map %s=%s: topic %[2]s names endpoint %q, which is neither in the policies file "+
 				"nor registered (herald endpoint put): every task would fail at its first attempt", t, n.Topic, n.Endpoint)
 		case err != nil:
-			return fmt.Errorf("herald: look up endpoint %q: %w", n.Endpoint, err)
+			return fmt.Errorf("herald: %w", err)
 		}
 	}
 	return nil

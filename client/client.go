@@ -230,7 +230,7 @@ func (c *Client) EnqueueBatch(ctx context.Context, reqs []*notify.Request) ([]st
 			err = notify.Errorf("template", "%q is not a template this server has loaded (a file of its templates_dir)", req.Template)
 		}
 		if err == nil && n.Endpoint != "" {
-			err = c.checkEndpoint(ctx, n.Endpoint)
+			err = endpoint.Check(ctx, c.cfg.Endpoints, n.Endpoint)
 		}
 		if err != nil {
 			results[i].Err = err

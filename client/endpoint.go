@@ -14,20 +14,6 @@ import (
 	"github.com/heraldhq/herald/store"
 )
 
-// checkEndpoint refuses a notification naming an endpoint that neither the
-// policies file nor the API registered: a *notify.FieldError naming
-// "endpoint".
-func (c *Client) checkEndpoint(ctx context.Context, name string) error {
-	_, err := c.cfg.Endpoints.Endpoint(ctx, name)
-	switch {
-	case errors.Is(err, endpoint.ErrNotFound):
-		return notify.Errorf("endpoint", "unknown endpoint %q", name)
-	case err != nil:
-		return fmt.Errorf("client: look up endpoint %q: %w", name, err)
-	}
-	return nil
-}
-
 // fileEndpoints returns the endpoints of the policies file in force.
 func (c *Client) fileEndpoints() map[string]endpoint.Endpoint { return c.cfg.PoliciesFunc().Endpoints }
 

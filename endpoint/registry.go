@@ -2,8 +2,12 @@ package endpoint
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
+
+	"github.com/heraldhq/herald/notify"
 )
 
 // CacheTTLDefault is how long a Registry keeps an endpoint read from its
@@ -30,6 +34,21 @@ var (
 	_ Lookup = LookupFunc(nil)
 	_ Lookup = (*Registry)(nil)
 )
+
+// Check refuses a notification naming an endpoint l does not hold: a
+// *notify.FieldError naming "endpoint", as an enqueue is refused, rather
+// than a notification that fails at its first attempt. A failed lookup is
+// returned as it is.
+func Check(ctx context.Context, l Lookup, name string) error {
+	_, err := l.Endpoint(ctx, name)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return notify.Errorf("endpoint", "unknown endpoint %q", name)
+	case err != nil:
+		return fmt.Errorf("look up endpoint %q: %w", name, err)
+	}
+	return nil
+}
 
 // Map is a Lookup over a fixed set of endpoints, such as a policies file's.
 type Map map[string]Endpoint
