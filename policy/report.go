@@ -98,21 +98,27 @@ func (r *Report) Print(out io.Writer) error {
 	return tw.Flush()
 }
 
-// redactedTopics returns a copy of topics with their targets and on_done
-// URLs through notify.RedactedURL, leaving the Set, which senders read, as
-// it is.
+// redactedTopics returns a copy of topics, each Redacted, leaving the Set,
+// which senders read, as it is.
 func redactedTopics(topics map[string]Topic) map[string]Topic {
 	out := make(map[string]Topic, len(topics))
 	for name, t := range topics {
-		t.Target = notify.RedactedURL(t.Target)
-		if t.Poll != nil {
-			poll := *t.Poll
-			poll.OnDone = notify.RedactedURL(poll.OnDone)
-			t.Poll = &poll
-		}
-		out[name] = t
+		out[name] = t.Redacted()
 	}
 	return out
+}
+
+// Redacted returns t as an operator is shown it: its target and on_done
+// URL through notify.RedactedURL, as the API shows a notification's
+// target. The credentials in them are the receiver's, not the reader's.
+func (t Topic) Redacted() Topic {
+	t.Target = notify.RedactedURL(t.Target)
+	if t.Poll != nil {
+		poll := *t.Poll
+		poll.OnDone = notify.RedactedURL(poll.OnDone)
+		t.Poll = &poll
+	}
+	return t
 }
 
 // topicTarget is where a topic's notifications go by default: its target,

@@ -684,11 +684,7 @@ func (h *Handler) policies(w http.ResponseWriter, r *http.Request, s *session) {
 		d.Policies = append(d.Policies, row)
 	}
 	for _, t := range slices.Sorted(maps.Keys(set.Topics)) {
-		topic := set.Topics[t]
-		// As a notification's page shows its target: the credentials in
-		// it are the receiver's, not the reader's.
-		topic.Target = notify.RedactedURL(topic.Target)
-		d.Topics = append(d.Topics, topicConfig{Name: t, Topic: topic})
+		d.Topics = append(d.Topics, topicConfig{Name: t, Topic: set.Topics[t].Redacted()})
 	}
 	h.render(w, r, http.StatusOK, "policies", s, &d)
 }
