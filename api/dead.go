@@ -82,6 +82,12 @@ func (req *replayRequest) isZero() bool {
 	return len(req.IDs) == 0 && req.Topic == "" && req.Since == nil && req.Until == nil && !req.ResetAttempts && !req.DryRun
 }
 
+// filter is the store's filter for the ids, or the topic and window, of
+// req; the store checks it.
+func (req *replayRequest) filter() store.DeadFilter {
+	return store.DeadFilter{IDs: req.IDs, Topic: req.Topic, Since: req.Since, Until: req.Until}
+}
+
 // ReplayResult is the answer of POST /v1/dead/replay. NotDead names the
 // ids given that were not dead, and so not replayed, with their states.
 type ReplayResult struct {
@@ -105,11 +111,7 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	f, err := deadFilter(req.IDs, req.Topic, req.Since, req.Until)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
+	f := req.filter()
 	ctx, cancel := s.storeContext(r)
 	defer cancel()
 	// Looked up before the replay, which would make the ids it replays
@@ -125,26 +127,6 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, ReplayResult{Matched: matched, Replayed: replayed, NotDead: notDead})
-}
-
-// deadFilter is the store's filter for the ids, or the topic and window,
-// of a replay or purge.
-func deadFilter(ids []string, topic string, since, until *time.Time) (store.DeadFilter, error) {
-	f := store.DeadFilter{IDs: ids, Topic: topic}
-	for _, b := range []struct {
-		field string
-		given *time.Time
-		dst   *time.Time
-	}{{"since", since, &f.Since}, {"until", until, &f.Until}} {
-		if b.given == nil {
-			continue
-		}
-		if err := store.CheckBound(b.field, *b.given); err != nil {
-			return f, err
-		}
-		*b.dst = *b.given
-	}
-	return f, nil
 }
 
 // purge handles DELETE /v1/dead?ids=&topic=&since=&until=&dry_run=: the
@@ -181,12 +163,7 @@ func (s *Server) purge(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, notify.Errorf("reset_attempts", "is for a replay; a purge deletes"))
 			return
 		}
-		f, err := deadFilter(req.IDs, req.Topic, req.Since, req.Until)
-		if err != nil {
-			s.fail(w, r, err)
-			return
-		}
-		s.purgeDead(w, r, f, req.DryRun)
+		s.purgeDead(w, r, req.filter(), req.DryRun)
 		return
 	}
 	// A parameter given empty comes from an unset variable: taken for
@@ -252,18 +229,17 @@ func (s *Server) notDead(ctx context.Context, f store.DeadFilter) ([]client.IDSt
 	return states, err
 }
 
-// queryTime reads an RFC 3339 bound of the window (store.CheckBound);
-// absent is the zero time.
-func queryTime(q url.Values, name string) (time.Time, error) {
+// queryTime reads an RFC 3339 bound of the window; absent is nil.
+func queryTime(q url.Values, name string) (*time.Time, error) {
 	v := q.Get(name)
 	if v == "" {
-		return time.Time{}, nil
+		return nil, nil
 	}
 	t, err := time.Parse(time.RFC3339Nano, v)
 	if err != nil {
-		return time.Time{}, notify.Errorf(name, "must be an RFC 3339 time such as 2026-01-02T15:04:05Z")
+		return nil, notify.Errorf(name, "must be an RFC 3339 time such as 2026-01-02T15:04:05Z")
 	}
-	return t, store.CheckBound(name, t)
+	return &t, nil
 }
 
 // Stats is the answer of GET /v1/stats.

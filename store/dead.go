@@ -22,27 +22,15 @@ import (
 const deadBatch = 500
 
 // DeadFilter selects dead notifications: by IDs, or by Topic and the time
-// they died (Since inclusive, Until exclusive; zero means unbounded).
-//
-// Since and Until bound the time of death; zero is no bound. A caller that
-// reads them from outside passes each through CheckBound.
+// they died, from Since (inclusive) to Until (exclusive); nil is no bound.
+// A bound is a pointer so that no time, not even the zero time a caller's
+// 0001-01-01T00:00:00Z parses to, can stand for "no bound" and widen a
+// purge to the whole topic.
 type DeadFilter struct {
 	IDs   []string
 	Topic string
-	Since time.Time
-	Until time.Time
-}
-
-// CheckBound refuses a bound of a DeadFilter's window, given by a caller
-// and named field, that lies before the Unix epoch: nothing died before
-// it, and 0001-01-01T00:00:00Z parses to the zero time, which would stand
-// for no bound and select every dead notification of the topic, a purge
-// deleting far more than was asked.
-func CheckBound(field string, t time.Time) error {
-	if t.Before(time.Unix(0, 0)) {
-		return notify.Errorf(field, "must be 1970-01-01T00:00:00Z or later: nothing died before that")
-	}
-	return nil
+	Since *time.Time
+	Until *time.Time
 }
 
 func (f *DeadFilter) validate() error {
@@ -54,16 +42,24 @@ func (f *DeadFilter) validate() error {
 	}
 	// A window narrows a topic's selection: with ids it would be ignored,
 	// and more done than was asked.
-	if len(f.IDs) > 0 && !f.Since.IsZero() {
+	if len(f.IDs) > 0 && f.Since != nil {
 		return notify.Errorf("since", "goes with a topic, not with ids")
 	}
-	if len(f.IDs) > 0 && !f.Until.IsZero() {
+	if len(f.IDs) > 0 && f.Until != nil {
 		return notify.Errorf("until", "goes with a topic, not with ids")
 	}
 	if f.Topic != "" && !notify.ValidTopic(f.Topic) {
 		return notify.Errorf("topic", "must match [a-z0-9._-]{1,64}")
 	}
-	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Until.After(f.Since) {
+	for _, b := range []struct {
+		field string
+		at    *time.Time
+	}{{"since", f.Since}, {"until", f.Until}} {
+		if b.at != nil && b.at.Before(time.Unix(0, 0)) {
+			return notify.Errorf(b.field, "must be 1970-01-01T00:00:00Z or later: nothing died before that")
+		}
+	}
+	if f.Since != nil && f.Until != nil && !f.Until.After(*f.Since) {
 		return notify.Errorf("until", "must be after since")
 	}
 	return nil
@@ -269,14 +265,14 @@ func (s *Store) eachDead(ctx context.Context, f DeadFilter, opts DeadOptions, ne
 		return matched, done, nil
 	}
 	minScore, maxScore := "-inf", strconv.FormatInt(ms(s.Now()), 10)
-	if !f.Since.IsZero() {
-		minScore = strconv.FormatInt(ms(f.Since), 10)
+	if f.Since != nil {
+		minScore = strconv.FormatInt(ms(*f.Since), 10)
 	}
-	if !f.Until.IsZero() {
+	if f.Until != nil {
 		// Until is exclusive; a replayed notification that dies again during
 		// the run gets a later score and is not picked up twice, because an
 		// open range is closed at the start time.
-		maxScore = "(" + strconv.FormatInt(ms(f.Until), 10)
+		maxScore = "(" + strconv.FormatInt(ms(*f.Until), 10)
 	}
 	if opts.DryRun {
 		n, err := s.countDead(ctx, f.Topic, minScore, maxScore)

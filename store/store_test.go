@@ -613,15 +613,52 @@ func TestDeadWindowGoesWithATopic(t *testing.T) {
 	killAll(t, b, "w0")
 	later := b.clock.Now().Add(time.Hour)
 	var fe *notify.FieldError
-	_, _, err := b.store.Replay(ctx, store.DeadFilter{IDs: []string{"w0"}, Since: later}, store.DeadOptions{})
+	_, _, err := b.store.Replay(ctx, store.DeadFilter{IDs: []string{"w0"}, Since: &later}, store.DeadOptions{})
 	require.ErrorAs(t, err, &fe)
 	require.Equal(t, "since", fe.Field)
-	_, _, err = b.store.Purge(ctx, store.DeadFilter{IDs: []string{"w0"}, Until: later}, store.DeadOptions{})
+	_, _, err = b.store.Purge(ctx, store.DeadFilter{IDs: []string{"w0"}, Until: &later}, store.DeadOptions{})
 	require.ErrorAs(t, err, &fe)
 	require.Equal(t, "until", fe.Field)
 	rec, err := b.store.Get(ctx, "w0")
 	require.NoError(t, err)
 	require.Equal(t, notify.StateDead, rec.State, "neither replayed nor purged")
+}
+
+// TestDeadBoundBeforeTheEpoch: the zero time, which a caller's
+// 0001-01-01T00:00:00Z parses to, is a bound like any other, not "no
+// bound": a purge until then would otherwise delete the whole topic. No
+// one died before 1970, so a bound before it is refused naming its field,
+// whoever passed it, and nothing moves.
+func TestDeadBoundBeforeTheEpoch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, store.Config{})
+	killAll(t, b, "z0")
+	var zero time.Time
+	justBefore := time.Unix(0, 0).Add(-time.Millisecond)
+	for _, tc := range []struct {
+		field string
+		f     store.DeadFilter
+	}{
+		{"until", store.DeadFilter{Topic: "jobs", Until: &zero}},
+		{"since", store.DeadFilter{Topic: "jobs", Since: &zero}},
+		{"since", store.DeadFilter{Topic: "jobs", Since: &justBefore}},
+	} {
+		var fe *notify.FieldError
+		_, _, err := b.store.Purge(ctx, tc.f, store.DeadOptions{})
+		require.ErrorAs(t, err, &fe)
+		require.Equal(t, tc.field, fe.Field)
+		_, _, err = b.store.Replay(ctx, tc.f, store.DeadOptions{})
+		require.ErrorAs(t, err, &fe)
+		require.Equal(t, tc.field, fe.Field)
+	}
+	rec, err := b.store.Get(ctx, "z0")
+	require.NoError(t, err)
+	require.Equal(t, notify.StateDead, rec.State, "neither replayed nor purged")
+	epoch := time.Unix(0, 0)
+	matched, _, err := b.store.Purge(ctx, store.DeadFilter{Topic: "jobs", Since: &epoch}, store.DeadOptions{DryRun: true})
+	require.NoError(t, err)
+	require.Equal(t, 1, matched, "the epoch itself is a bound")
 }
 
 func TestDeadLetters(t *testing.T) {
@@ -688,7 +725,7 @@ func TestDeadLetters(t *testing.T) {
 		b.clock.Advance(time.Millisecond)
 		since := b.clock.Now()
 		killAll(t, b, "new")
-		matched, replayed, err := b.store.Replay(ctx, store.DeadFilter{Topic: "jobs", Since: since}, store.DeadOptions{})
+		matched, replayed, err := b.store.Replay(ctx, store.DeadFilter{Topic: "jobs", Since: &since}, store.DeadOptions{})
 		require.NoError(t, err)
 		require.Equal(t, [2]int{1, 1}, [2]int{matched, replayed})
 		items := b.reserveAll(t)

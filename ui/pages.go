@@ -405,7 +405,7 @@ type deadQuery struct {
 	// Since and Until bound the time of death, as the form's
 	// datetime-local fields read them (UTC).
 	Since, Until string
-	since, until time.Time
+	since, until *time.Time
 	// IDs select single notifications (replay and purge only).
 	IDs []string
 	// AsOf ends a topic's selection where the confirmation page counted it
@@ -428,7 +428,7 @@ func parseDeadQuery(q url.Values) (*deadQuery, error) {
 	if f.until, err = parseFormTime("until", f.Until); err != nil {
 		return nil, err
 	}
-	if !f.since.IsZero() && !f.until.IsZero() && !f.until.After(f.since) {
+	if f.since != nil && f.until != nil && !f.until.After(*f.since) {
 		return nil, notify.Errorf("until", "must be after since")
 	}
 	if v := q.Get("as_of"); v != "" {
@@ -451,17 +451,17 @@ func parseDeadQuery(q url.Values) (*deadQuery, error) {
 }
 
 // parseFormTime reads a datetime-local value (taken as UTC) or an RFC 3339
-// time; empty is the zero time.
-func parseFormTime(field, v string) (time.Time, error) {
+// time; empty is nil, no bound.
+func parseFormTime(field, v string) (*time.Time, error) {
 	if v == "" {
-		return time.Time{}, nil
+		return nil, nil
 	}
 	for _, layout := range []string{"2006-01-02T15:04", "2006-01-02T15:04:05", time.RFC3339Nano} {
 		if t, err := time.ParseInLocation(layout, v, time.UTC); err == nil {
-			return t, store.CheckBound(field, t)
+			return &t, nil
 		}
 	}
-	return time.Time{}, notify.Errorf(field, "must be a time such as 2026-01-02T15:04 (UTC)")
+	return nil, notify.Errorf(field, "must be a time such as 2026-01-02T15:04 (UTC)")
 }
 
 // values returns the filter as query parameters.
@@ -478,8 +478,8 @@ func (f *deadQuery) values() url.Values {
 // filter returns the store's filter for replay and purge.
 func (f *deadQuery) filter() store.DeadFilter {
 	until := f.until
-	if !f.asOf.IsZero() && len(f.IDs) == 0 && (until.IsZero() || until.After(f.asOf)) && f.asOf.After(f.since) {
-		until = f.asOf
+	if !f.asOf.IsZero() && len(f.IDs) == 0 && (until == nil || until.After(f.asOf)) && (f.since == nil || f.asOf.After(*f.since)) {
+		until = &f.asOf
 	}
 	return store.DeadFilter{IDs: f.IDs, Topic: f.Topic, Since: f.since, Until: until}
 }
@@ -529,8 +529,8 @@ func (h *Handler) dead(w http.ResponseWriter, r *http.Request, s *session) {
 		return
 	}
 	cursor := q.Get("cursor")
-	if cursor == "" && !f.since.IsZero() {
-		cursor = store.DeadCursorAt(f.since)
+	if cursor == "" && f.since != nil {
+		cursor = store.DeadCursorAt(*f.since)
 	}
 	items, next, err := h.client.ListDead(ctx, f.Topic, deadPageSize, cursor)
 	if err != nil {
@@ -538,8 +538,8 @@ func (h *Handler) dead(w http.ResponseWriter, r *http.Request, s *session) {
 		return
 	}
 	// The listing runs in order of death: the first one past until ends it.
-	if !f.until.IsZero() {
-		if i := slices.IndexFunc(items, func(n *notify.Notification) bool { return !n.UpdatedAt.Before(f.until) }); i >= 0 {
+	if f.until != nil {
+		if i := slices.IndexFunc(items, func(n *notify.Notification) bool { return !n.UpdatedAt.Before(*f.until) }); i >= 0 {
 			items, next = items[:i], ""
 		}
 	}

@@ -77,25 +77,22 @@ func (f *deadFilterFlags) filter(now time.Time) (store.DeadFilter, error) {
 	}
 	for _, t := range []struct {
 		flag, value string
-		dst         *time.Time
+		dst         **time.Time
 	}{{"since", f.since, &out.Since}, {"until", f.until, &out.Until}} {
 		if t.value == "" {
 			continue
 		}
-		if at, err := time.Parse(time.RFC3339Nano, t.value); err == nil {
-			if err := store.CheckBound(t.flag, at); err != nil {
-				return out, &UsageError{Err: fmt.Errorf("--%w", err)}
-			}
-			*t.dst = at
-			continue
-		}
-		d, err := notify.ParseDuration(t.value)
+		at, err := time.Parse(time.RFC3339Nano, t.value)
 		if err != nil {
-			return out, &UsageError{Err: fmt.Errorf("--%s: %q is neither an RFC 3339 time nor a duration", t.flag, t.value)}
+			d, err := notify.ParseDuration(t.value)
+			if err != nil {
+				return out, &UsageError{Err: fmt.Errorf("--%s: %q is neither an RFC 3339 time nor a duration", t.flag, t.value)}
+			}
+			at = now.Add(-d)
 		}
-		*t.dst = now.Add(-d)
+		*t.dst = &at
 	}
-	if !out.Since.IsZero() && !out.Until.IsZero() && !out.Until.After(out.Since) {
+	if out.Since != nil && out.Until != nil && !out.Until.After(*out.Since) {
 		return out, &UsageError{Err: fmt.Errorf("--until %s must be later than --since %s (as durations ago, --until is the shorter)", f.until, f.since)}
 	}
 	return out, nil

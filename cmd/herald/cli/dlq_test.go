@@ -144,7 +144,7 @@ func TestDLQ(t *testing.T) {
 			{[]string{"replay"}, "give --ids, or --topic with an optional --since and --until"},
 			{[]string{"replay", "--topic", "jobs", "--since", "yesterday"}, "--since"},
 			// The zero time would stand for no bound: the whole topic.
-			{[]string{"purge", "--topic", "jobs", "--until", "0001-01-01T00:00:00Z"}, "--until: must be 1970-01-01T00:00:00Z or later"},
+			{[]string{"purge", "--topic", "jobs", "--until", "0001-01-01T00:00:00Z"}, "until: must be 1970-01-01T00:00:00Z or later"},
 			{[]string{"purge", "--ids", "a", "--topic", "jobs"}, "give --ids or --topic, not both"},
 			{[]string{"purge", "--topic", "jobs", "--since", "1h", "--until", "2h"}, "--until 2h must be later than --since 1h"},
 			{[]string{"purge", "--ids", "d1", "--since", "1h"}, "--since and --until go with --topic, not --ids"},
