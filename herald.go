@@ -497,7 +497,8 @@ func (j *Job) Decode(v any) error { return json.Unmarshal(j.Payload, v) }
 // error retries it on its backoff array (RetryAfter asks for a later
 // retry); these wrappers are found through fmt.Errorf's %w. A panic fails
 // the attempt as an error does, and is logged at error level with its
-// stack.
+// stack; so does a runtime.Goexit (a t.FailNow in a test's handler), the
+// handler running in a goroutine of its own.
 type Handler interface {
 	Handle(ctx context.Context, job *Job) error
 }
@@ -613,9 +614,9 @@ func (w *Worker) Handle(topic string, h Handler) {
 	})
 }
 
-// handle runs h on an attempt of n. A panic is the handler's failure, not
-// the worker's: the dispatcher recovers it, logs it with its stack and
-// fails the attempt like any other.
+// handle runs h on an attempt of n. A panic or runtime.Goexit is the
+// handler's failure, not the worker's: the dispatcher logs it and fails the
+// attempt like any other.
 func (w *Worker) handle(ctx context.Context, h Handler, n *notify.Notification) error {
 	job := &Job{ID: n.ID, Topic: n.Topic, Payload: n.Payload, Attempt: n.Attempts, Headers: n.Headers}
 	if len(job.Payload) == 0 {

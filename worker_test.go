@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"testing"
 	"time"
 
@@ -96,6 +97,36 @@ func TestHandlerPanic(t *testing.T) {
 	require.Equal(t, "handler panicked: assignment to entry in nil map", n.History[0].Error)
 	require.Contains(t, logs.String(), `msg="schedule: handler panicked" topic=jobs id=panics-once channel=pull attempt=0`)
 	require.Contains(t, logs.String(), "herald_test.TestHandlerPanic", "the stack names the handler")
+}
+
+// TestHandlerGoexit: a handler that ends its goroutine (t.FailNow called
+// from a handler does) fails its attempt like a panic, and the worker's one
+// slot goes on to the next job, where it died with the goroutine and no job
+// ran again.
+func TestHandlerGoexit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb, ns, c := connect(t, nil)
+	var logs heraldtest.Buffer
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	startWorker(t, rdb, &herald.WorkerConfig{Namespace: ns, Logger: logger, Concurrency: 1}, func(_ context.Context, job *herald.Job) error {
+		if job.ID == "exits-once" && job.Attempt == 0 {
+			runtime.Goexit()
+		}
+		return nil
+	})
+	_, err := c.Enqueue(ctx, "jobs", nil, herald.ID("exits-once"), herald.Backoff(0, time.Millisecond))
+	require.NoError(t, err)
+	n := waitFinished(c, "exits-once")
+	require.Equal(t, herald.StateSucceeded, n.State)
+	require.Len(t, n.History, 2)
+	require.Equal(t, "retry", string(n.History[0].Outcome))
+	require.Equal(t, "handler called runtime.Goexit", n.History[0].Error)
+	require.Contains(t, logs.String(), `msg="schedule: handler called runtime.Goexit" topic=jobs id=exits-once channel=pull attempt=0`)
+
+	_, err = c.Enqueue(ctx, "jobs", nil, herald.ID("next"))
+	require.NoError(t, err)
+	require.Equal(t, herald.StateSucceeded, waitFinished(c, "next").State)
 }
 
 // TestWorkerLifecycle: Stop before Start and a second Stop do nothing, a

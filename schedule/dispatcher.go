@@ -988,25 +988,48 @@ func (d *Dispatcher) finish(f pendingFinish) bool {
 	}
 }
 
-func (d *Dispatcher) send(ctx context.Context, n *notify.Notification) (resp notify.Response, err error) {
+// send runs n's sender or handler in a goroutine of its own and waits for
+// it. A panic there, or a runtime.Goexit (as testing's FailNow calls from
+// any goroutine), is the sender's failure, not the dispatcher's: the
+// attempt fails like any other, where in the worker's goroutine a Goexit
+// would have ended the worker with its slot, its endpoint's limits and the
+// attempt's outcome. The log keeps the stack that says where a panic
+// happened, which the history, cut to 1 KiB, cannot.
+func (d *Dispatcher) send(ctx context.Context, n *notify.Notification) (notify.Response, error) {
 	sender, what := d.cfg.Senders[n.Channel], "sender"
 	if n.Channel == notify.ChannelPull {
 		sender, what = d.cfg.Handlers[n.Topic], "handler"
 	}
-	defer func() {
-		// A panic is the sender's failure, not the dispatcher's: the
-		// attempt fails like any other, and the log keeps the stack that
-		// says where it happened, which the history, cut to 1 KiB, cannot.
-		if r := recover(); r != nil {
-			d.log.ErrorContext(ctx, "schedule: "+what+" panicked", "topic", n.Topic, "id", n.ID, "channel", n.Channel,
-				"attempt", n.Attempts, "panic", r, "stack", string(debug.Stack()))
-			err = fmt.Errorf("%s panicked: %v", what, r)
-		}
-	}()
 	if sender == nil {
 		return notify.Response{}, notify.Permanent(fmt.Errorf("no sender configured for channel %q", n.Channel))
 	}
-	return sender.Send(ctx, n)
+	type result struct {
+		resp notify.Response
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		returned := false
+		defer func() {
+			if returned {
+				return
+			}
+			if r := recover(); r != nil {
+				d.log.ErrorContext(ctx, "schedule: "+what+" panicked", "topic", n.Topic, "id", n.ID, "channel", n.Channel,
+					"attempt", n.Attempts, "panic", r, "stack", string(debug.Stack()))
+				done <- result{err: fmt.Errorf("%s panicked: %v", what, r)}
+				return
+			}
+			d.log.ErrorContext(ctx, "schedule: "+what+" called runtime.Goexit", "topic", n.Topic, "id", n.ID, "channel", n.Channel,
+				"attempt", n.Attempts)
+			done <- result{err: fmt.Errorf("%s called runtime.Goexit", what)}
+		}()
+		resp, err := sender.Send(ctx, n)
+		returned = true
+		done <- result{resp, err}
+	}()
+	r := <-done
+	return r.resp, r.err
 }
 
 // finishLoop records ended attempts in batches: after the first outcome it
