@@ -381,7 +381,8 @@ func (c *Client) Enqueue(ctx context.Context, topic string, payload any, opts ..
 }
 
 // BatchResult is the outcome of one request of a batch: its result, or the
-// error that kept it from being stored.
+// error that kept it from being stored. Check Err first: when it is set,
+// EnqueueResult is nil, and its fields (ID, Status) cannot be read.
 type BatchResult struct {
 	*EnqueueResult
 	Err error
