@@ -84,13 +84,15 @@ func dueMS(t time.Time) int64 {
 }
 
 // checkDue reports whether t can be stored as a due time: from the Unix
-// epoch to the largest time a score holds exactly.
-func checkDue(t time.Time) error {
+// epoch to latest (Unix milliseconds). It compares times, not dueMS, whose
+// milliseconds wrap around some 292 million years on: a time that far
+// would otherwise be stored due in 1970, and start at once.
+func checkDue(t time.Time, latest int64) error {
 	if t.Before(time.Unix(0, 0)) {
 		return errors.New("is before 1970-01-01T00:00:00Z")
 	}
-	if dueMS(t) > maxScoreMS {
-		return errors.New("is later than the store can hold exactly")
+	if t.After(time.UnixMilli(latest)) {
+		return fmt.Errorf("is later than the store can hold (%s)", time.UnixMilli(latest).UTC().Format(time.RFC3339Nano))
 	}
 	return nil
 }

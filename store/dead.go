@@ -55,8 +55,13 @@ func (f *DeadFilter) validate() error {
 		field string
 		at    *time.Time
 	}{{"since", f.Since}, {"until", f.Until}} {
-		if b.at != nil && b.at.Before(time.Unix(0, 0)) {
+		switch {
+		case b.at == nil:
+		case b.at.Before(time.Unix(0, 0)):
 			return notify.Errorf(b.field, "must be 1970-01-01T00:00:00Z or later: nothing died before that")
+		case b.at.After(time.UnixMilli(maxScoreMS)):
+			// Its milliseconds would not fit a score, or would wrap around.
+			return notify.Errorf(b.field, "is later than the store can hold")
 		}
 	}
 	if f.Since != nil && f.Until != nil && !f.Until.After(*f.Since) {

@@ -122,12 +122,23 @@ func (s *Store) enqueueBatch(ctx context.Context, reqs []EnqueueRequest) ([]Enqu
 			results[i].Err = notify.Errorf("attempts", "must not be negative")
 			continue
 		}
+		if _, ok := channelLetters[n.Channel]; !ok {
+			results[i].Err = notify.Errorf("channel", "%q is not a channel", n.Channel)
+			continue
+		}
+		if len(n.Backoff) == 0 {
+			results[i].Err = notify.Errorf("backoff", "must hold at least one attempt")
+			continue
+		}
+		// Times from the parking band up are a pause's (ParkAt): a
+		// notification sent then would be taken for parked, and made due
+		// by the next UnparkStray.
 		due := n.SendAt.Add(time.Duration(n.Backoff[0]))
-		if err := checkDue(n.SendAt); err != nil {
+		if err := checkDue(n.SendAt, parkBaseMS-1); err != nil {
 			results[i].Err = notify.Errorf("send_at", "%v", err)
 			continue
 		}
-		if err := checkDue(due); err != nil {
+		if err := checkDue(due, parkBaseMS-1); err != nil {
 			results[i].Err = notify.Errorf("backoff[0]", "puts the first attempt at a time that %v", err)
 			continue
 		}

@@ -49,6 +49,9 @@ func (s *Store) EndpointSucceeded(ctx context.Context, name string) error {
 // caller parks its notifications at once rather than at its next read of
 // what is paused. They then wait, parked, until EnableEndpoint.
 func (s *Store) EndpointFailed(ctx context.Context, name string, disableAfter time.Duration) (disabled bool, err error) {
+	if err := checkPause(PauseDisabled, name); err != nil {
+		return false, err
+	}
 	if err := s.open(ctx); err != nil {
 		return false, err
 	}
@@ -91,6 +94,11 @@ func (s *Store) EndpointFailed(ctx context.Context, name string, disableAfter ti
 // afresh. An endpoint not disabled keeps its failing streak: enabling it
 // changes nothing.
 func (s *Store) EnableEndpoint(ctx context.Context, name string) (resumed int, err error) {
+	// Checked before the health record goes, which Resume would check
+	// only after.
+	if err := checkPause(PauseDisabled, name); err != nil {
+		return 0, err
+	}
 	if err := s.open(ctx); err != nil {
 		return 0, err
 	}

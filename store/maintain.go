@@ -64,14 +64,23 @@ func (s *Store) Expired(ctx context.Context, grace time.Duration, limit int) ([]
 			content, _ := r.contents.Val()[i].(string)
 			state, _ := r.records.Val()[i].(string)
 			n, _, err := decode(id, content, state)
+			switch {
+			case err == nil && content != "" && state == "":
+				// Reserving writes a state line: without one the record
+				// reads as scheduled, and would stay in the reserved set,
+				// first at every reap, and never be due again.
+				err = errors.New("reserved, but its state line is missing")
+			case err == nil && n.State == notify.StateReserved && n.Deadline == nil:
+				err = errors.New("reserved, but without a deadline")
+			}
 			if err != nil {
-				s.quarantine(ctx, r.shard, id, content, err)
+				s.quarantine(ctx, r.shard, id, content, state, err)
 				continue
 			}
 			// Between the two reads the reservation may have been finished
 			// and the notification reserved again: that reservation is
 			// someone's attempt under way, not an expired one.
-			if n.State == notify.StateReserved && n.Deadline != nil && ms(*n.Deadline) < cutoff {
+			if n.State == notify.StateReserved && ms(*n.Deadline) < cutoff {
 				out = append(out, n)
 			}
 		}
@@ -101,24 +110,46 @@ func (s *Store) Expired(ctx context.Context, grace time.Duration, limit int) ([]
 // so that it stops neither reservations nor reaping, logs it and counts it
 // (see Quarantined). An operator finds it in the shard's quarantine hash
 // with the reason, for Config.Retention after the last one moved there:
-// it holds the payload, which is a customer's data.
-func (s *Store) quarantine(ctx context.Context, shard int, id, content string, why error) {
+// it holds the payload, which is a customer's data. content and state are
+// what was read: a record changed since is left for the next reap, and a
+// reservation whose record is gone is dropped.
+func (s *Store) quarantine(ctx context.Context, shard int, id, content, state string, why error) {
 	k := &s.keys
-	h, _, _ := parseHeader(content) // the topic, when the header survived
-	_, err := s.runScript(ctx, quarantineScript,
-		[]string{k.job(shard), k.state(shard), k.quarantine(shard), k.reserved(shard), k.stats(shard),
-			k.order(shard), k.link(shard), k.due(shard, QueuePush), k.due(shard, PullQueue(h.topic)), k.hist(shard)},
-		id, why.Error(), ms(s.Now()), k.wake(), shard, s.retentionMS())
-	if err != nil {
-		s.cfg.Logger.ErrorContext(ctx, "store: could not quarantine an undecodable notification", "id", id, "reason", why, "error", err)
-		return
+	// The topic, when the header survived; the script reads it more
+	// leniently than parseHeader, and says so when it finds another.
+	h, _, _ := parseHeader(content)
+	topic := h.topic
+	var v any
+	var err error
+	for range 2 {
+		v, err = s.runScript(ctx, quarantineScript,
+			[]string{k.job(shard), k.state(shard), k.quarantine(shard), k.reserved(shard), k.stats(shard),
+				k.order(shard), k.link(shard), k.due(shard, QueuePush), k.due(shard, PullQueue(topic)), k.hist(shard)},
+			id, why.Error(), ms(s.Now()), k.wake(), shard, s.retentionMS(), content, state, topic)
+		reply, _ := v.([]any)
+		if err != nil || len(reply) != 2 {
+			break
+		}
+		topic, _ = reply[1].(string)
 	}
-	// One of an order key that lives away from its id's shard leaves a
-	// stub there, which leads nowhere now.
-	s.dropStubs(ctx, shard, []string{id})
-	s.quarantined.Add(1)
-	s.cfg.Logger.ErrorContext(ctx, "store: quarantined an undecodable notification", "id", id, "reason", why,
-		"key", k.quarantine(shard))
+	reply, _ := v.([]any)
+	var code int64
+	if len(reply) > 0 {
+		code, _ = reply[0].(int64)
+	}
+	switch {
+	case err != nil || code == 3:
+		s.cfg.Logger.ErrorContext(ctx, "store: could not quarantine an undecodable notification", "id", id, "reason", why, "error", err)
+	case code == 1:
+		// One of an order key that lives away from its id's shard leaves a
+		// stub there, which leads nowhere now.
+		s.dropStubs(ctx, shard, []string{id})
+		s.quarantined.Add(1)
+		s.cfg.Logger.ErrorContext(ctx, "store: quarantined an undecodable notification", "id", id, "reason", why,
+			"key", k.quarantine(shard))
+	case code == 2:
+		s.cfg.Logger.WarnContext(ctx, "store: dropped a reservation whose record is gone", "id", id, "key", k.reserved(shard))
+	}
 }
 
 // Quarantined returns how many notifications this Store has moved to

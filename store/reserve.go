@@ -164,9 +164,10 @@ func (s *Store) reserve(ctx context.Context, queue string, shards []int, limit i
 				if content == "" {
 					continue // gone meanwhile: nothing was reserved
 				}
-				n, _, err := decode(id, content, replyString(lines[x]))
+				line := replyString(lines[x])
+				n, _, err := decode(id, content, line)
 				if err != nil {
-					s.quarantine(ctx, q.shard, id, content, err)
+					s.quarantine(ctx, q.shard, id, content, line, err)
 					continue
 				}
 				if c.unconfirmed != nil {
@@ -896,7 +897,7 @@ func (it *finishItem) prepare(f *Finish, now time.Time) error {
 	switch f.Action {
 	case notify.ActionAck, notify.ActionDead:
 	case notify.ActionRetry, notify.ActionRelease:
-		if err := checkDue(f.NextAt); err != nil {
+		if err := checkDue(f.NextAt, maxScoreMS); err != nil {
 			return fmt.Errorf("finish %s: next attempt %w", n.ID, err)
 		}
 		it.next = dueMS(f.NextAt)

@@ -345,17 +345,18 @@ local n = (#ARGV - 6) / F
 if not nq or not nt or not horizon or n < 1 or n > MAX_BATCH or n % 1 ~= 0 or #KEYS ~= K + nq + nt then
   return redis.error_reply('ERR herald enqueue: bad arguments')
 end
-local ids = {}
+local ids, chs = {}, {}
 for i = 1, n do
   local b = 6 + (i - 1) * F
   local q, t, oq, ot = tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6]), tonumber(ARGV[b + 9]), tonumber(ARGV[b + 10])
   local made = tonumber(ARGV[b + 11])
-  if ARGV[b + 1] == '' or not tonumber(ARGV[b + 3]) or (ARGV[b + 4] ~= '0' and ARGV[b + 4] ~= '1')
+  local ch, _, topic = route(ARGV[b + 2])
+  if ARGV[b + 1] == '' or not ch or topic ~= ARGV[b + 7] or not tonumber(ARGV[b + 3]) or (ARGV[b + 4] ~= '0' and ARGV[b + 4] ~= '1')
     or not made or made < 0 or made % 1 ~= 0
     or not q or q < 1 or q > nq or not t or t < 1 or t > nt or not oq or oq < 0 or oq > nq or not ot or ot < 0 or ot > nt then
     return redis.error_reply('ERR herald enqueue: bad item ' .. i)
   end
-  ids[i] = ARGV[b + 1]
+  ids[i], chs[i] = ARGV[b + 1], ch
 end
 local codes, adds, deltas, sts, hist, deadall, dead = {}, {}, {}, {}, {}, {}, {}
 -- joins are the new notifications with an order key, in batch order: they
@@ -364,7 +365,7 @@ local joins, behind = {}, {}
 local function add(i)
   local b = 6 + (i - 1) * F
   local id, due, made, entry, key, topic = ids[i], ARGV[b + 3], ARGV[b + 11], ARGV[b + 12], ARGV[b + 13], ARGV[b + 7]
-  local ch = route(ARGV[b + 2])
+  local ch = chs[i]
   if entry ~= '' then
     -- An import of a notification that already failed for good.
     sts[#sts + 1] = id
@@ -1296,13 +1297,14 @@ if #hist > 0 then chunked('HDEL', KEYS[4], hist) end
 return {more, #gone, unpack(keyed)}
 `)
 
-// quarantineScript moves a reserved notification whose content cannot be
+// quarantineScript moves a reserved notification whose record cannot be
 // decoded out of the way, so that it stops every batch it falls in. When its
 // header still names its topic, the topic's reserved gauge is lowered, and
 // the line of its order key, if it has one, moves on without it. Its
 // history goes, when its state line says how long it is: nothing could
 // read it without the record, and a later notification of the id would
-// not delete it.
+// not delete it. A reservation whose record is gone is only taken out of
+// the reserved set, where it came first at every reap.
 //
 //	KEYS[1]  job HASH
 //	KEYS[2]  st HASH
@@ -1322,15 +1324,25 @@ return {more, #gone, unpack(keyed)}
 //	ARGV[6]  retention (ms; -1, or 0 under a millisecond, keeps the hash for ever): the
 //	         hash, which holds payloads, expires that long after the last
 //	         notification moved there
+//	ARGV[7]  the content found undecodable ("" when there was none)
+//	ARGV[8]  the state line found with it ("" when there was none)
+//	ARGV[9]  the topic KEYS[9] is of
 //
-// Returns 1 when the notification was moved, 0 when it was gone.
+// Returns {1} when the notification was moved, {2} when a reservation
+// without a record was dropped, {0} when the record changed since it was
+// read (the next reap reads it again), or {3, topic} when the header names
+// a topic other than ARGV[9]: call again with its keys.
 var quarantineScript = newScript(`
 local now, keep = int_arg(ARGV[3], 0, 9007199254740991), int_arg(ARGV[6], -1, 9007199254740991)
 if ARGV[1] == '' or not now or not keep then return redis.error_reply('ERR herald quarantine: bad arguments') end
 local id = ARGV[1]
 local c = redis.call('HGET', KEYS[1], id)
-if not c then return 0 end
-local o = st_parse(redis.call('HGET', KEYS[2], id))
+local line = redis.call('HGET', KEYS[2], id)
+if (c or '') ~= ARGV[7] or (line or '') ~= ARGV[8] then return {0} end
+if not c then return {2 * redis.call('ZREM', KEYS[4], id)} end
+local topic = select(3, route(c))
+if topic and topic ~= ARGV[9] then return {3, topic} end
+local o = st_parse(line)
 -- Deletes first: Redis at maxmemory refuses a script's first write that
 -- may grow memory, and lets the rest through once it has written.
 redis.call('HDEL', KEYS[1], id)
@@ -1342,7 +1354,6 @@ if o then
   hist_fields(hist, id, o.h)
   if #hist > 0 then chunked('HDEL', KEYS[10], hist) end
 end
-local topic = select(3, route(c))
 local deltas, adds, sts = {}, {}, {}
 if redis.call('ZREM', KEYS[4], id) == 1 and topic then bump(deltas, topic, 'reserved', -1) end
 if topic and o and o.x ~= '' then
@@ -1351,7 +1362,7 @@ if topic and o and o.x ~= '' then
   due_flush(adds, ARGV[4])
 end
 flush(KEYS[5], deltas)
-return 1
+return {1}
 `)
 
 // deadPageScript reads one dead ZSET in (time of death, id) order after a

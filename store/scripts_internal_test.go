@@ -142,6 +142,14 @@ func TestRejectedCallChangesNothing(t *testing.T) {
 		{"EnqueueBadKeyIndex", enqueueScript, enqueueKeys, []any{ms(now), k.wake(), 0, 1, 1, 5000,
 			"d", encodeContent(good, now, ms(now)), ms(now), 0, 1, 1, "jobs", "pull.jobs", 0, 0, 0, "", "",
 			"e", encodeContent(good, now, ms(now)), ms(now), 0, 2, 1, "jobs", "pull.jobs", 0, 0, 0, "", ""}},
+		// A content whose header the scripts cannot route, or whose topic
+		// is not the item's, with an order key: refused before the line
+		// is joined.
+		{"EnqueueBadContent", enqueueScript, enqueueKeys, []any{ms(now), k.wake(), 0, 1, 1, 5000,
+			"d", encodeContent(good, now, ms(now)), ms(now), 0, 1, 1, "jobs", "pull.jobs", 0, 0, 0, "", "k",
+			"e", "no header", ms(now), 0, 1, 1, "jobs", "pull.jobs", 0, 0, 0, "", "k"}},
+		{"EnqueueTopicDisagrees", enqueueScript, enqueueKeys, []any{ms(now), k.wake(), 0, 1, 1, 5000,
+			"d", encodeContent(good, now, ms(now)), ms(now), 0, 1, 1, "other", "pull.jobs", 0, 0, 0, "", "k"}},
 		{"EnqueueNewBadDue", enqueueNewScript, scheduledKeys, enqueueNewArgs(now.Add(time.Hour), func(a []any) { a[len(a)-1] = "soon" })},
 		{"EnqueueNewBadKeyIndex", enqueueNewScript, newKeys, enqueueNewArgs(now, func(a []any) { a[2] = 9 })},
 		{"EnqueueNewBadEarliest", enqueueNewScript, newKeys, enqueueNewArgs(now, func(a []any) { a[8] = "soon" })},
