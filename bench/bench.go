@@ -36,6 +36,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/heraldhq/herald/internal/redisconf"
 	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/policy"
 	"github.com/heraldhq/herald/schedule"
@@ -256,6 +257,9 @@ func Run(ctx context.Context, cfg *Config) (*Result, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	if err := checkNoEviction(ctx, cfg.Client); err != nil {
+		return nil, err
+	}
 	st, err := store.New(&store.Config{Client: cfg.Client, Namespace: cfg.Namespace, Shards: cfg.Shards, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
@@ -301,7 +305,7 @@ func Run(ctx context.Context, cfg *Config) (*Result, error) {
 	res.Enqueue = time.Since(start)
 	res.EnqueuedLate = time.Now().After(first)
 
-	res.Delivered, res.Interrupted, err = waitDelivered(ctx, st, cfg.Count)
+	res.Delivered, res.Interrupted, err = waitDelivered(ctx, st, cfg.Count, rec.plan.at(cfg.Count-1))
 	res.Elapsed = time.Since(first)
 	if err != nil {
 		return nil, err
@@ -345,11 +349,30 @@ func enqueue(ctx context.Context, st *store.Store, cfg *Config, p plan) error {
 	return nil
 }
 
+// checkNoEviction refuses a Redis whose maxmemory-policy evicts keys: a
+// run's load would push out the notifications stored there, and then its
+// own. Settings it cannot read (CONFIG refused) are the operator's call.
+func checkNoEviction(ctx context.Context, c redis.UniversalClient) error {
+	s, err := redisconf.Read(ctx, c)
+	if err != nil || s.EvictionOK == nil || *s.EvictionOK {
+		return nil
+	}
+	return fmt.Errorf("bench: this Redis evicts keys (maxmemory-policy %s): the run's load would evict the notifications stored there; "+
+		"run it against a Redis with maxmemory-policy noeviction", s.MaxmemoryPolicy)
+}
+
+// stallAfter is how long after the last due time a run waits without a
+// delivery before it gives up: the dispatcher is then stuck (a Redis that
+// refuses writes, keys lost), and would be waited for ever.
+const stallAfter = 30 * time.Second
+
 // waitDelivered waits until count notifications of Topic are recorded as
-// succeeded, or ctx ends, and returns how many were.
-func waitDelivered(ctx context.Context, st *store.Store, count int) (delivered int, interrupted bool, err error) {
+// succeeded, or ctx ends, and returns how many were. Past lastDue, a
+// stallAfter without a delivery is an error.
+func waitDelivered(ctx context.Context, st *store.Store, count int, lastDue time.Time) (delivered int, interrupted bool, err error) {
 	tick := time.NewTicker(pollInterval)
 	defer tick.Stop()
+	progress := time.Now()
 	for {
 		// The read uses its own context, so an interrupted run still
 		// reports what was delivered.
@@ -359,9 +382,20 @@ func waitDelivered(ctx context.Context, st *store.Store, count int) (delivered i
 		if err != nil {
 			return 0, false, fmt.Errorf("bench: %w", err)
 		}
-		delivered = int(stats[Topic].SucceededTotal)
+		now := int(stats[Topic].SucceededTotal)
+		if now > delivered {
+			delivered, progress = now, time.Now()
+		}
 		if delivered >= count {
 			return delivered, false, nil
+		}
+		from := progress
+		if lastDue.After(from) {
+			from = lastDue
+		}
+		if since := time.Since(from); since > stallAfter {
+			return delivered, false, fmt.Errorf("bench: %d of %d delivered, and none for %s after the last was due: "+
+				"the dispatcher is stuck (see its log above)", delivered, count, since.Round(time.Second))
 		}
 		select {
 		case <-ctx.Done():

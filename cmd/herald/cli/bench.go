@@ -15,7 +15,9 @@ func (c *app) benchCommand() *cobra.Command {
 		window, lead time.Duration
 		asJSON       bool
 	)
-	cmd := withConfig(&cobra.Command{
+	// Read-only as far as the configured namespace goes: the run writes
+	// only its own, and must not record a shard count in a deployment's.
+	cmd := readOnly(&cobra.Command{
 		Use:   "bench",
 		Short: "Measure throughput and lateness against the configured Redis",
 		Long: `Bench enqueues --count notifications due evenly over --window, starting --lead
@@ -27,12 +29,15 @@ p99, max, and how many started early (there should be none).
 
 With --window 0 every notification is due at once, and the throughput is how
 fast one dispatcher drains a backlog. It stops when all are delivered, or on
-SIGINT or SIGTERM with what it measured so far.`,
+SIGINT or SIGTERM with what it measured so far. It refuses a Redis whose
+maxmemory-policy evicts keys, where its load would evict the notifications
+stored there, and gives up when nothing is delivered for 30s after the last
+one was due.`,
 		Example: "  herald bench\n  herald bench --count 50000 --window 0\n  HERALD_REDIS_ADDRS=10.0.0.5:6379 herald bench --json",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if count < 1 || window < 0 || lead < 0 {
-				return &UsageError{Err: fmt.Errorf("--count must be positive, --window and --lead not negative")}
+			if count < 1 || window < 0 || lead <= 0 {
+				return &UsageError{Err: fmt.Errorf("--count and --lead must be positive, --window not negative")}
 			}
 			w, err := c.base.wire(cmd, true)
 			if err != nil {
