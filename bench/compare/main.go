@@ -106,7 +106,9 @@ func run(out io.Writer, only string, reps, count, batchCount, memCount, burstCou
 		}
 	}
 	a, h := medians(runs["asynq"]), medians(runs["herald"])
-	a["memory"], h["memory"] = mem["asynq"]["memory"], mem["herald"]["memory"]
+	if len(mem) > 0 {
+		a["memory"], h["memory"] = mem["asynq"]["memory"], mem["herald"]["memory"]
+	}
 	printTable(out, a, h, reps, memCount, burstCount, hooks)
 	return nil
 }
@@ -140,26 +142,33 @@ func printTable(out io.Writer, a, h figures, reps, memCount, burstCount, hooks i
 		return fmt.Sprintf("p50 %.2f, p99 %.2f, max %.1f ms; early %.0f; delivered %.0f%%",
 			f[p+"p50"], f[p+"p99"], f[p+"max"], f[p+"early"], 100*f[p+"delivered"])
 	}
-	rows := [][]string{
-		{"enqueue /s, 8 producers, single calls", n0(a["enqueue"]), n0(h["enqueue"]) + ratio(h["enqueue"], a["enqueue"]), ">= 2x asynq", yes(h["enqueue"] >= 2*a["enqueue"])},
-		{"CPU per single-call enqueue: the client's (Go) + Redis's", cpuPair(a), cpuPair(h), "", ""},
-		{"for scale: enqueue /s, 8 producers, single calls of one bare RPUSH each (no record, no script)", "", "bare RPUSH: " + n0(h["enqueue_bare"]) + ratio(h["enqueue_bare"], a["enqueue"]), "", ""},
-		{"enqueue /s, 8 producers, batches of 100", "", n0(h["enqueue_batch"]), ">= 150,000", yes(h["enqueue_batch"] >= 150_000)},
-		{"drain /s, no-op handler, concurrency 16", n0(a["drain"]), n0(h["drain"]) + ratio(h["drain"], a["drain"]), ">= 3x asynq", yes(h["drain"] >= 3*a["drain"])},
-		{"Redis CPU per job life (enqueue + one attempt; the enqueue's share)", fmt.Sprintf("%.1f us (%.1f)", a["cpu_us"], a["cpu_enqueue_us"]), fmt.Sprintf("%.1f us (%.1f)", h["cpu_us"], h["cpu_enqueue_us"]) + ratio(h["cpu_us"], a["cpu_us"]), "<= 1/3 asynq", yes(h["cpu_us"] <= a["cpu_us"]/3)},
-		{"Redis commands per job life, incl. inside scripts (the enqueue's share)", fmt.Sprintf("%.1f (%.1f)", a["commands"], a["commands_enqueue"]), fmt.Sprintf("%.1f (%.1f)", h["commands"], h["commands_enqueue"]), "<= 8", yes(h["commands"] <= 8)},
-		{"lateness at 1k/s for 5 s, single calls", lateness(a, "late1k_"), lateness(h, "late1k_"), "p99 <= 5 ms, 0 early", yes(h["late1k_p99"] <= 5 && h["late1k_early"] == 0 && h["late1k_delivered"] == 1)},
-		{"lateness at 10k/s for 5 s, batches of 100 (asynq: single calls)", lateness(a, "late10k_"), lateness(h, "late10k_"), "p99 <= 50 ms, 0 early", yes(h["late10k_p99"] <= 50 && h["late10k_early"] == 0 && h["late10k_delivered"] == 1)},
-		{"retry 100 ms after a failed first attempt, lateness", lateness(a, "retry_"), lateness(h, "retry_"), "0 early", yes(h["retry_early"] == 0 && h["retry_delivered"] == 1)},
-		{fmt.Sprintf("memory per scheduled job beyond its payload, %s scheduled", n0(float64(memCount))), fmt.Sprintf("%.0f B", a["memory"]), fmt.Sprintf("%.0f B", h["memory"]), "<= 400 B", yes(h["memory"] <= 400)},
-		{fmt.Sprintf("%s jobs due within one second", n0(float64(burstCount))), "", lateness(h, "burst_") + fmt.Sprintf("; longest Redis call %s (longest plain command, no script: %s)", longest(h["burst_longest"]), longest(h["burst_longest_plain"])), "all, 0 early, longest call < 5 ms", yes(h["burst_delivered"] == 1 && h["burst_early"] == 0 && h["burst_longest"] < 5)},
-		{fmt.Sprintf("webhooks /s to a loopback receiver, %s at concurrency 16", n0(float64(hooks))), fmt.Sprintf("plain net/http: %s", n0(h["webhook_plain"])), n0(h["webhook_herald"]) + fmt.Sprintf(" (%.0f%% of plain; Redis %.1f us and %.1f commands a webhook)", 100*h["webhook_herald"]/h["webhook_plain"], h["webhook_cpu_us"], h["webhook_commands"]), ">= 70% of plain", yes(h["webhook_herald"] >= 0.7*h["webhook_plain"])},
+	// Each row is printed when its scenario ran (-only): its key is among
+	// Herald's figures.
+	rows := []struct {
+		key   string
+		cells []string
+	}{
+		{"enqueue", []string{"enqueue /s, 8 producers, single calls", n0(a["enqueue"]), n0(h["enqueue"]) + ratio(h["enqueue"], a["enqueue"]), ">= 2x asynq", yes(h["enqueue"] >= 2*a["enqueue"])}},
+		{"go_enqueue_us", []string{"CPU per single-call enqueue: the client's (Go) + Redis's", cpuPair(a), cpuPair(h), "", ""}},
+		{"enqueue_bare", []string{"for scale: enqueue /s, 8 producers, single calls of one bare RPUSH each (no record, no script)", "", "bare RPUSH: " + n0(h["enqueue_bare"]) + ratio(h["enqueue_bare"], a["enqueue"]), "", ""}},
+		{"enqueue_batch", []string{"enqueue /s, 8 producers, batches of 100", "", n0(h["enqueue_batch"]), ">= 150,000", yes(h["enqueue_batch"] >= 150_000)}},
+		{"drain", []string{"drain /s, no-op handler, concurrency 16", n0(a["drain"]), n0(h["drain"]) + ratio(h["drain"], a["drain"]), ">= 3x asynq", yes(h["drain"] >= 3*a["drain"])}},
+		{"cpu_us", []string{"Redis CPU per job life (enqueue + one attempt; the enqueue's share)", fmt.Sprintf("%.1f us (%.1f)", a["cpu_us"], a["cpu_enqueue_us"]), fmt.Sprintf("%.1f us (%.1f)", h["cpu_us"], h["cpu_enqueue_us"]) + ratio(h["cpu_us"], a["cpu_us"]), "<= 1/3 asynq", yes(h["cpu_us"] <= a["cpu_us"]/3)}},
+		{"commands", []string{"Redis commands per job life, incl. inside scripts (the enqueue's share)", fmt.Sprintf("%.1f (%.1f)", a["commands"], a["commands_enqueue"]), fmt.Sprintf("%.1f (%.1f)", h["commands"], h["commands_enqueue"]), "<= 8", yes(h["commands"] <= 8)}},
+		{"late1k_delivered", []string{"lateness at 1k/s for 5 s, single calls", lateness(a, "late1k_"), lateness(h, "late1k_"), "p99 <= 5 ms, 0 early", yes(h["late1k_p99"] <= 5 && h["late1k_early"] == 0 && h["late1k_delivered"] == 1)}},
+		{"late10k_delivered", []string{"lateness at 10k/s for 5 s, batches of 100 (asynq: single calls)", lateness(a, "late10k_"), lateness(h, "late10k_"), "p99 <= 50 ms, 0 early", yes(h["late10k_p99"] <= 50 && h["late10k_early"] == 0 && h["late10k_delivered"] == 1)}},
+		{"retry_delivered", []string{"retry 100 ms after a failed first attempt, lateness", lateness(a, "retry_"), lateness(h, "retry_"), "0 early", yes(h["retry_early"] == 0 && h["retry_delivered"] == 1)}},
+		{"memory", []string{fmt.Sprintf("memory per scheduled job beyond its payload, %s scheduled", n0(float64(memCount))), fmt.Sprintf("%.0f B", a["memory"]), fmt.Sprintf("%.0f B", h["memory"]), "<= 400 B", yes(h["memory"] <= 400)}},
+		{"burst_delivered", []string{fmt.Sprintf("%s jobs due within one second", n0(float64(burstCount))), "", lateness(h, "burst_") + fmt.Sprintf("; longest Redis call %s (longest plain command, no script: %s)", longest(h["burst_longest"]), longest(h["burst_longest_plain"])), "all, 0 early, longest call < 5 ms", yes(h["burst_delivered"] == 1 && h["burst_early"] == 0 && h["burst_longest"] < 5)}},
+		{"webhook_herald", []string{fmt.Sprintf("webhooks /s to a loopback receiver, %s at concurrency 16", n0(float64(hooks))), fmt.Sprintf("plain net/http: %s", n0(h["webhook_plain"])), n0(h["webhook_herald"]) + fmt.Sprintf(" (%.0f%% of plain; Redis %.1f us and %.1f commands a webhook)", 100*h["webhook_herald"]/h["webhook_plain"], h["webhook_cpu_us"], h["webhook_commands"]), ">= 70% of plain", yes(h["webhook_herald"] >= 0.7*h["webhook_plain"])}},
 	}
 	fmt.Fprintf(out, "Medians of %d runs (memory: one run), asynq and Herald side by side in one process; lateness measured in the handler against the time asked for.\n\n", reps)
 	fmt.Fprintln(out, "| | asynq | Herald | goal | met |")
 	fmt.Fprintln(out, "|---|---|---|---|---|")
 	for _, r := range rows {
-		fmt.Fprintf(out, "| %s |\n", strings.Join(r, " | "))
+		if _, ran := h[r.key]; ran {
+			fmt.Fprintf(out, "| %s |\n", strings.Join(r.cells, " | "))
+		}
 	}
 }
 
