@@ -70,5 +70,5 @@ func (s *Server) deleteEndpoint(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	w.WriteHeader(http.StatusNoContent)
+	noContent(w)
 }

@@ -113,6 +113,13 @@ func writeError(w http.ResponseWriter, status int, code, message string) {
 	writeJSON(w, status, errorBody{Error{Code: code, Message: message}})
 }
 
+// noContent answers 204, which no cache may keep either, as every other
+// answer says.
+func noContent(w http.ResponseWriter) {
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusNoContent)
+}
+
 // writeJSON writes v as the response body with status. v is encoded before
 // the status goes out, so that one JSON cannot hold is a 500 saying so, not
 // the status with an empty body. A failure to write means the client has

@@ -152,7 +152,7 @@ func (s *Server) withReceipt(w http.ResponseWriter, r *http.Request, do func(ctx
 		s.fail(w, r, err)
 		return
 	}
-	w.WriteHeader(http.StatusNoContent)
+	noContent(w)
 }
 
 // nack handles POST /v1/notifications/{id}/nack: the attempt failed, and
@@ -184,7 +184,7 @@ func (s *Server) nack(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	w.WriteHeader(http.StatusNoContent)
+	noContent(w)
 }
 
 // repeatable are the query parameters that may be given more than once:

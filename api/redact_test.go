@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,14 +87,23 @@ func TestAnswersAreNotCached(t *testing.T) {
 	b := setup(t, api.Config{Tokens: []string{"t0ken-of-thirty-two-characters-xx"}})
 	must[map[string]any](t, b, http.StatusCreated, "POST", "/v1/notifications",
 		map[string]any{"id": "cache-1", "topic": "jobs", "payload": map[string]string{"phone": "+14155550100"}})
-	for _, tt := range []struct{ method, path string }{
-		{"GET", "/v1/notifications/cache-1"},
-		{"GET", "/v1/notifications/nope"},
-		{"GET", "/v1/dead"},
-		{"POST", "/v1/topics/jobs/reserve?max=1"},
-		{"GET", "/v1/stats"},
+	for _, id := range []string{"cache-2", "cache-3"} {
+		must[map[string]any](t, b, http.StatusCreated, "POST", "/v1/notifications", map[string]any{"id": id, "topic": "acks", "channel": "pull"})
+	}
+	res := must[reserved](t, b, http.StatusOK, "POST", "/v1/topics/acks/reserve?max=2&wait=5s", nil)
+	require.Len(t, res.Notifications, 2)
+	receipt := func(i int) string { return `{"receipt":"` + res.Notifications[i].Receipt + `"}` }
+	for _, tt := range []struct{ method, path, body string }{
+		{"GET", "/v1/notifications/cache-1", ""},
+		{"GET", "/v1/notifications/nope", ""},
+		{"GET", "/v1/dead", ""},
+		{"POST", "/v1/topics/jobs/reserve?max=1", ""},
+		{"GET", "/v1/stats", ""},
+		// 204s too.
+		{"POST", "/v1/notifications/" + res.Notifications[0].ID + "/ack", receipt(0)},
+		{"POST", "/v1/notifications/" + res.Notifications[1].ID + "/release", receipt(1)},
 	} {
-		req, err := http.NewRequest(tt.method, b.http.URL+tt.path, nil)
+		req, err := http.NewRequest(tt.method, b.http.URL+tt.path, strings.NewReader(tt.body))
 		require.NoError(t, err)
 		req.Header.Set("Authorization", "Bearer "+b.token)
 		resp, err := b.http.Client().Do(req)

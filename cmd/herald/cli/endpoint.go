@@ -214,8 +214,13 @@ func (c *app) pauseCommands() []*cobra.Command {
 				// the name was mistyped.
 				c.warnNotPaused(cmd.Context(), pauses, kind, name)
 			}
-			return c.pauseOutput(resumeJSON, pauseAnswer(kind, name, false, &n), wasPaused,
-				fmt.Sprint("resumed ", kind, " ", name, ": ", n, " due at once"), kind+" "+name+" was not paused; nothing changed")
+			done := fmt.Sprint("resumed ", kind, " ", name, ": ", n, " parked notifications due at once")
+			if kind == store.PauseTopic {
+				// Read as "nothing was waiting", 0 would mislead: a pull
+				// topic's due work is never parked, so never counted.
+				done += " (a pull topic's due work is not parked: its consumers' next reservations take it)"
+			}
+			return c.pauseOutput(resumeJSON, pauseAnswer(kind, name, false, &n), wasPaused, done, kind+" "+name+" was not paused; nothing changed")
 		})
 	resume.Flags().BoolVar(&resumeJSON, "json", false, `print JSON, as POST /v1/topics/{topic}/resume answers: {"topic": ..., "paused": false, "resumed": N}`)
 	return []*cobra.Command{pause, resume, c.pausesCommand()}

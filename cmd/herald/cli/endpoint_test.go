@@ -150,7 +150,7 @@ func TestPauseCommand(t *testing.T) {
 	require.Equal(t, "topic jobs was paused already; nothing changed\n", r.out)
 	r = e.run(t, "resume", "topic", "jobs")
 	require.NoError(t, r.err, r.logs)
-	require.Contains(t, r.out, "resumed topic jobs: 0 due at once")
+	require.Contains(t, r.out, "resumed topic jobs: 0 parked notifications due at once (a pull topic")
 	r = e.run(t, "pause", "endpoint", "nobody")
 	require.Equal(t, 1, r.code())
 	require.EqualError(t, r.err, "pause endpoint nobody: endpoint not found")
