@@ -378,15 +378,6 @@ func (d *Demo) wait(ctx context.Context, cl *client.Client) error {
 	}
 }
 
-// count says n of a thing named one, in the plural unless n is 1:
-// "1 text", "0 texts".
-func count(n int, one string) string {
-	if n == 1 {
-		return "1 " + one
-	}
-	return fmt.Sprintf("%d %ss", n, one)
-}
-
 // answers lists a receiver's answers in order, joined by sep, or says
 // "nothing" when none came.
 func answers(list []string, sep string) string {
@@ -401,15 +392,15 @@ func answers(list []string, sep string) string {
 func (d *Demo) summary() error {
 	seen := d.world.snapshot()
 	// An interrupted run has some of these still to happen.
-	reminder := fmt.Sprintf("the SMS gateway accepted %s to %s", count(seen.texts[phone], "text"), phone)
+	reminder := fmt.Sprintf("the SMS gateway accepted %s to %s", show.Count(seen.texts[phone], "text", "texts"), phone)
 	if d.moved {
 		reminder = "moved before it was due; " + reminder
 	}
-	cancelled := fmt.Sprintf("the SMS gateway accepted %s to %s", count(seen.texts[cancelledPhone], "text"), cancelledPhone)
+	cancelled := fmt.Sprintf("the SMS gateway accepted %s to %s", show.Count(seen.texts[cancelledPhone], "text", "texts"), cancelledPhone)
 	if n := d.records[cancelledID]; n != nil && n.State == notify.StateCancelled {
 		cancelled = "cancelled before it was due; " + cancelled
 	}
-	broken := "503 on every attempt, " + count(seen.brokenCalls, "request")
+	broken := "503 on every attempt, " + show.Count(seen.brokenCalls, "request", "requests")
 	if seen.brokenCalls == 0 {
 		broken = "no attempt yet"
 	}

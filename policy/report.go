@@ -63,11 +63,14 @@ func NewReport(file string, s *Set) *Report {
 func (r *Report) Print(out io.Writer) error {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	for _, p := range r.Policies {
-		fmt.Fprintf(tw, "policy %s: %d attempts", show.Clean(p.Name), len(p.Schedule))
+		fmt.Fprintf(tw, "policy %s: %s", show.Clean(p.Name), show.Count(len(p.Schedule), "attempt", "attempts"))
 		if first := p.Schedule[0].Wait; first > 0 {
 			fmt.Fprintf(tw, ", the first %s after the send time", first)
 		}
-		fmt.Fprintf(tw, ", the last %s after the first, then dead\n", sinceFirst(p.Schedule[len(p.Schedule)-1]))
+		if len(p.Schedule) > 1 {
+			fmt.Fprintf(tw, ", the last %s after the first", sinceFirst(p.Schedule[len(p.Schedule)-1]))
+		}
+		fmt.Fprintln(tw, ", then dead")
 		fmt.Fprintf(tw, "  ttr %s, timeout %s, retry_on %s", p.TTR, p.Timeout, strings.Join(p.RetryOn, ","))
 		if p.SuccessBody != "" {
 			fmt.Fprintf(tw, ", success_body '%s'", show.Clean(p.SuccessBody))
@@ -94,7 +97,7 @@ func (r *Report) Print(out io.Writer) error {
 		}
 		fmt.Fprintln(tw)
 	}
-	fmt.Fprintf(tw, "%s: ok, %d policies, %d topics\n", r.File, len(r.Policies), len(r.Topics))
+	fmt.Fprintf(tw, "%s: ok, %s, %s\n", r.File, show.Count(len(r.Policies), "policy", "policies"), show.Count(len(r.Topics), "topic", "topics"))
 	return tw.Flush()
 }
 

@@ -109,3 +109,16 @@ func TestReportPrintPastDurationRange(t *testing.T) {
 		require.Equal(t, []notify.Duration{0, century, 2 * century, notify.Duration(policy.ScheduleCeiling)}, since, p.Name)
 	}
 }
+
+// TestReportPrintCounts: one of a thing is said in the singular, and a
+// single attempt has no last one after it.
+func TestReportPrintCounts(t *testing.T) {
+	t.Parallel()
+	set, err := policy.NewSet(map[string]policy.Policy{"once": {Backoff: []notify.Duration{0}}},
+		map[string]policy.Topic{"jobs": {Channel: notify.ChannelPull, Policy: "once"}})
+	require.NoError(t, err)
+	var out strings.Builder
+	require.NoError(t, policy.NewReport("policies.yaml", set).Print(&out))
+	require.Contains(t, out.String(), "policy once: 1 attempt, then dead\n")
+	require.Contains(t, out.String(), "policies.yaml: ok, 2 policies, 1 topic\n")
+}

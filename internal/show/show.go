@@ -8,6 +8,7 @@ package show
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"unicode"
 )
@@ -66,4 +67,13 @@ func Clean(s string) string {
 // included) become one space, then the rest is escaped and cut to n runes.
 func Line(s string, n int) string {
 	return Truncate(Clean(strings.Join(strings.Fields(s), " ")), n)
+}
+
+// Count says n of a thing, one in the singular for 1 and many for any
+// other n: "1 text", "0 texts", "2 policies".
+func Count(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
 }
