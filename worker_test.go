@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,8 +15,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/heraldhq/herald"
+	"github.com/heraldhq/herald/client"
 	"github.com/heraldhq/herald/internal/heraldtest"
 	"github.com/heraldhq/herald/policy"
+	"github.com/heraldhq/herald/store"
 )
 
 // startWorker starts a worker in ns with one handler for topic "jobs" and
@@ -321,5 +324,61 @@ func TestWorkerRetention(t *testing.T) {
 				return errors.Is(err, herald.ErrNotFound)
 			}, 10*time.Second, 50*time.Millisecond, "the record outlived its retention")
 		})
+	}
+}
+
+// TestResumeRightAfterPark: notifications that come due in the last
+// milliseconds before a topic's resume start at once on resume, as README
+// says. A dispatcher that asked whether the topic was paused just before
+// the resume parked them after the resume's own pass; they waited for the
+// next look for strays, about 5s later.
+func TestResumeRightAfterPark(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rdb, ns, c := connect(t, nil)
+	set, err := herald.NewPolicies(nil, nil)
+	require.NoError(t, err)
+	st, err := store.New(&store.Config{Client: rdb, Namespace: ns})
+	require.NoError(t, err)
+	admin, err := client.New(&client.Config{Store: st, PoliciesFunc: func() *policy.Set { return set }})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = admin.Close() })
+
+	var mu sync.Mutex
+	started := map[string]time.Time{}
+	startWorker(t, rdb, &herald.WorkerConfig{Namespace: ns, Concurrency: 8, Logger: quietLogger()}, func(_ context.Context, job *herald.Job) error {
+		mu.Lock()
+		started[job.ID] = time.Now()
+		mu.Unlock()
+		return nil
+	})
+	for cycle := range 5 {
+		require.NoError(t, admin.Pause(ctx, store.PauseTopic, "jobs"))
+		resumeAt := time.Now().Add(200 * time.Millisecond)
+		asked := map[string]time.Time{}
+		for i := range 80 { // due from 10ms before the resume to just after it
+			id := fmt.Sprintf("rr-%d-%d", cycle, i)
+			at := resumeAt.Add(-10*time.Millisecond + time.Duration(i)*125*time.Microsecond)
+			_, err := c.Enqueue(ctx, "jobs", nil, herald.ID(id), herald.SendAt(at))
+			require.NoError(t, err)
+			asked[id] = at
+		}
+		time.Sleep(time.Until(resumeAt))
+		resumed := time.Now()
+		_, err := admin.Resume(ctx, store.PauseTopic, "jobs")
+		require.NoError(t, err)
+		for id, at := range asked {
+			var got time.Time
+			require.Eventually(t, func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				got = started[id]
+				return !got.IsZero()
+			}, 10*time.Second, time.Millisecond, "%s never started", id)
+			require.False(t, got.Before(at), "%s started %s early", id, at.Sub(got))
+			// Within two reads of what is paused, however the park and the
+			// resume fell.
+			require.Less(t, got.Sub(resumed), time.Second, "%s: due %s before the resume, started %s after it", id, resumed.Sub(at), got.Sub(resumed))
+		}
 	}
 }

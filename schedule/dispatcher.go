@@ -356,6 +356,10 @@ type pendingFinish struct {
 	// report is false for a notification given back unstarted: no attempt
 	// to report.
 	report bool
+	// parked is set for a notification given back parked under a pause
+	// (park): written at once, so that a resume right after the pause was
+	// asked about comes after it, and unparks it.
+	parked bool
 }
 
 // New returns a dispatcher for cfg.
@@ -1083,9 +1087,9 @@ func (d *Dispatcher) collectFinishes(first pendingFinish, linger *time.Timer) []
 }
 
 // urgent reports whether f schedules an attempt due before a linger
-// starting now would end.
+// starting now would end, or parks one.
 func (d *Dispatcher) urgent(f *pendingFinish) bool {
-	return (f.Action == notify.ActionRetry || f.Action == notify.ActionRelease) &&
+	return f.parked || (f.Action == notify.ActionRetry || f.Action == notify.ActionRelease) &&
 		f.NextAt.Before(d.store.Now().Add(finishLinger))
 }
 

@@ -96,14 +96,31 @@ func (d *Dispatcher) startPauses(ctx context.Context, queues []string) {
 		close(d.pauses.read)
 		ticker := time.NewTicker(store.PausedViewAge)
 		defer ticker.Stop()
+		// sweeps counts the reads left that look for stray parks because a
+		// pause ended: a park asked about just before the resume may land
+		// after the resume's own pass, and would wait for the next look
+		// every strayEvery reads. Two, as the first may come before it
+		// lands.
+		sweeps := 0
 		for i := 1; ; i++ {
 			select {
 			case <-ctx.Done():
 				return
 			case <-ticker.C:
 			}
-			if d.refreshPauses(ctx) == nil && i%strayEvery == 0 {
-				if _, err := ps.UnparkStray(ctx, queues, *d.pauses.current.Load()); err != nil && !errors.Is(err, context.Canceled) {
+			before := *d.pauses.current.Load()
+			if d.refreshPauses(ctx) != nil {
+				continue
+			}
+			after := *d.pauses.current.Load()
+			for key := range before {
+				if _, ok := after[key]; !ok {
+					sweeps = 2
+				}
+			}
+			if i%strayEvery == 0 || sweeps > 0 {
+				sweeps = max(sweeps-1, 0)
+				if _, err := ps.UnparkStray(ctx, queues, after); err != nil && !errors.Is(err, context.Canceled) {
 					d.cfg.Observer.StoreError("unpark", err)
 				}
 			}
@@ -164,7 +181,7 @@ func (d *Dispatcher) park(ctx context.Context, n *notify.Notification) bool {
 		// A failure to ask counts as paused: better a late attempt than one
 		// made while paused.
 		if paused, err := d.pauses.store.IsPaused(ctx, p.kind, p.name); err != nil || paused {
-			d.releaseAt(n, store.ParkAt(p.kind, p.name))
+			d.finish(pendingFinish{Finish: store.Finish{Notification: n, Action: notify.ActionRelease, NextAt: store.ParkAt(p.kind, p.name)}, parked: true})
 			return true
 		}
 	}
