@@ -36,9 +36,11 @@ func (s *Store) Expired(ctx context.Context, grace time.Duration, limit int) ([]
 		cmds[shard] = pipe.ZRangeByScore(ctx, s.keys.reserved(shard),
 			&redis.ZRangeBy{Min: "-inf", Max: "(" + strconv.FormatInt(cutoff, 10), Count: int64(limit)})
 	}
-	if _, err := s.exec(ctx, pipe); err != nil {
-		return nil, fmt.Errorf("find expired reservations: %w", err)
-	}
+	// A shard that does not answer (its Cluster master down) is left for
+	// a later reap, and the others reaped meanwhile: an error only when
+	// none answers.
+	_, err := s.exec(ctx, pipe)
+	answered := 0
 	type read struct {
 		shard             int
 		ids               []string
@@ -47,19 +49,29 @@ func (s *Store) Expired(ctx context.Context, grace time.Duration, limit int) ([]
 	var reads []read
 	pipe = s.client.Pipeline()
 	for shard, c := range cmds {
+		if c.Err() != nil {
+			continue
+		}
+		answered++
 		if ids := c.Val(); len(ids) > 0 {
 			reads = append(reads, read{shard, ids,
 				pipe.HMGet(ctx, s.keys.job(shard), ids...), pipe.HMGet(ctx, s.keys.state(shard), ids...)})
 		}
 	}
+	if answered == 0 && err != nil {
+		return nil, fmt.Errorf("find expired reservations: %w", err)
+	}
 	if len(reads) == 0 {
 		return nil, nil
 	}
-	if _, err := s.exec(ctx, pipe); err != nil {
-		return nil, fmt.Errorf("read expired reservations: %w", err)
-	}
+	_, err = s.exec(ctx, pipe)
 	var out []*notify.Notification
+	answered = 0
 	for _, r := range reads {
+		if r.contents.Err() != nil || r.records.Err() != nil {
+			continue
+		}
+		answered++
 		for i, id := range r.ids {
 			content, _ := r.contents.Val()[i].(string)
 			state, _ := r.records.Val()[i].(string)
@@ -84,6 +96,9 @@ func (s *Store) Expired(ctx context.Context, grace time.Duration, limit int) ([]
 				out = append(out, n)
 			}
 		}
+	}
+	if answered == 0 && err != nil {
+		return nil, fmt.Errorf("read expired reservations: %w", err)
 	}
 	unstarted, out := s.unstarted(ctx, out, ownPending)
 	if len(unstarted) == 0 {

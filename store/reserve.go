@@ -682,8 +682,9 @@ func (s *Store) unstarted(ctx context.Context, expired []*notify.Notification, o
 	return unstarted, others
 }
 
-// Heads returns, for every shard, when the earliest notification of queue
-// is due (Due zero when the shard's queue is empty), in one pipeline. Pull
+// Heads returns, for every shard that answers, when the earliest
+// notification of queue is due (Due zero when the shard's queue is empty),
+// in one pipeline; an error only when none answers. Pull
 // consumers, which keep no state between requests, use it to reserve only
 // from shards with due work and to sleep until the next due time.
 func (s *Store) Heads(ctx context.Context, queue string) ([]Head, error) {
@@ -697,20 +698,29 @@ func (s *Store) Heads(ctx context.Context, queue string) ([]Head, error) {
 		cmds[shard] = pipe.ZRangeWithScores(ctx, s.keys.due(shard, queue), 0, 0)
 		ready[shard] = pipe.LLen(ctx, s.keys.ready(shard, queue))
 	}
-	if _, err := s.exec(ctx, pipe); err != nil {
-		return nil, fmt.Errorf("read heads of %s: %w", queue, err)
-	}
+	_, err := s.exec(ctx, pipe)
 	now := fromMS(ms(s.Now()))
-	heads := make([]Head, len(cmds))
+	heads := make([]Head, 0, len(cmds))
 	for shard, c := range cmds {
-		heads[shard].Shard = shard
+		// A shard that did not answer (its Cluster master down) is left
+		// out, as Reserve leaves it: the others' due work is served
+		// meanwhile.
+		if failed := cmp.Or(c.Err(), ready[shard].Err()); failed != nil {
+			err = cmp.Or(err, failed)
+			continue
+		}
+		h := Head{Shard: shard}
 		if zs := c.Val(); len(zs) > 0 {
-			heads[shard].Due = fromMS(int64(zs[0].Score))
+			h.Due = fromMS(int64(zs[0].Score))
 		}
 		// A ready list's entries were due when enqueued.
-		if ready[shard].Val() > 0 && (heads[shard].Due.IsZero() || heads[shard].Due.After(now)) {
-			heads[shard].Due = now
+		if ready[shard].Val() > 0 && (h.Due.IsZero() || h.Due.After(now)) {
+			h.Due = now
 		}
+		heads = append(heads, h)
+	}
+	if len(heads) == 0 && err != nil {
+		return nil, fmt.Errorf("read heads of %s: %w", queue, err)
 	}
 	return heads, nil
 }
