@@ -11,6 +11,7 @@ import (
 
 	"github.com/heraldhq/herald/internal/heraldtest"
 	"github.com/heraldhq/herald/internal/redistest"
+	"github.com/heraldhq/herald/notify"
 	"github.com/heraldhq/herald/store"
 )
 
@@ -43,10 +44,34 @@ func TestClusterMasterDown(t *testing.T) {
 	got, _, err := st.Reserve(ctx, store.PullQueue("jobs"), all, store.MaxReserve)
 	require.NoError(t, err)
 	require.Len(t, got, 48)
+	// Half are parked under a pause of the topic, as a dispatcher parks
+	// them; the other half stay reserved, for the reaper.
+	require.NoError(t, st.Pause(ctx, store.PauseTopic, "jobs"))
+	var parks []store.Finish
+	for _, n := range got[:24] {
+		parks = append(parks, store.Finish{Notification: n, Action: notify.ActionRelease, NextAt: store.ParkAt(store.PauseTopic, "jobs")})
+	}
+	errs, err := st.Finish(ctx, parks)
+	require.NoError(t, err)
+	for _, e := range errs {
+		require.NoError(t, e)
+	}
 	enqueue("m")
 
-	down, err := cc.MasterForKey(ctx, st.Namespace()+":{0}:job")
+	// A master other than the one holding what is paused, which a resume
+	// must reach first.
+	pausedOn, err := cc.MasterForKey(ctx, st.Namespace()+":paused")
 	require.NoError(t, err)
+	var down *redis.Client
+	for _, shard := range all {
+		m, err := cc.MasterForKey(ctx, fmt.Sprintf("%s:{%d}:job", st.Namespace(), shard))
+		require.NoError(t, err)
+		if m.Options().Addr != pausedOn.Options().Addr {
+			down = m
+			break
+		}
+	}
+	require.NotNil(t, down)
 	for _, m := range cluster.Nodes {
 		if m.Addr == down.Options().Addr {
 			m.Kill()
@@ -65,4 +90,19 @@ func TestClusterMasterDown(t *testing.T) {
 	expired, err := st.Expired(ctx, 0, 100)
 	require.NoError(t, err, "the reaper reaps the masters that answer")
 	require.NotEmpty(t, expired)
+
+	// A resume unparks the shards that answer, and says one did not.
+	moved, err := st.Resume(ctx, store.PauseTopic, "jobs")
+	require.Error(t, err)
+	require.Positive(t, moved, "the shards after the one that failed too")
+	reached := 0
+	for _, f := range parks {
+		n, err := st.Get(ctx, f.Notification.ID)
+		if err != nil {
+			continue // on the master down
+		}
+		reached++
+		require.False(t, store.Parked(n), "%s is still parked", n.ID)
+	}
+	require.Equal(t, reached, moved)
 }

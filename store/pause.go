@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"hash/fnv"
@@ -91,17 +92,22 @@ func (s *Store) Resume(ctx context.Context, kind, name string) (moved int, err e
 	if kind == PauseTopic {
 		queues = append(queues, PullQueue(name))
 	}
+	// A shard that fails (its Cluster master down) does not stop the
+	// others; its notifications stay parked until a dispatcher's look for
+	// strays reaches them.
+	var failed error
 	for shard := range s.keys.shards {
 		for _, q := range queues {
 			n, err := s.unpark(ctx, shard, q, band)
 			moved += n
-			if err != nil {
-				return moved, fmt.Errorf("store: resume %s %q: %w", kind, name, err)
-			}
+			failed = cmp.Or(failed, err)
 		}
 	}
 	if kind == PauseTopic {
 		s.wakePull(ctx, name)
+	}
+	if failed != nil {
+		return moved, fmt.Errorf("store: resume %s %q: %w", kind, name, failed)
 	}
 	return moved, nil
 }
@@ -151,13 +157,17 @@ func (s *Store) UnparkStray(ctx context.Context, queues []string, paused map[str
 		kind, name, _ := strings.Cut(f, "|")
 		kept[ParkAt(kind, name).UnixMilli()] = true
 	}
+	// A shard that fails (its Cluster master down) is left for the next
+	// look, and the others looked at.
+	var failed error
 	for i := range s.keys.shards * len(queues) {
 		shard, q := i/len(queues), queues[i%len(queues)]
 		for lo := int64(parkBaseMS); ; {
 			head, err := s.client.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{Key: s.keys.due(shard, q),
 				Start: lo, Stop: "+inf", ByScore: true, Count: 1}).Result()
 			if err != nil {
-				return moved, fmt.Errorf("store: unpark: %w", err)
+				failed = cmp.Or(failed, err)
+				break
 			}
 			if len(head) == 0 {
 				break
@@ -170,9 +180,13 @@ func (s *Store) UnparkStray(ctx context.Context, queues []string, paused map[str
 			n, err := s.unpark(ctx, shard, q, band)
 			moved += n
 			if err != nil {
-				return moved, fmt.Errorf("store: unpark: %w", err)
+				failed = cmp.Or(failed, err)
+				break
 			}
 		}
+	}
+	if failed != nil {
+		return moved, fmt.Errorf("store: unpark: %w", failed)
 	}
 	return moved, nil
 }
