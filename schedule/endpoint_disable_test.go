@@ -103,13 +103,15 @@ func TestSuccessEndsTheStreak(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
-	// A success comes about every 50ms (3 requests of 10ms and their
-	// backoffs); disable_after leaves a loaded machine twenty times that
-	// (600ms went by without one under three suites at once).
-	const disableAfter = time.Second
+	// A success comes about every 100ms (3 requests of 25ms, one at a
+	// time, and their backoffs); disable_after leaves a loaded machine
+	// twenty times that (600ms, then 1s went by without one under three
+	// suites at once). The 180 requests, one at a time, take at least
+	// 4.5s, longer than twice disable_after.
+	const disableAfter = 2 * time.Second
 	var n atomic.Int64
 	rcv := newReceiver(t, func(_ int, w http.ResponseWriter) {
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(25 * time.Millisecond)
 		if n.Add(1)%3 != 0 {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			return
