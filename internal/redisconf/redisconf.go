@@ -2,7 +2,7 @@
 // whether Herald runs on it and whether what Herald stores survives: its
 // version (Herald needs VersionMin), maxmemory-policy (any policy but
 // noeviction lets Redis drop keys, records Herald answered 201 for),
-// // persistence (AOF or RDB), and its memory against maxmemory (Memory). It is
+// persistence (AOF or RDB), and its memory against maxmemory (Memory). It is
 // private plumbing of the herald command, which reads them when it connects
 // and on every reconnect, refuses a server too old at start, warns, and
 // shows them on /readyz and as gauges; its bench refuses a server that

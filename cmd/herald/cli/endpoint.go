@@ -214,7 +214,7 @@ func (c *app) pauseCommands() []*cobra.Command {
 				// the name was mistyped.
 				c.warnNotPaused(cmd.Context(), pauses, kind, name)
 			}
-			done := fmt.Sprint("resumed ", kind, " ", name, ": ", n, " parked notifications due at once")
+			done := fmt.Sprint("resumed ", kind, " ", name, ": ", show.Count(n, "parked notification", "parked notifications"), " due at once")
 			if kind == store.PauseTopic {
 				// Read as "nothing was waiting", 0 would mislead: a pull
 				// topic's due work is never parked, so never counted.
