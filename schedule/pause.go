@@ -99,9 +99,11 @@ func (d *Dispatcher) startPauses(ctx context.Context, queues []string) {
 		// sweeps counts the reads left that look for stray parks because a
 		// pause ended: a park asked about just before the resume may land
 		// after the resume's own pass, and would wait for the next look
-		// every strayEvery reads. Two, as the first may come before it
-		// lands.
-		sweeps := 0
+		// every strayEvery reads. They start at the read after the one
+		// that saw the end, so as not to race the resume's own pass, whose
+		// count would then miss what they moved; two, as the first may
+		// come before the park lands.
+		sweeps, from := 0, 0
 		for i := 1; ; i++ {
 			select {
 			case <-ctx.Done():
@@ -115,11 +117,13 @@ func (d *Dispatcher) startPauses(ctx context.Context, queues []string) {
 			after := *d.pauses.current.Load()
 			for key := range before {
 				if _, ok := after[key]; !ok {
-					sweeps = 2
+					sweeps, from = 2, i+1
 				}
 			}
-			if i%strayEvery == 0 || sweeps > 0 {
-				sweeps = max(sweeps-1, 0)
+			if i%strayEvery == 0 || (sweeps > 0 && i >= from) {
+				if i >= from {
+					sweeps = max(sweeps-1, 0)
+				}
 				if _, err := ps.UnparkStray(ctx, queues, after); err != nil && !errors.Is(err, context.Canceled) {
 					d.cfg.Observer.StoreError("unpark", err)
 				}
