@@ -376,9 +376,9 @@ func TestResumeRightAfterPark(t *testing.T) {
 				return !got.IsZero()
 			}, 10*time.Second, time.Millisecond, "%s never started", id)
 			require.False(t, got.Before(at), "%s started %s early", id, at.Sub(got))
-			// Within two reads of what is paused, however the park and the
-			// resume fell.
-			require.Less(t, got.Sub(resumed), time.Second, "%s: due %s before the resume, started %s after it", id, resumed.Sub(at), got.Sub(resumed))
+			// Within three reads of what is paused, however the park and
+			// the resume fell, and a loaded machine's delay.
+			require.Less(t, got.Sub(resumed), 2*time.Second, "%s: due %s before the resume, started %s after it", id, resumed.Sub(at), got.Sub(resumed))
 		}
 	}
 }
