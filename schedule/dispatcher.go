@@ -356,10 +356,6 @@ type pendingFinish struct {
 	// report is false for a notification given back unstarted: no attempt
 	// to report.
 	report bool
-	// parked is set for a notification given back parked under a pause
-	// (park): written at once, so that a resume right after the pause was
-	// asked about comes after it, and unparks it.
-	parked bool
 }
 
 // New returns a dispatcher for cfg.
@@ -1087,10 +1083,12 @@ func (d *Dispatcher) collectFinishes(first pendingFinish, linger *time.Timer) []
 }
 
 // urgent reports whether f schedules an attempt due before a linger
-// starting now would end, or parks one.
+// starting now would end, or parks one (store.ParkTime): a park written at
+// once lands before a resume that follows the pause it was asked about,
+// and is unparked by it.
 func (d *Dispatcher) urgent(f *pendingFinish) bool {
-	return f.parked || (f.Action == notify.ActionRetry || f.Action == notify.ActionRelease) &&
-		f.NextAt.Before(d.store.Now().Add(finishLinger))
+	return (f.Action == notify.ActionRetry || f.Action == notify.ActionRelease) &&
+		(f.NextAt.Before(d.store.Now().Add(finishLinger)) || store.ParkTime(f.NextAt))
 }
 
 // finishBatch writes a batch, retrying through a Redis outage, and reports

@@ -185,7 +185,7 @@ func (d *Dispatcher) park(ctx context.Context, n *notify.Notification) bool {
 		// A failure to ask counts as paused: better a late attempt than one
 		// made while paused.
 		if paused, err := d.pauses.store.IsPaused(ctx, p.kind, p.name); err != nil || paused {
-			d.finish(pendingFinish{Finish: store.Finish{Notification: n, Action: notify.ActionRelease, NextAt: store.ParkAt(p.kind, p.name)}, parked: true})
+			d.releaseAt(n, store.ParkAt(p.kind, p.name))
 			return true
 		}
 	}

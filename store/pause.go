@@ -236,8 +236,12 @@ func ParkAt(kind, name string) time.Time {
 // Parked reports whether n is parked by a pause, waiting for a resume
 // rather than for a time.
 func Parked(n *notify.Notification) bool {
-	return n.State == notify.StateScheduled && n.NextAttemptAt != nil && n.NextAttemptAt.UnixMilli() >= parkBaseMS
+	return n.State == notify.StateScheduled && n.NextAttemptAt != nil && ParkTime(*n.NextAttemptAt)
 }
+
+// ParkTime reports whether t is a due time ParkAt gives: one of a pause,
+// not of a clock.
+func ParkTime(t time.Time) bool { return t.UnixMilli() >= parkBaseMS }
 
 func checkPause(kind, name string) error {
 	switch {
